@@ -1,0 +1,240 @@
+// handoff::actor<State>: a State object that handlers reach one at a time, run by
+// whichever thread sends to it. No thread of its own, no polling.
+//
+//   handoff::actor<Account> a{100};                  // State constructed in place
+//   a.post([](Account& s) { s.deposit(5); });        // fire and forget
+//   std::future<int> f = a.ask([](Account& s) { return s.balance(); });
+//   int b = co_await a.async_ask([](Account& s) { return s.balance(); });
+//
+// Who runs a handler: the sender whose message finds the actor idle becomes its owner and
+// runs that message, then every message that arrived meanwhile, then releases it. Other
+// senders only enqueue and return. See detail/actor_base.hpp for the protocol.
+//
+// Guarantees:
+//  - Mutual exclusion: at most one handler of an actor runs at a time, and everything a
+//    handler wrote is visible to the next handler of the same actor, on whatever thread.
+//  - Exactly once: every message accepted by post/ask/async_ask runs exactly once (unless
+//    the actor is destroyed by one of its own handlers; see ~actor).
+//  - Per-sender FIFO: messages sent by one thread run in the order they were sent.
+//  - No dedicated threads: without an executor, handlers run only on sending threads.
+//
+// Not promised: any order between messages of different senders; fairness between actors
+// (an owner under a steady stream keeps draining unless a budget hands it off); that the
+// caller of post() returns quickly (it may become the owner and drain for a while).
+#pragma once
+
+#include <concepts>
+#include <coroutine>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "handoff/actor_options.hpp"
+#include "handoff/detail/actor_base.hpp"
+
+namespace handoff {
+
+template <class State>
+class actor : private detail::actor_base {
+  template <class F>
+  using result_of = std::invoke_result_t<F&, State&>;
+
+ public:
+  using state_type = State;
+
+  // Constructs State from args. Allocates nothing (an actor is State plus 56 bytes).
+  template <class... Args>
+    requires std::constructible_from<State, Args...>
+  explicit actor(Args&&... args) : state_(std::forward<Args>(args)...) {}
+
+  // With options (budget, executor, error hook); throws std::invalid_argument for a budget
+  // without an executor. The shared_ptr form lets many actors share one options object.
+  template <class... Args>
+    requires std::constructible_from<State, Args...>
+  explicit actor(actor_options options, Args&&... args)
+      : actor_base(std::move(options)), state_(std::forward<Args>(args)...) {}
+  template <class... Args>
+    requires std::constructible_from<State, Args...>
+  explicit actor(std::shared_ptr<const actor_options> options, Args&&... args)
+      : actor_base(std::move(options)), state_(std::forward<Args>(args)...) {}
+
+  // Destroying an actor (sending to it concurrently with its destruction is a precondition
+  // violation, as for any object):
+  //  - idle: returns at once;
+  //  - busy on another thread or an executor: blocks until every message sent before the
+  //    destructor started has run;
+  //  - owned by this thread but not running (queued on its ready list by a nested send):
+  //    runs those messages here first;
+  //  - from one of its own handlers: the messages still queued are destroyed without
+  //    running (their ask() futures report broken_promise), and the handler must not touch
+  //    the state after the destructor returns.
+  // Two actors whose handlers, on two threads, destroy each other deadlock (not detected).
+  ~actor() { shut_down(); }
+
+  // Thread-safe. Runs f(state) once, eventually, under the actor's mutual exclusion. May
+  // run f and other queued messages on the calling thread before returning (never from
+  // inside a handler: there it only enqueues). Allocates a pooled node only if the actor
+  // is busy. Exceptions thrown by f go to the error hook. Throws only if building the
+  // message throws (then nothing was sent); if F's move constructor is noexcept, never.
+  template <class F>
+    requires std::invocable<std::decay_t<F>&, State&>
+  void post(F&& f) {
+    using node = post_node<std::decay_t<F>>;
+    constexpr bool build_first = !std::is_nothrow_constructible_v<std::decay_t<F>, F&&>;
+    submit<build_first>([&] { return static_cast<detail::message*>(detail::new_node<node>(std::forward<F>(f))); },
+                        [&] { f(state_); });
+  }
+
+  // Thread-safe. Runs f(state) once under the actor's mutual exclusion; the future holds its
+  // result or exception. If the actor is idle, f runs on the calling thread before ask()
+  // returns, even from inside another actor's handler, so waiting on the future there is
+  // safe. Throws std::system_error(resource_deadlock_would_occur) when called from a
+  // handler of this same actor (the answer could never be waited for); std::bad_alloc.
+  // Hazard: handlers of two actors on two threads waiting on each other's ask() deadlock.
+  template <class F>
+    requires std::invocable<std::decay_t<F>&, State&>
+  [[nodiscard]] std::future<result_of<std::decay_t<F>>> ask(F&& f) {
+    if (detail::tls.top != nullptr) check_not_draining();
+    auto* m = detail::new_node<ask_node<std::decay_t<F>>>(std::forward<F>(f));
+    auto answer = m->promise.get_future();
+    if (!try_acquire()) {
+      enqueue(m);
+      help_if_ready_here();
+      return answer;
+    }
+    enqueue(m);
+    drain_now(0);  // idle: answer now, even when nested inside another handler
+    return answer;
+  }
+
+  // Awaitable form of ask(): `co_await a.async_ask(f)` yields f's result or rethrows its
+  // exception. Never blocks a thread. If the actor is idle and the caller is not inside a
+  // handler, f runs inline and the coroutine does not suspend; otherwise the coroutine is
+  // resumed by the thread that ran f, after that thread has finished draining the actor
+  // (so code after co_await never runs under the actor's exclusion). The awaiter is the
+  // mailbox node: no allocation. A reference returned by f is copied.
+  template <class F>
+    requires std::invocable<std::decay_t<F>&, State&>
+  [[nodiscard]] auto async_ask(F&& f) {
+    return ask_awaiter<std::decay_t<F>>(*this, std::forward<F>(f));
+  }
+
+ private:
+  template <class Fn>
+  struct post_node final : detail::message {
+    template <class A>
+    explicit post_node(A&& a) : fn(std::forward<A>(a)) {
+      invoke = &run;
+    }
+    Fn fn;
+
+    static bool run(detail::message* m, detail::actor_base* a, bool execute) {
+      detail::node_guard<post_node> guard{static_cast<post_node*>(m)};
+      if (execute) guard.node->fn(static_cast<actor*>(a)->state_);
+      return true;
+    }
+  };
+
+  template <class Fn>
+  struct ask_node final : detail::message {
+    template <class A>
+    explicit ask_node(A&& a) : fn(std::forward<A>(a)) {
+      invoke = &run;
+    }
+    Fn fn;
+    std::promise<result_of<Fn>> promise;  // destroyed unrun: broken_promise
+
+    static bool run(detail::message* m, detail::actor_base* a, bool execute) {
+      detail::node_guard<ask_node> guard{static_cast<ask_node*>(m)};
+      if (!execute) return true;
+      auto& self = *guard.node;
+      try {
+        if constexpr (std::is_void_v<result_of<Fn>>) {
+          self.fn(static_cast<actor*>(a)->state_);
+          self.promise.set_value();
+        } else {
+          self.promise.set_value(self.fn(static_cast<actor*>(a)->state_));
+        }
+      } catch (...) {
+        self.promise.set_exception(std::current_exception());
+      }
+      return true;
+    }
+  };
+
+  template <class Fn>
+  class [[nodiscard]] ask_awaiter final : detail::message {
+    using result = std::remove_cvref_t<result_of<Fn>>;  // returned by value: never a reference into the state
+    using stored = std::conditional_t<std::is_void_v<result>, std::monostate, result>;
+
+   public:
+    template <class A>
+    ask_awaiter(actor& target, A&& a) : target_(target), fn_(std::forward<A>(a)) {
+      invoke = &run;
+    }
+    ask_awaiter(const ask_awaiter&) = delete;
+    ask_awaiter& operator=(const ask_awaiter&) = delete;
+
+    bool await_ready() const noexcept { return false; }
+
+    bool await_suspend(std::coroutine_handle<> h) noexcept {
+      waiter_.handle = h;
+      if (!target_.try_acquire()) {
+        target_.enqueue(this);  // the owner resumes us; touch nothing of *this after this line
+        return true;
+      }
+      if (detail::tls.top != nullptr) {
+        target_.defer(this);  // drained by this thread after its current handler
+        return true;
+      }
+      auto body = [this] { answer(target_.state_); };
+      target_.run_inline(body);
+      return false;  // answered: continue without suspending
+    }
+
+    result await_resume() {
+      if (error_) std::rethrow_exception(error_);
+      if constexpr (!std::is_void_v<result>) return std::move(*value_);
+    }
+
+   private:
+    void answer(State& s) noexcept {
+      try {
+        if constexpr (std::is_void_v<result>) {
+          fn_(s);
+          value_.emplace();
+        } else {
+          value_.emplace(fn_(s));
+        }
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
+
+    static bool run(detail::message* m, detail::actor_base* a, bool execute) {
+      auto* self = static_cast<ask_awaiter*>(m);
+      if (execute) {
+        self->answer(static_cast<actor*>(a)->state_);
+      } else {
+        self->error_ = std::make_exception_ptr(std::future_error(std::future_errc::broken_promise));
+      }
+      detail::schedule_resume(&self->waiter_);
+      return true;
+    }
+
+    actor& target_;
+    Fn fn_;
+    detail::resumable waiter_;
+    std::optional<stored> value_;
+    std::exception_ptr error_;
+  };
+
+  State state_;
+};
+
+}  // namespace handoff

@@ -1,0 +1,243 @@
+// The hand-off protocol, shared by every actor type.
+//
+// State of an actor: `count_`, the number of messages accepted and not yet run, and
+// `mailbox_`. count_ != 0 means exactly one thread owns the actor (it alone runs handlers).
+//
+//   send:    prev = count_.fetch_add(1)          (acquire)
+//            prev != 0 -> mailbox_.push(m), return: the owner will run it
+//            prev == 0 -> this thread is the owner: run m inline, then drain
+//   drain:   pop and run until the mailbox looks empty, X = messages run this round;
+//            count_.fetch_sub(X) == X -> released  (release)
+//            otherwise messages were counted meanwhile: X = 0 and keep draining; if the
+//            mailbox is empty with X == 0, a sender is between its fetch_add and its push:
+//            wait for it (pause, then yield) and never release.
+//   budget:  spent -> fetch_sub(X) first; only if the count is still non-zero hand the
+//            still-owned actor to the executor (posting first would let the continuation
+//            run while our subtraction reaches 0: two owners).
+//
+// The count is incremented before the enqueue so that it never under-counts: a drainer
+// cannot run a message that is not counted yet, so it cannot subtract a message another
+// sender's fetch_add still needs to see as pending. `fetch_sub` releases in one atomic
+// per round and cannot fail spuriously (a weak CAS could, and its failure path would
+// subtract the count to 0 while the owner is still draining).
+//
+// Nested sends: a thread that wins an actor while it is already draining one (inside a
+// handler) does not recurse: it enqueues the message and appends the actor to its
+// thread-local ready list, drained after the current actor. Coroutines resumed by
+// `async_ask` wait on a second thread-local list, resumed after the drain too.
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <new>
+#include <utility>
+
+#include "handoff/actor_options.hpp"
+#include "handoff/detail/mpsc_queue.hpp"
+
+namespace handoff::detail {
+
+class actor_base;
+
+// A mailbox entry. `invoke` runs the message (run == true) or only destroys it, and in
+// both cases frees the node. It returns false only for the destructor's marker, after
+// which the drainer must not touch the actor again.
+struct message : mailbox_node {
+  using invoke_fn = bool (*)(message*, actor_base*, bool run);
+  invoke_fn invoke = nullptr;
+};
+
+// A coroutine waiting to be resumed after the current drain (async_ask).
+struct resumable {
+  resumable* next = nullptr;
+  std::coroutine_handle<> handle;
+};
+
+// One actor this thread is draining; frames form a stack through `parent` (nesting
+// happens only when ask() or an actor's destructor drains an idle target inline).
+struct drain_frame {
+  actor_base* actor;
+  drain_frame* parent;
+  bool destroyed;  // the actor was destroyed by one of its own handlers: stop touching it
+};
+
+// Per-thread scheduler state; touched only by its own thread. Trivial, so that access
+// needs no TLS wrapper call on the hot path.
+struct thread_state {
+  drain_frame* top;           // innermost actor being drained; nullptr outside handlers
+  actor_base* ready_head;     // actors this thread owns and will drain next (FIFO)
+  actor_base* ready_tail;
+  resumable* resume_head;     // coroutines to resume once the current drain ends (FIFO)
+  resumable* resume_tail;
+};
+extern constinit thread_local thread_state tls;
+
+// Runs the ready lists until both are empty. Top level only (tls.top == nullptr).
+void run_ready() noexcept;
+// Appends a coroutine to this thread's resume list; called by the thread draining the
+// actor that answered it, which resumes it once that drain is over.
+void schedule_resume(resumable* r) noexcept;
+// Prints an exception that has no hook to go to.
+void report_to_stderr(std::exception_ptr e) noexcept;
+// Node memory for messages; recycled per thread, so steady-state sends do not call malloc.
+[[nodiscard]] void* allocate_node(std::size_t size);
+void free_node(void* p, std::size_t size) noexcept;
+
+// Builds a message node in pooled memory.
+template <class Node, class... Args>
+Node* new_node(Args&&... args) {
+  static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "over-aligned message types are not supported");
+  void* p = allocate_node(sizeof(Node));
+  try {
+    return ::new (p) Node(std::forward<Args>(args)...);
+  } catch (...) {
+    free_node(p, sizeof(Node));
+    throw;
+  }
+}
+
+template <class Node>
+void delete_node(Node* n) noexcept {
+  n->~Node();
+  free_node(n, sizeof(Node));
+}
+
+// Frees a node when a handler returns or throws.
+template <class Node>
+struct node_guard {
+  Node* node;
+  ~node_guard() { delete_node(node); }
+};
+
+class actor_base {
+ public:
+  actor_base(const actor_base&) = delete;
+  actor_base& operator=(const actor_base&) = delete;
+
+ protected:
+  actor_base() noexcept = default;
+  // Both throw std::invalid_argument for a budget without an executor or a negative time.
+  explicit actor_base(actor_options options);
+  explicit actor_base(std::shared_ptr<const actor_options> options);
+  ~actor_base() = default;
+
+  // --- protocol steps, each one atomic; small so that tests can drive them one by one ---
+
+  // Counts one message. True: the caller became the owner (the 0 -> 1 hand-off).
+  // acquire; pairs with the release in try_release()/hand_off(): everything the previous
+  // owner's handlers wrote is visible to the handlers this thread runs.
+  [[nodiscard]] bool try_acquire() noexcept { return count_.fetch_add(1, std::memory_order_acquire) == 0; }
+
+  // Owner only. Uncounts `ran` messages that were run; true if that released the actor.
+  // release; pairs with the acquire in try_acquire() of the next owner.
+  [[nodiscard]] bool try_release(std::uint64_t ran) noexcept {
+    return count_.fetch_sub(ran, std::memory_order_release) == ran;
+  }
+
+  // Loser of the hand-off: hand the (already counted) message to the owner.
+  void enqueue(message* m) noexcept { mailbox_.push(m); }
+
+  // Winner of the hand-off while this thread is inside a handler: no recursion, the
+  // actor joins this thread's ready list with `m` in its mailbox.
+  void defer(message* m) noexcept;
+
+  // Sends one message: counts it, then either hands it to the owner or, having become the
+  // owner, runs it. `make()` builds the mailbox node (only needed when the actor is busy
+  // or this thread is inside a handler); `run()` runs the message inline. Building a node
+  // can throw (bad_alloc, a throwing move): when BuildFirst, it is built before counting,
+  // so a throw loses nothing; otherwise a throw after counting would strand the owner,
+  // so it terminates (only a noexcept move and memory exhaustion reach that path).
+  template <bool BuildFirst, class Make, class Run>
+  void submit(Make&& make, Run&& run) {
+    if constexpr (BuildFirst) {
+      message* m = make();
+      if (!try_acquire()) return enqueue(m);
+      if (tls.top != nullptr) return defer(m);
+      enqueue(m);
+      drain_now(0);
+    } else {
+      if (!try_acquire()) return enqueue(build_counted(make));
+      if (tls.top != nullptr) return defer(build_counted(make));
+      run_inline(run);
+    }
+  }
+
+  // Owner only, at top level: runs one message on this thread, then releases or drains.
+  // Exceptions from `run` go to the error hook.
+  template <class Run>
+  void run_inline(Run& run) noexcept {
+    drain_frame frame{this, nullptr, false};
+    tls.top = &frame;
+    try {
+      run();
+    } catch (...) {
+      if (frame.destroyed) {
+        report_to_stderr(std::current_exception());
+      } else {
+        report_error(std::current_exception());
+      }
+    }
+    tls.top = nullptr;
+    if (!frame.destroyed) finish_inline();
+  }
+
+  // Owner only, after the winner ran its own message inline at top level: release if
+  // nothing else arrived (the uncontended path), else drain.
+  void finish_inline() noexcept {
+    if (mailbox_.looks_empty() && try_release(1)) {
+      if (tls.ready_head != nullptr || tls.resume_head != nullptr) run_ready();
+      return;
+    }
+    drain_now(1);
+  }
+
+  // Owner only: drain (having already run `ran` uncounted messages) until released,
+  // handed off or destroyed; at top level, then run the ready lists.
+  void drain_now(std::uint64_t ran) noexcept;
+
+  // Called before counting an ask(): throws std::system_error(resource_deadlock_would_occur)
+  // if this thread is draining this actor, where waiting for the answer could never end.
+  void check_not_draining() const;
+
+  // After enqueueing into a busy actor from inside a handler: if the owner is this very
+  // thread (the actor is on its ready list), drain it now so that the caller may wait.
+  void help_if_ready_here() noexcept;
+
+  // Destructor protocol (see actor.hpp): runs or waits for pending messages, or, when
+  // called from one of this actor's own handlers, discards them. Afterwards nothing
+  // refers to *this.
+  void shut_down() noexcept;
+
+  // Reports an exception thrown by a post handler to the error hook.
+  void report_error(std::exception_ptr e) noexcept;
+
+  // Executor continuation: drain `a` (or defer it when the executor runs work inline
+  // inside a handler).
+  static void resume(void* a) noexcept;
+
+ private:
+  friend void run_ready() noexcept;
+  friend struct actor_core_access;  // tests
+
+  template <class Make>
+  static message* build_counted(Make& make) noexcept {
+    return make();
+  }
+
+  void drain(std::uint64_t ran) noexcept;
+  void push_ready() noexcept;
+  [[nodiscard]] bool unlink_ready() noexcept;
+  [[nodiscard]] bool budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns) const noexcept;
+
+  // Messages accepted and not yet run (the ownership word; see the overview above).
+  std::atomic<std::uint64_t> count_{0};
+  mpsc_queue mailbox_;                 // producers: senders; consumer: the owner
+  actor_base* ready_next_ = nullptr;   // touched only by the owner (its ready-list link)
+  std::shared_ptr<const actor_options> options_;  // immutable after construction; may be null
+};
+
+}  // namespace handoff::detail

@@ -1,0 +1,40 @@
+// handoff::thread_pool: a fixed set of worker threads, an executor for actors.
+//
+// Workers block on a moodycamel BlockingConcurrentQueue (a lock-free queue plus a
+// semaphore): an idle pool burns no CPU. Work runs in roughly FIFO order per submitting
+// thread; no order is promised across submitters.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "handoff/executor.hpp"
+
+namespace handoff {
+
+class thread_pool {
+ public:
+  // Starts `threads` workers (at least one).
+  explicit thread_pool(std::size_t threads);
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+
+  // Runs every work item already submitted, and any work those submit in turn, then joins
+  // the workers. Must not be called from a worker. Submitting from other threads while the
+  // destructor runs is a precondition violation.
+  ~thread_pool();
+
+  // Thread-safe, never blocks. Queues `w` to run once on a worker. Throws std::bad_alloc
+  // if the queue cannot grow.
+  void execute(work w);
+
+  [[nodiscard]] std::size_t size() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+static_assert(executor<thread_pool>);
+
+}  // namespace handoff

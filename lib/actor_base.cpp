@@ -1,0 +1,252 @@
+// The drain loop, the ready lists and the destructor protocol (see detail/actor_base.hpp).
+#include "handoff/detail/actor_base.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace handoff::detail {
+
+constinit thread_local thread_state tls{};
+
+namespace {
+
+// An owner that finds the mailbox empty with messages still counted waits for a sender
+// that is between its fetch_add and its push: a few instructions, unless that sender was
+// preempted. Spin briefly, then yield; with an executor, hand off instead of yielding on.
+constexpr unsigned spins_before_yield = 64;
+constexpr unsigned spins_before_hand_off = spins_before_yield + 16;
+
+void backoff(unsigned spins) noexcept {
+  if (spins < spins_before_yield) {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  } else {
+    std::this_thread::yield();
+  }
+}
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The destructor's message: when the owner reaches it, every message posted before the
+// destructor started has run; the owner signals and stops touching the actor.
+struct destroy_marker final : message {
+  std::promise<void> done;
+
+  static bool run(message* m, actor_base*, bool) {
+    auto* self = static_cast<destroy_marker*>(m);
+    self->done.set_value();
+    delete self;  // the promise is ours; the destructor holds only the future
+    return false;
+  }
+};
+
+}  // namespace
+
+void report_to_stderr(std::exception_ptr e) noexcept {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "handoff: exception thrown by an actor handler: %s\n", ex.what());
+  } catch (...) {
+    std::fprintf(stderr, "handoff: exception thrown by an actor handler (not a std::exception)\n");
+  }
+}
+
+actor_base::actor_base(actor_options options)
+    : actor_base(std::make_shared<const actor_options>(std::move(options))) {}
+
+actor_base::actor_base(std::shared_ptr<const actor_options> options) : options_(std::move(options)) {
+  if (options_ == nullptr) return;
+  if ((options_->max_messages != 0 || options_->max_time.count() != 0) && !options_->executor) {
+    throw std::invalid_argument("handoff: a drain budget needs an executor to hand the actor to");
+  }
+  if (options_->max_time.count() < 0) throw std::invalid_argument("handoff: negative max_time");
+}
+
+void actor_base::report_error(std::exception_ptr e) noexcept {
+  if (options_ == nullptr || !options_->on_error) return report_to_stderr(e);
+  try {
+    options_->on_error(e);
+  } catch (...) {
+    report_to_stderr(std::current_exception());
+  }
+}
+
+bool actor_base::budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns) const noexcept {
+  const actor_options& o = *options_;
+  if (o.max_messages != 0 && run_this_turn >= o.max_messages) return true;
+  return o.max_time.count() != 0 && now_ns() - start_ns >= o.max_time.count();
+}
+
+void actor_base::drain(std::uint64_t ran) noexcept {
+  drain_frame frame{this, tls.top, false};
+  tls.top = &frame;
+  const actor_options* opt = options_.get();
+  const bool budgeted = opt != nullptr && (opt->max_messages != 0 || opt->max_time.count() != 0);
+  const std::int64_t start = budgeted && opt->max_time.count() != 0 ? now_ns() : 0;
+  std::uint64_t uncounted = ran;  // run but not yet subtracted from count_
+  std::uint64_t turn = ran;       // run in this turn, for the budget
+  unsigned idle_spins = 0;
+  for (;;) {
+    if (auto* m = static_cast<message*>(mailbox_.pop())) {
+      idle_spins = 0;
+      bool keep = true;
+      try {
+        keep = m->invoke(m, this, true);
+      } catch (...) {
+        if (frame.destroyed) {
+          report_to_stderr(std::current_exception());
+        } else {
+          report_error(std::current_exception());
+        }
+      }
+      if (frame.destroyed || !keep) break;  // *this belongs to its destructor now
+      ++uncounted;
+      ++turn;
+      if (budgeted && budget_spent(turn, start)) {
+        // Account first, then post: only a still-owned actor may be handed over.
+        if (!try_release(uncounted)) opt->executor.execute(work{&resume, this});
+        break;
+      }
+      continue;
+    }
+    if (uncounted != 0) {
+      if (try_release(uncounted)) break;
+      uncounted = 0;  // more were counted meanwhile: still ours, keep draining
+      continue;
+    }
+    // count_ > 0 and nothing linked: a sender is between fetch_add and push.
+    if (opt != nullptr && opt->executor && idle_spins >= spins_before_hand_off) {
+      opt->executor.execute(work{&resume, this});
+      break;
+    }
+    backoff(idle_spins++);
+  }
+  tls.top = frame.parent;
+}
+
+void actor_base::drain_now(std::uint64_t ran) noexcept {
+  const bool top_level = tls.top == nullptr;
+  drain(ran);
+  if (top_level) run_ready();
+}
+
+void actor_base::push_ready() noexcept {
+  ready_next_ = nullptr;
+  if (tls.ready_tail != nullptr) {
+    tls.ready_tail->ready_next_ = this;
+  } else {
+    tls.ready_head = this;
+  }
+  tls.ready_tail = this;
+}
+
+bool actor_base::unlink_ready() noexcept {
+  actor_base* prev = nullptr;
+  for (actor_base* a = tls.ready_head; a != nullptr; prev = a, a = a->ready_next_) {
+    if (a != this) continue;
+    (prev != nullptr ? prev->ready_next_ : tls.ready_head) = ready_next_;
+    if (tls.ready_tail == this) tls.ready_tail = prev;
+    return true;
+  }
+  return false;
+}
+
+void actor_base::defer(message* m) noexcept {
+  enqueue(m);
+  push_ready();
+}
+
+void actor_base::check_not_draining() const {
+  for (const drain_frame* f = tls.top; f != nullptr; f = f->parent) {
+    if (f->actor == this) {
+      throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                              "handoff: ask() on an actor this thread is draining could never be answered");
+    }
+  }
+}
+
+void actor_base::help_if_ready_here() noexcept {
+  // Only a thread inside a drain (or resuming a coroutine from one) has a ready list.
+  if (tls.top != nullptr && unlink_ready()) drain(0);
+}
+
+void actor_base::resume(void* a) noexcept {
+  auto* self = static_cast<actor_base*>(a);
+  if (tls.top != nullptr) return self->push_ready();  // an executor that runs work inline
+  self->drain(0);
+  run_ready();
+}
+
+void actor_base::shut_down() noexcept {
+  bool own_handler = false;
+  for (drain_frame* f = tls.top; f != nullptr; f = f->parent) {
+    if (f->actor == this) {
+      f->destroyed = true;
+      own_handler = true;
+    }
+  }
+  if (own_handler) {
+    // Destroyed by one of its own handlers, which is still running: the messages behind
+    // it cannot run any more. Destroying them breaks their ask() promises.
+    while (auto* m = static_cast<message*>(mailbox_.pop())) m->invoke(m, this, false);
+    return;
+  }
+  if (try_acquire()) return;  // idle: nothing pending, and now nobody else can own it
+  auto* marker = new destroy_marker;
+  marker->invoke = &destroy_marker::run;
+  std::future<void> done = marker->done.get_future();
+  enqueue(marker);
+  help_if_ready_here();  // owned by this very thread: run its messages now
+  done.wait();
+}
+
+void run_ready() noexcept {
+  for (;;) {
+    if (actor_base* a = tls.ready_head) {
+      tls.ready_head = a->ready_next_;
+      if (tls.ready_head == nullptr) tls.ready_tail = nullptr;
+      a->drain(0);
+      continue;
+    }
+    if (resumable* r = tls.resume_head) {
+      tls.resume_head = r->next;
+      if (tls.resume_head == nullptr) tls.resume_tail = nullptr;
+      // A sentinel frame: sends from the resumed coroutine join the ready lists instead
+      // of recursing into run_ready() (a million waiting coroutines must not nest).
+      drain_frame sentinel{nullptr, nullptr, false};
+      tls.top = &sentinel;
+      r->handle.resume();
+      tls.top = nullptr;
+      continue;
+    }
+    return;
+  }
+}
+
+void schedule_resume(resumable* r) noexcept {
+  r->next = nullptr;
+  if (tls.resume_tail != nullptr) {
+    tls.resume_tail->next = r;
+  } else {
+    tls.resume_head = r;
+  }
+  tls.resume_tail = r;
+}
+
+}  // namespace handoff::detail

@@ -1,0 +1,130 @@
+// Message-node memory. Nodes are freed by the draining thread and allocated by senders, so
+// a per-thread cache alone would fill on one side and starve on the other: caches trade
+// batches through a mutex-protected central list per size class (the lock is taken once
+// per batch, not per message). Under AddressSanitizer the pool is bypassed, so that a
+// use-after-free of a node is reported instead of hidden by recycling.
+#include <cstddef>
+#include <mutex>
+#include <new>
+
+#include "handoff/detail/actor_base.hpp"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HANDOFF_POOL_BYPASS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HANDOFF_POOL_BYPASS 1
+#endif
+#endif
+
+namespace handoff::detail {
+
+#ifdef HANDOFF_POOL_BYPASS
+
+void* allocate_node(std::size_t size) { return ::operator new(size); }
+void free_node(void* p, std::size_t) noexcept { ::operator delete(p); }
+
+#else
+
+namespace {
+
+constexpr std::size_t class_count = 4;       // 64, 128, 256, 512 bytes
+constexpr std::size_t max_cached = 256;      // per thread and class
+constexpr std::size_t batch = 128;           // moved to or from the central list at once
+constexpr std::size_t max_central = 1 << 16; // per class; beyond this, memory goes back to malloc
+
+constexpr std::size_t class_size(std::size_t c) { return std::size_t{64} << c; }
+
+int class_of(std::size_t size) noexcept {
+  for (std::size_t c = 0; c < class_count; ++c) {
+    if (size <= class_size(c)) return static_cast<int>(c);
+  }
+  return -1;
+}
+
+struct free_block {
+  free_block* next;
+};
+
+struct central_list {
+  std::mutex mutex;
+  free_block* head = nullptr;  // guarded by mutex
+  std::size_t size = 0;        // guarded by mutex
+};
+
+// Never destroyed: threads may return their caches after static destruction has begun.
+central_list* central() {
+  static auto* lists = new central_list[class_count];
+  return lists;
+}
+
+struct thread_cache {
+  free_block* head[class_count] = {};
+  std::size_t size[class_count] = {};
+
+  // Moves up to n blocks from this cache to the central list (or to malloc when full).
+  void give_back(std::size_t c, std::size_t n) noexcept {
+    central_list& list = central()[c];
+    std::lock_guard lock(list.mutex);
+    while (n-- != 0 && head[c] != nullptr) {
+      free_block* b = head[c];
+      head[c] = b->next;
+      --size[c];
+      if (list.size >= max_central) {
+        ::operator delete(b);
+        continue;
+      }
+      b->next = list.head;
+      list.head = b;
+      ++list.size;
+    }
+  }
+
+  void refill(std::size_t c) noexcept {
+    central_list& list = central()[c];
+    std::lock_guard lock(list.mutex);
+    for (std::size_t i = 0; i < batch && list.head != nullptr; ++i) {
+      free_block* b = list.head;
+      list.head = b->next;
+      --list.size;
+      b->next = head[c];
+      head[c] = b;
+      ++size[c];
+    }
+  }
+
+  ~thread_cache() {
+    for (std::size_t c = 0; c < class_count; ++c) give_back(c, size[c]);
+  }
+};
+
+thread_local thread_cache cache;
+
+}  // namespace
+
+void* allocate_node(std::size_t size) {
+  const int c = class_of(size);
+  if (c < 0) return ::operator new(size);
+  thread_cache& tc = cache;
+  if (tc.head[c] == nullptr) tc.refill(static_cast<std::size_t>(c));
+  if (free_block* b = tc.head[c]) {
+    tc.head[c] = b->next;
+    --tc.size[c];
+    return b;
+  }
+  return ::operator new(class_size(static_cast<std::size_t>(c)));
+}
+
+void free_node(void* p, std::size_t size) noexcept {
+  const int c = class_of(size);
+  if (c < 0) return ::operator delete(p);
+  thread_cache& tc = cache;
+  auto* b = static_cast<free_block*>(p);
+  b->next = tc.head[c];
+  tc.head[c] = b;
+  if (++tc.size[c] > max_cached) tc.give_back(static_cast<std::size_t>(c), batch);
+}
+
+#endif
+
+}  // namespace handoff::detail
