@@ -182,17 +182,16 @@ class actor_base {
       }
     }
     tls.top = nullptr;
-    if (!frame.destroyed) finish_inline();
+    if (!frame.destroyed) return finish_inline();
+    if (tls.ready_head != nullptr || tls.resume_head != nullptr) run_ready();
   }
 
   // Owner only, after the winner ran its own message inline at top level: release if
   // nothing else arrived (the uncontended path), else drain.
   void finish_inline() noexcept {
-    if (mailbox_.looks_empty() && try_release(1)) {
-      if (tls.ready_head != nullptr || tls.resume_head != nullptr) run_ready();
-      return;
-    }
-    drain_now(1);
+    if (!mailbox_.looks_empty()) return drain_now(1);
+    if (!try_release(1)) return drain_now(0);  // the failed release already uncounted it
+    if (tls.ready_head != nullptr || tls.resume_head != nullptr) run_ready();
   }
 
   // Owner only: drain (having already run `ran` uncounted messages) until released,

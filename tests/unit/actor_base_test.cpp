@@ -1,0 +1,163 @@
+// The hand-off protocol driven one step at a time (detail/actor_base.hpp).
+#include <handoff/detail/actor_base.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+namespace handoff::detail {
+
+// Reaches the protocol steps, which actor types keep protected.
+struct actor_core_access {
+  static bool try_acquire(actor_base& a) { return a.try_acquire(); }
+  static bool try_release(actor_base& a, std::uint64_t n) { return a.try_release(n); }
+  static void enqueue(actor_base& a, message* m) { a.enqueue(m); }
+  static void drain_now(actor_base& a, std::uint64_t ran) { a.drain_now(ran); }
+  static std::uint64_t count(const actor_base& a) { return a.count_.load(); }
+};
+
+}  // namespace handoff::detail
+
+namespace {
+
+using namespace std::chrono_literals;
+using access = handoff::detail::actor_core_access;
+
+struct probe : handoff::detail::actor_base {
+  probe() = default;
+  explicit probe(handoff::actor_options o) : actor_base(std::move(o)) {}
+};
+
+// A message living on the test's stack; records that it ran.
+struct recorded : handoff::detail::message {
+  explicit recorded(std::atomic<int>& r) : runs(&r) { invoke = &run; }
+  std::atomic<int>* runs;
+  static bool run(handoff::detail::message* m, handoff::detail::actor_base*, bool execute) {
+    if (execute) static_cast<recorded*>(m)->runs->fetch_add(1);
+    return true;
+  }
+};
+
+// An executor that keeps work until the test runs it, and records the actor's count at
+// the moment the work was handed over.
+struct manual_executor {
+  std::vector<handoff::work> pending;
+  std::vector<std::uint64_t> count_at_handoff;
+  const handoff::detail::actor_base* watched = nullptr;
+  void execute(handoff::work w) {
+    pending.push_back(w);
+    count_at_handoff.push_back(access::count(*watched));
+  }
+};
+
+TEST(Protocol, OnlyTheSenderThatTakesTheCountFromZeroBecomesOwner) {
+  probe a;
+  EXPECT_TRUE(access::try_acquire(a));
+  EXPECT_FALSE(access::try_acquire(a));
+  EXPECT_FALSE(access::try_acquire(a));
+  EXPECT_EQ(access::count(a), 3u);
+  EXPECT_FALSE(access::try_release(a, 1));  // two still counted: stays owned
+  EXPECT_TRUE(access::try_release(a, 2));
+  EXPECT_TRUE(access::try_acquire(a));  // released: the next sender owns it
+  EXPECT_TRUE(access::try_release(a, 1));
+}
+
+TEST(Protocol, DrainRunsMessagesCountedDuringTheRoundBeforeReleasing) {
+  probe a;
+  std::atomic<int> runs{0};
+  recorded m1(runs), m2(runs);
+  ASSERT_TRUE(access::try_acquire(a));  // owner; its own message "ran inline"
+  ASSERT_FALSE(access::try_acquire(a));
+  access::enqueue(a, &m1);
+  ASSERT_FALSE(access::try_acquire(a));
+  access::enqueue(a, &m2);
+  access::drain_now(a, 1);
+  EXPECT_EQ(runs.load(), 2);
+  EXPECT_EQ(access::count(a), 0u);
+}
+
+TEST(Protocol, OwnerWaitsForAMessageCountedButNotYetEnqueuedAndNeverReleasesEarly) {
+  probe a;
+  std::atomic<int> runs{0};
+  recorded late(runs);
+  ASSERT_TRUE(access::try_acquire(a));
+  ASSERT_FALSE(access::try_acquire(a));  // a sender counted its message...
+  std::atomic<bool> drained{false};
+  std::thread owner([&] {
+    access::drain_now(a, 1);
+    drained = true;
+  });
+  std::this_thread::sleep_for(50ms);  // ...and is slow to enqueue it
+  EXPECT_FALSE(drained.load()) << "the owner released while a counted message was in flight";
+  EXPECT_EQ(access::count(a), 1u);  // its own message was uncounted, the late one was not
+  access::enqueue(a, &late);
+  owner.join();
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_EQ(access::count(a), 0u);
+}
+
+TEST(Protocol, BudgetHandOffSubtractsBeforePostingTheContinuation) {
+  manual_executor ex;
+  handoff::actor_options o;
+  o.executor = ex;
+  o.max_messages = 2;
+  probe a(o);
+  ex.watched = &a;
+  std::atomic<int> runs{0};
+  recorded m1(runs), m2(runs);
+  ASSERT_TRUE(access::try_acquire(a));
+  for (auto* m : {&m1, &m2}) {
+    ASSERT_FALSE(access::try_acquire(a));
+    access::enqueue(a, m);
+  }
+  access::drain_now(a, 1);  // inline message + m1 spend the budget
+  EXPECT_EQ(runs.load(), 1);
+  ASSERT_EQ(ex.pending.size(), 1u);
+  EXPECT_EQ(ex.count_at_handoff[0], 1u) << "the continuation was posted before the owner's subtraction";
+  ex.pending[0]();  // the continuation drains m2 and releases
+  EXPECT_EQ(runs.load(), 2);
+  EXPECT_EQ(access::count(a), 0u);
+}
+
+TEST(Protocol, BudgetSpentWithNothingPendingReleasesWithoutAContinuation) {
+  manual_executor ex;
+  handoff::actor_options o;
+  o.executor = ex;
+  o.max_messages = 2;
+  probe a(o);
+  ex.watched = &a;
+  std::atomic<int> runs{0};
+  recorded m1(runs);
+  ASSERT_TRUE(access::try_acquire(a));
+  ASSERT_FALSE(access::try_acquire(a));
+  access::enqueue(a, &m1);
+  access::drain_now(a, 1);
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_TRUE(ex.pending.empty());
+  EXPECT_EQ(access::count(a), 0u);
+}
+
+TEST(Protocol, OwnerWithAnExecutorHandsOffInsteadOfWaitingForASlowSender) {
+  manual_executor ex;
+  handoff::actor_options o;
+  o.executor = ex;
+  probe a(o);
+  ex.watched = &a;
+  std::atomic<int> runs{0};
+  recorded late(runs);
+  ASSERT_TRUE(access::try_acquire(a));
+  ASSERT_FALSE(access::try_acquire(a));  // counted, not enqueued
+  access::drain_now(a, 1);               // returns instead of spinning on this thread
+  ASSERT_EQ(ex.pending.size(), 1u);
+  EXPECT_EQ(ex.count_at_handoff[0], 1u);
+  access::enqueue(a, &late);
+  ex.pending[0]();
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_EQ(access::count(a), 0u);
+}
+
+}  // namespace

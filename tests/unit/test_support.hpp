@@ -1,0 +1,30 @@
+// Helpers shared by the tests.
+#pragma once
+
+#include <coroutine>
+#include <exception>
+#include <thread>
+#include <vector>
+
+namespace handoff::test {
+
+// An eager coroutine that nobody awaits; the tests observe it through what it writes.
+struct fire_and_forget {
+  struct promise_type {
+    fire_and_forget get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
+
+// Runs body(i) on n threads, started together, and joins them.
+template <class Body>
+void run_threads(int n, Body body) {
+  std::vector<std::jthread> threads;
+  threads.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) threads.emplace_back([&body, i] { body(i); });
+}
+
+}  // namespace handoff::test
