@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The README's test command: builds and runs every test three times, plain (Release),
+# under ThreadSanitizer and under AddressSanitizer + UndefinedBehaviorSanitizer, and ends
+# with one summary line. Presets: release, tsan, asan (CMakePresets.json).
+# HANDOFF_TEST_PRESETS="release" limits the runs; HANDOFF_STRESS_SECONDS sets stress length.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/deps.sh
+jobs=$(nproc)
+presets=${HANDOFF_TEST_PRESETS:-release tsan asan}
+passed=0 failed=0 status=0
+for preset in $presets; do
+  echo "=== $preset ==="
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$jobs"
+  log=$(mktemp)
+  ctest --preset "$preset" -j "$jobs" 2>&1 | tee "$log" || status=1
+  # "100% tests passed, 0 tests failed out of 42"
+  summary=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
+  rm -f "$log"
+  if [[ -z $summary ]]; then
+    echo "handoff: ctest printed no summary for $preset" >&2
+    status=1
+    continue
+  fi
+  f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$summary")
+  n=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$summary")
+  passed=$((passed + n - f))
+  failed=$((failed + f))
+done
+echo "all presets ($presets): $passed passed, $failed failed"
+exit $status
