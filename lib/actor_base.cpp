@@ -36,12 +36,6 @@ void backoff(unsigned spins) noexcept {
   }
 }
 
-std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // The destructor's message: when the owner reaches it, every message posted before the
 // destructor started has run; the owner signals and stops touching the actor.
 struct destroy_marker final : message {
@@ -56,6 +50,11 @@ struct destroy_marker final : message {
 };
 
 }  // namespace
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 void report_to_stderr(std::exception_ptr e) noexcept {
   try {
@@ -93,16 +92,21 @@ bool actor_base::budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns
   return o.max_time.count() != 0 && now_ns() - start_ns >= o.max_time.count();
 }
 
-void actor_base::drain(std::uint64_t ran) noexcept {
+void actor_base::drain(std::uint64_t ran, std::int64_t turn_start) noexcept {
   drain_frame frame{this, tls.top, false};
   tls.top = &frame;
   const actor_options* opt = options_.get();
   const bool budgeted = opt != nullptr && (opt->max_messages != 0 || opt->max_time.count() != 0);
-  const std::int64_t start = budgeted && opt->max_time.count() != 0 ? now_ns() : 0;
+  if (budgeted && turn_start == 0 && opt->max_time.count() != 0) turn_start = now_ns();
   std::uint64_t uncounted = ran;  // run but not yet subtracted from count_
-  std::uint64_t turn = ran;       // run in this turn, for the budget
+  std::uint64_t turn = ran;       // run in this turn (the owner's inline message included)
   unsigned idle_spins = 0;
   for (;;) {
+    if (budgeted && turn != 0 && budget_spent(turn, turn_start)) {
+      // Account first, then post: only a still-owned actor may be handed over.
+      if (uncounted == 0 || !try_release(uncounted)) opt->executor.execute(work{&resume, this});
+      break;
+    }
     if (auto* m = static_cast<message*>(mailbox_.pop())) {
       idle_spins = 0;
       bool keep = true;
@@ -118,11 +122,6 @@ void actor_base::drain(std::uint64_t ran) noexcept {
       if (frame.destroyed || !keep) break;  // *this belongs to its destructor now
       ++uncounted;
       ++turn;
-      if (budgeted && budget_spent(turn, start)) {
-        // Account first, then post: only a still-owned actor may be handed over.
-        if (!try_release(uncounted)) opt->executor.execute(work{&resume, this});
-        break;
-      }
       continue;
     }
     if (uncounted != 0) {
@@ -140,9 +139,9 @@ void actor_base::drain(std::uint64_t ran) noexcept {
   tls.top = frame.parent;
 }
 
-void actor_base::drain_now(std::uint64_t ran) noexcept {
+void actor_base::drain_now(std::uint64_t ran, std::int64_t turn_start) noexcept {
   const bool top_level = tls.top == nullptr;
-  drain(ran);
+  drain(ran, turn_start);
   if (top_level) run_ready();
 }
 
@@ -183,13 +182,13 @@ void actor_base::check_not_draining() const {
 
 void actor_base::help_if_ready_here() noexcept {
   // Only a thread inside a drain (or resuming a coroutine from one) has a ready list.
-  if (tls.top != nullptr && unlink_ready()) drain(0);
+  if (tls.top != nullptr && unlink_ready()) drain(0, 0);
 }
 
 void actor_base::resume(void* a) noexcept {
   auto* self = static_cast<actor_base*>(a);
   if (tls.top != nullptr) return self->push_ready();  // an executor that runs work inline
-  self->drain(0);
+  self->drain(0, 0);
   run_ready();
 }
 
@@ -221,7 +220,7 @@ void run_ready() noexcept {
     if (actor_base* a = tls.ready_head) {
       tls.ready_head = a->ready_next_;
       if (tls.ready_head == nullptr) tls.ready_tail = nullptr;
-      a->drain(0);
+      a->drain(0, 0);
       continue;
     }
     if (resumable* r = tls.resume_head) {

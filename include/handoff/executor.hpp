@@ -40,7 +40,7 @@ class executor_ref {
   template <executor E>
     requires(!std::same_as<std::remove_cvref_t<E>, executor_ref>)
   executor_ref(E& e) noexcept  // NOLINT(google-explicit-constructor): a reference wrapper
-      : target_(std::addressof(e)),
+      : target_(const_cast<void*>(static_cast<const void*>(std::addressof(e)))),
         execute_([](void* t, work w) { static_cast<E*>(t)->execute(w); }) {}
 
   // Thread-safe if the referenced executor's execute() is. Precondition: not empty.

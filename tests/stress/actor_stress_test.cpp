@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../unit/test_support.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -150,8 +152,7 @@ TEST(ActorStress, ActorsDestroyedWhileAnotherThreadDrainsThemRunEverythingSentBe
     std::jthread owner([&] {
       a->post([&](int&) {
         entered.count_down();
-        for (volatile int i = 0; i < 2000; i = i + 1) {
-        }
+        handoff::test::burn(2000);
         ran.fetch_add(1, std::memory_order_relaxed);
       });
     });

@@ -27,4 +27,9 @@ void run_threads(int n, Body body) {
   for (int i = 0; i < n; ++i) threads.emplace_back([&body, i] { body(i); });
 }
 
+// Busy work the optimizer cannot remove: a handler that takes a while without sleeping.
+inline void burn(int iterations) {
+  for (int i = 0; i < iterations; ++i) asm volatile("" ::: "memory");
+}
+
 }  // namespace handoff::test

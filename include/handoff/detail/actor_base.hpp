@@ -81,6 +81,8 @@ void run_ready() noexcept;
 // Appends a coroutine to this thread's resume list; called by the thread draining the
 // actor that answered it, which resumes it once that drain is over.
 void schedule_resume(resumable* r) noexcept;
+// steady_clock in nanoseconds; never 0.
+std::int64_t now_ns() noexcept;
 // Prints an exception that has no hook to go to.
 void report_to_stderr(std::exception_ptr e) noexcept;
 // Node memory for messages; recycled per thread, so steady-state sends do not call malloc.
@@ -170,6 +172,8 @@ class actor_base {
   // Exceptions from `run` go to the error hook.
   template <class Run>
   void run_inline(Run& run) noexcept {
+    // A time budget counts the owner's own message too.
+    const std::int64_t turn_start = options_ != nullptr && options_->max_time.count() != 0 ? now_ns() : 0;
     drain_frame frame{this, nullptr, false};
     tls.top = &frame;
     try {
@@ -182,21 +186,22 @@ class actor_base {
       }
     }
     tls.top = nullptr;
-    if (!frame.destroyed) return finish_inline();
+    if (!frame.destroyed) return finish_inline(turn_start);
     if (tls.ready_head != nullptr || tls.resume_head != nullptr) run_ready();
   }
 
   // Owner only, after the winner ran its own message inline at top level: release if
-  // nothing else arrived (the uncontended path), else drain.
-  void finish_inline() noexcept {
-    if (!mailbox_.looks_empty()) return drain_now(1);
-    if (!try_release(1)) return drain_now(0);  // the failed release already uncounted it
+  // nothing else arrived (the uncontended path), else drain. Turn 0 had 1 message.
+  void finish_inline(std::int64_t turn_start) noexcept {
+    if (!mailbox_.looks_empty()) return drain_now(1, turn_start);
+    if (!try_release(1)) return drain_now(0, turn_start);  // the failed release uncounted it
     if (tls.ready_head != nullptr || tls.resume_head != nullptr) run_ready();
   }
 
-  // Owner only: drain (having already run `ran` uncounted messages) until released,
-  // handed off or destroyed; at top level, then run the ready lists.
-  void drain_now(std::uint64_t ran) noexcept;
+  // Owner only: drain (having already run `ran` uncounted messages in a turn that began
+  // at `turn_start`, 0: now) until released, handed off or destroyed; at top level, then
+  // run the ready lists.
+  void drain_now(std::uint64_t ran, std::int64_t turn_start = 0) noexcept;
 
   // Called before counting an ask(): throws std::system_error(resource_deadlock_would_occur)
   // if this thread is draining this actor, where waiting for the answer could never end.
@@ -227,7 +232,7 @@ class actor_base {
     return make();
   }
 
-  void drain(std::uint64_t ran) noexcept;
+  void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
   void push_ready() noexcept;
   [[nodiscard]] bool unlink_ready() noexcept;
   [[nodiscard]] bool budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns) const noexcept;
