@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Render Google Benchmark JSON output of handoff's benchmarks as Markdown tables.
+
+Usage: tools/bench_table.py RESULT.json [MORE.json ...] [-o OUT.md]
+
+Input: files written with --benchmark_out=FILE --benchmark_out_format=json, ideally with
+--benchmark_repetitions=N (N >= 3); --benchmark_report_aggregates_only may be true or
+false. Every number shown is a *median*: the "median" aggregate of each benchmark, or,
+for a file run without repetitions, the median of its iteration entries. When several
+files hold the same benchmark, the median of their medians is shown.
+
+Naming convention (what bench/*.cpp must follow):
+  * A benchmark is registered as "<workload>/<impl>". Google Benchmark may append its own
+    segments (/min_time:X, /iterations:N, /repeats:N, /real_time, /manual_time,
+    /process_time, /threads:N); they are stripped, except /threads:N, which stays part of
+    the workload (1 sender and 2 senders are different rows).
+  * <impl> starting with "handoff" is a handoff implementation; every other <impl> of the
+    same workload (same thread count) is a baseline ("mutex", "moodycamel_typed", ...).
+    One row is printed per (handoff impl, baseline impl) pair.
+  * ratio = baseline time / handoff time (real time per iteration); > 1 means handoff is
+    faster.
+  * Workloads whose name starts with "mem_" measure memory: their time is not compared;
+    they appear with their counters only.
+  * Counters (state.counters, other than items/bytes per second) are printed per workload
+    in a second table. Workloads named "mailbox*" and "mem_mailbox*" are also joined by
+    impl into the "Mailbox comparison" table (ns_per_msg, sizeof, bytes_per_actor).
+
+Targets (SPEC §4) are in TIME_TARGETS and COUNTER_TARGETS below.
+
+Python 3 standard library only.
+"""
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections import OrderedDict, defaultdict
+
+# workload -> (baseline impl, max allowed handoff_time / baseline_time, description)
+TIME_TARGETS = {
+    "post_run_uncontended": ("mutex", 1.0, "handoff <= 1.0x mutex time"),
+}
+# (workload prefix, counter) -> (max value for handoff impls, description)
+COUNTER_TARGETS = {
+    ("mem_idle", "bytes_per_actor"): (99.0, "idle actor: tens of bytes (< 100)"),
+}
+
+TIME_UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+GB_SUFFIX = re.compile(r"^(min_time:.*|min_warmup_time:.*|iterations:\d+|repeats:\d+|real_time|manual_time|process_time)$")
+NON_COUNTER_KEYS = {
+    "name", "family_index", "per_family_instance_index", "run_name", "run_type", "repetitions",
+    "repetition_index", "threads", "iterations", "real_time", "cpu_time", "time_unit",
+    "aggregate_name", "aggregate_unit", "error_occurred", "error_message", "label",
+    "items_per_second", "bytes_per_second",
+}
+
+
+def split_name(run_name):
+    """'w/impl/min_time:1.000/real_time/threads:2' -> ('w/threads:2', 'impl')."""
+    parts = run_name.split("/")
+    if len(parts) < 2:
+        return run_name, ""
+    workload, impl, rest = parts[0], parts[1], parts[2:]
+    kept = [p for p in rest if not GB_SUFFIX.match(p)]
+    return "/".join([workload] + kept), impl
+
+
+def load(paths):
+    """Returns (contexts, {run_name: {"time": [...], counters..., "error": msg}})."""
+    contexts = []
+    repetitions = set()
+    medians = defaultdict(lambda: defaultdict(list))  # run_name -> field -> [median per file]
+    errors = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        contexts.append(data.get("context", {}))
+        per_run = defaultdict(lambda: {"median": None, "iterations": []})
+        for b in data.get("benchmarks", []):
+            run = b.get("run_name", b["name"])
+            repetitions.add(int(b.get("repetitions", 1)))
+            if b.get("error_occurred"):
+                errors[run] = b.get("error_message", "error")
+                continue
+            if b.get("run_type") == "aggregate":
+                if b.get("aggregate_name") == "median":
+                    per_run[run]["median"] = b
+            else:
+                per_run[run]["iterations"].append(b)
+        for run, entries in per_run.items():
+            if entries["median"] is not None:
+                sources = [entries["median"]]
+            else:
+                sources = entries["iterations"]
+            if not sources:
+                continue
+            fields = defaultdict(list)
+            for b in sources:
+                fields["time"].append(b["real_time"] * TIME_UNIT_NS.get(b.get("time_unit", "ns"), 1.0))
+                for k, v in b.items():
+                    if k not in NON_COUNTER_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool):
+                        fields[k].append(float(v))
+                    if k == "items_per_second":
+                        fields[k].append(float(v))
+            for k, vs in fields.items():
+                medians[run][k].append(statistics.median(vs))
+    results = OrderedDict()
+    for run, fields in medians.items():
+        results[run] = {k: statistics.median(vs) for k, vs in fields.items()}
+    for run, msg in errors.items():
+        results.setdefault(run, {})["error"] = msg
+    if contexts:
+        contexts[0]["_repetitions"] = sorted(repetitions)
+    return contexts, results
+
+
+def fmt_ns(ns):
+    if ns is None:
+        return "n/a"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.2f} us"
+    return f"{ns:.1f} ns"
+
+
+def fmt_num(v):
+    if v is None:
+        return ""
+    if abs(v) >= 1e6:
+        return f"{v / 1e6:.2f}M"
+    if abs(v) >= 100 or v == int(v):
+        return f"{v:.0f}"
+    return f"{v:.2f}"
+
+
+def machine_line(contexts):
+    c = contexts[0] if contexts else {}
+    parts = []
+    if "cpu_model" in c:
+        parts.append(c["cpu_model"])
+    if "num_cpus" in c:
+        parts.append(f"{c['num_cpus']} CPUs @ {c.get('mhz_per_cpu', '?')} MHz")
+    for key in ("os", "compiler"):
+        if key in c:
+            parts.append(c[key])
+    if "date" in c:
+        parts.append(c["date"])
+    if "load_avg" in c:
+        parts.append("load avg " + ", ".join(f"{x:.2f}" for x in c["load_avg"]))
+    if c.get("library_build_type") == "debug":
+        parts.append("libbenchmark built as debug (Debian package; affects only its own overhead)")
+    return "; ".join(parts)
+
+
+def render(contexts, results):
+    out = []
+    out.append("## handoff benchmark results")
+    out.append("")
+    out.append("Machine: " + machine_line(contexts) + ".")
+    reps = "/".join(str(r) for r in (contexts[0].get("_repetitions") or [1])) if contexts else "1"
+    out.append(f"All values are medians of {reps} repetitions; time is wall-clock per message "
+               "(all sender threads together); ratio = baseline / handoff (> 1: handoff faster).")
+    out.append("")
+
+    by_workload = OrderedDict()
+    for run, r in results.items():
+        workload, impl = split_name(run)
+        by_workload.setdefault(workload, OrderedDict())[impl] = (run, r)
+
+    # Time comparison.
+    out.append("| Benchmark | handoff | handoff median | baseline | baseline median | ratio | target |")
+    out.append("|---|---|---:|---|---:|---:|---|")
+    for workload, impls in by_workload.items():
+        if workload.startswith("mem_"):
+            continue
+        ours = [i for i in impls if i.startswith("handoff")]
+        theirs = [i for i in impls if not i.startswith("handoff")]
+        base = workload.split("/")[0]
+        for h in ours:
+            hr = impls[h][1]
+            for b in theirs:
+                br = impls[b][1]
+                ht, bt = hr.get("time"), br.get("time")
+                if "error" in hr or "error" in br:
+                    err = hr.get("error") or br.get("error")
+                    out.append(f"| {workload} | {h} | {fmt_ns(ht)} | {b} | {fmt_ns(bt)} | n/a | ERROR: {err} |")
+                    continue
+                ratio = bt / ht if ht and bt else None
+                target = ""
+                t = TIME_TARGETS.get(base)
+                if t and t[0] == b and ht and bt:
+                    ok = ht <= t[1] * bt
+                    target = f"{'met' if ok else 'NOT met'} ({t[2]})"
+                ratio_s = f"{ratio:.2f}" if ratio is not None else "n/a"
+                out.append(f"| {workload} | {h} | {fmt_ns(ht)} | {b} | {fmt_ns(bt)} | {ratio_s} | {target} |")
+        if not ours or not theirs:
+            for i, (run, r) in impls.items():
+                note = "ERROR: " + r["error"] if "error" in r else "(no pair)"
+                out.append(f"| {workload} | {i} | {fmt_ns(r.get('time'))} | | | | {note} |")
+    out.append("")
+
+    # Counters per workload.
+    counter_rows = []
+    for workload, impls in by_workload.items():
+        names = []
+        for _, r in impls.values():
+            for k in r:
+                if k not in ("time", "items_per_second", "error") and k not in names:
+                    names.append(k)
+        if names:
+            counter_rows.append((workload, impls, names))
+    if counter_rows:
+        out.append("### Counters (medians)")
+        out.append("")
+        for workload, impls, names in counter_rows:
+            out.append(f"| {workload} | " + " | ".join(names) + " | target |")
+            out.append("|---|" + "---:|" * len(names) + "---|")
+            for impl, (_, r) in impls.items():
+                cells = [fmt_num(r.get(n)) for n in names]
+                target = ""
+                for (prefix, counter), (limit, desc) in COUNTER_TARGETS.items():
+                    if workload.startswith(prefix) and impl.startswith("handoff") and counter in r:
+                        target = f"{'met' if r[counter] <= limit else 'NOT met'} ({desc})"
+                out.append(f"| {impl} | " + " | ".join(cells) + f" | {target} |")
+            out.append("")
+
+    # Mailbox comparison: join mailbox* and mem_mailbox* by impl.
+    mailbox = OrderedDict()
+    for workload, impls in by_workload.items():
+        base = workload.split("/")[0]
+        if not (base.startswith("mailbox") or base.startswith("mem_mailbox")):
+            continue
+        for impl, (_, r) in impls.items():
+            row = mailbox.setdefault(impl, {})
+            if base.startswith("mailbox"):
+                row["ns_per_msg"] = r.get("ns_per_msg", r.get("time"))
+                row["workload"] = workload
+            else:
+                row["sizeof"] = r.get("sizeof")
+                row["bytes_per_actor"] = r.get("bytes_per_actor")
+    if mailbox:
+        out.append("### Mailbox comparison (same hand-off protocol, mailbox varies)")
+        out.append("")
+        out.append("| mailbox | ns/message (2 senders -> 1 actor) | sizeof | bytes per idle actor (sizeof + heap) |")
+        out.append("|---|---:|---:|---:|")
+        for impl, row in mailbox.items():
+            ns = row.get("ns_per_msg")
+            out.append(f"| {impl} | {fmt_ns(ns) if ns is not None else ''} | {fmt_num(row.get('sizeof'))} | "
+                       f"{fmt_num(row.get('bytes_per_actor'))} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+", help="Google Benchmark JSON output files")
+    ap.add_argument("-o", "--output", help="also write the Markdown to this file")
+    args = ap.parse_args(argv)
+    contexts, results = load(args.files)
+    if not results:
+        print("no benchmark results found in " + ", ".join(args.files), file=sys.stderr)
+        return 1
+    text = render(contexts, results)
+    print(text)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    errors = [run for run, r in results.items() if "error" in r]
+    return 2 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
