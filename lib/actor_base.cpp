@@ -14,7 +14,7 @@
 
 namespace handoff::detail {
 
-constinit thread_local thread_state tls{};
+HANDOFF_TLS_MODEL constinit thread_local thread_state tls{};
 
 namespace {
 

@@ -58,9 +58,13 @@ central_list* central() {
   return lists;
 }
 
+// The per-thread free lists: trivial, so that the hot path reaches them with one
+// %fs-relative access and no TLS-wrapper initialisation check.
 struct thread_cache {
-  free_block* head[class_count] = {};
-  std::size_t size[class_count] = {};
+  free_block* head[class_count];
+  std::size_t size[class_count];
+  bool reaper_armed;  // the thread-exit hook below is registered
+  bool dead;          // the thread is exiting and its cache was returned: bypass the pool
 
   // Moves up to n blocks from this cache to the central list (or to malloc when full).
   void give_back(std::size_t c, std::size_t n) noexcept {
@@ -92,24 +96,37 @@ struct thread_cache {
       ++size[c];
     }
   }
+};
 
-  ~thread_cache() {
-    for (std::size_t c = 0; c < class_count; ++c) give_back(c, size[c]);
+HANDOFF_TLS_MODEL constinit thread_local thread_cache cache{};
+
+// Returns the thread's cached blocks to the central lists when the thread exits.
+struct cache_reaper {
+  ~cache_reaper() {
+    for (std::size_t c = 0; c < class_count; ++c) cache.give_back(c, cache.size[c]);
+    cache.dead = true;
   }
 };
 
-thread_local thread_cache cache;
+// Registers the reaper on the thread's first cached block (a cold path).
+void arm_reaper() noexcept {
+  static thread_local cache_reaper reaper;
+  (void)reaper;
+  cache.reaper_armed = true;
+}
 
 }  // namespace
 
 void* allocate_node(std::size_t size) {
   const int c = class_of(size);
-  if (c < 0) return ::operator new(size);
-  thread_cache& tc = cache;
-  if (tc.head[c] == nullptr) tc.refill(static_cast<std::size_t>(c));
-  if (free_block* b = tc.head[c]) {
-    tc.head[c] = b->next;
-    --tc.size[c];
+  if (c < 0 || cache.dead) return ::operator new(size);
+  if (cache.head[c] == nullptr) {
+    if (!cache.reaper_armed) arm_reaper();
+    cache.refill(static_cast<std::size_t>(c));
+  }
+  if (free_block* b = cache.head[c]) {
+    cache.head[c] = b->next;
+    --cache.size[c];
     return b;
   }
   return ::operator new(class_size(static_cast<std::size_t>(c)));
@@ -117,12 +134,12 @@ void* allocate_node(std::size_t size) {
 
 void free_node(void* p, std::size_t size) noexcept {
   const int c = class_of(size);
-  if (c < 0) return ::operator delete(p);
-  thread_cache& tc = cache;
+  if (c < 0 || cache.dead) return ::operator delete(p);
+  if (!cache.reaper_armed) arm_reaper();
   auto* b = static_cast<free_block*>(p);
-  b->next = tc.head[c];
-  tc.head[c] = b;
-  if (++tc.size[c] > max_cached) tc.give_back(static_cast<std::size_t>(c), batch);
+  b->next = cache.head[c];
+  cache.head[c] = b;
+  if (++cache.size[c] > max_cached) cache.give_back(static_cast<std::size_t>(c), batch);
 }
 
 #endif

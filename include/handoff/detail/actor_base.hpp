@@ -74,7 +74,15 @@ struct thread_state {
   resumable* resume_head;     // coroutines to resume once the current drain ends (FIFO)
   resumable* resume_tail;
 };
-extern constinit thread_local thread_state tls;
+// initial-exec: a direct %fs-relative access even from the -fPIC library (the default
+// model there calls __tls_get_addr on every access). The state is a few words, well within
+// the static TLS space glibc reserves for libraries loaded with dlopen.
+#if defined(__GNUC__)
+#define HANDOFF_TLS_MODEL [[gnu::tls_model("initial-exec")]]
+#else
+#define HANDOFF_TLS_MODEL
+#endif
+HANDOFF_TLS_MODEL extern constinit thread_local thread_state tls;
 
 // Runs the ready lists until both are empty. Top level only (tls.top == nullptr).
 void run_ready() noexcept;
