@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The README's test command: builds and runs every test three times, plain (Release),
-# under ThreadSanitizer and under AddressSanitizer + UndefinedBehaviorSanitizer, and ends
-# with one summary line. Presets: release, tsan, asan (CMakePresets.json).
+# The README's test command: builds and runs every test plain (Release, GCC), under
+# ThreadSanitizer, under AddressSanitizer + UndefinedBehaviorSanitizer, and built with
+# clang, then ends with one summary line. Presets: release, tsan, asan, clang
+# (CMakePresets.json).
 # HANDOFF_TEST_PRESETS="release" limits the runs; HANDOFF_STRESS_SECONDS sets stress length.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/deps.sh
 jobs=$(nproc)
-presets=${HANDOFF_TEST_PRESETS:-release tsan asan}
+presets=${HANDOFF_TEST_PRESETS:-release tsan asan clang}
 passed=0 failed=0 status=0
 for preset in $presets; do
   echo "=== $preset ==="
