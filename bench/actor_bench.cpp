@@ -51,13 +51,10 @@
 #include <utility>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 #include "handoff/actor.hpp"
 #include "handoff/basic_actor.hpp"
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/backoff.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
 
 namespace {
@@ -68,17 +65,7 @@ constexpr std::size_t many_actors = 1024;
 // ---------------------------------------------------------------------------------------
 // Shared workload helpers.
 
-void cpu_relax(unsigned& spins) noexcept {
-  if (spins++ < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-    _mm_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-  } else {
-    std::this_thread::yield();
-  }
-}
+void cpu_relax(unsigned& spins) noexcept { handoff::detail::backoff(spins++); }
 
 // The busy work: a dependent chain of multiply-adds the compiler cannot fold or vectorise.
 [[gnu::noinline]] std::uint64_t spin_work(std::uint64_t x, std::uint32_t iterations) noexcept {

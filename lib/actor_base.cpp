@@ -6,11 +6,8 @@
 #include <future>
 #include <stdexcept>
 #include <system_error>
-#include <thread>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include "handoff/detail/backoff.hpp"
 
 namespace handoff::detail {
 
@@ -21,20 +18,7 @@ namespace {
 // An owner that finds the mailbox empty with messages still counted waits for a sender
 // that is between its fetch_add and its push: a few instructions, unless that sender was
 // preempted. Spin briefly, then yield; with an executor, hand off instead of yielding on.
-constexpr unsigned spins_before_yield = 64;
 constexpr unsigned spins_before_hand_off = spins_before_yield + 16;
-
-void backoff(unsigned spins) noexcept {
-  if (spins < spins_before_yield) {
-#if defined(__x86_64__) || defined(__i386__)
-    _mm_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-  } else {
-    std::this_thread::yield();
-  }
-}
 
 // The destructor's message: when the owner reaches it, every message posted before the
 // destructor started has run; the owner signals and stops touching the actor.

@@ -21,7 +21,7 @@ cmake --preset release
 cmake --build --preset release -j"$(nproc)" --target actor_bench
 
 out=build/release/bench/actor_bench.json
-build/release/bench/actor_bench --benchmark_repetitions=3 \
+build/release/bench/actor_bench --benchmark_repetitions=3 --benchmark_display_aggregates_only=true \
   --benchmark_out="$out" --benchmark_out_format=json "$@"
 
 echo

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <initializer_list>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -54,6 +55,29 @@ struct manual_executor {
   }
 };
 
+// Makes this thread the owner (its own message counts as run inline), then counts and
+// enqueues `queued` the way losing senders do.
+void own_with_queued(probe& a, std::initializer_list<recorded*> queued) {
+  ASSERT_TRUE(access::try_acquire(a));
+  for (recorded* m : queued) {
+    ASSERT_FALSE(access::try_acquire(a));
+    access::enqueue(a, m);
+  }
+}
+
+// A probe whose budget hands off to a manual_executor.
+struct budgeted_probe {
+  manual_executor ex;
+  probe a;
+  explicit budgeted_probe(std::uint32_t max_messages) : a(options(ex, max_messages)) { ex.watched = &a; }
+  static handoff::actor_options options(manual_executor& ex, std::uint32_t max_messages) {
+    handoff::actor_options o;
+    o.executor = ex;
+    o.max_messages = max_messages;
+    return o;
+  }
+};
+
 TEST(Protocol, OnlyTheSenderThatTakesTheCountFromZeroBecomesOwner) {
   probe a;
   EXPECT_TRUE(access::try_acquire(a));
@@ -70,11 +94,7 @@ TEST(Protocol, DrainRunsMessagesCountedDuringTheRoundBeforeReleasing) {
   probe a;
   std::atomic<int> runs{0};
   recorded m1(runs), m2(runs);
-  ASSERT_TRUE(access::try_acquire(a));  // owner; its own message "ran inline"
-  ASSERT_FALSE(access::try_acquire(a));
-  access::enqueue(a, &m1);
-  ASSERT_FALSE(access::try_acquire(a));
-  access::enqueue(a, &m2);
+  own_with_queued(a, {&m1, &m2});
   access::drain_now(a, 1);
   EXPECT_EQ(runs.load(), 2);
   EXPECT_EQ(access::count(a), 0u);
@@ -100,20 +120,18 @@ TEST(Protocol, OwnerWaitsForAMessageCountedButNotYetEnqueuedAndNeverReleasesEarl
   EXPECT_EQ(access::count(a), 0u);
 }
 
-TEST(Protocol, BudgetHandOffSubtractsBeforePostingTheContinuation) {
-  manual_executor ex;
-  handoff::actor_options o;
-  o.executor = ex;
-  o.max_messages = 2;
-  probe a(o);
-  ex.watched = &a;
+// An owner with a budget of two messages: its own inline one and one more.
+class BudgetOfTwo : public testing::Test {
+ protected:
+  budgeted_probe p{2};
+  manual_executor& ex = p.ex;
+  probe& a = p.a;
   std::atomic<int> runs{0};
-  recorded m1(runs), m2(runs);
-  ASSERT_TRUE(access::try_acquire(a));
-  for (auto* m : {&m1, &m2}) {
-    ASSERT_FALSE(access::try_acquire(a));
-    access::enqueue(a, m);
-  }
+  recorded m1{runs}, m2{runs};
+};
+
+TEST_F(BudgetOfTwo, HandOffSubtractsBeforePostingTheContinuation) {
+  own_with_queued(a, {&m1, &m2});
   access::drain_now(a, 1);  // inline message + m1 spend the budget
   EXPECT_EQ(runs.load(), 1);
   ASSERT_EQ(ex.pending.size(), 1u);
@@ -123,18 +141,8 @@ TEST(Protocol, BudgetHandOffSubtractsBeforePostingTheContinuation) {
   EXPECT_EQ(access::count(a), 0u);
 }
 
-TEST(Protocol, BudgetSpentWithNothingPendingReleasesWithoutAContinuation) {
-  manual_executor ex;
-  handoff::actor_options o;
-  o.executor = ex;
-  o.max_messages = 2;
-  probe a(o);
-  ex.watched = &a;
-  std::atomic<int> runs{0};
-  recorded m1(runs);
-  ASSERT_TRUE(access::try_acquire(a));
-  ASSERT_FALSE(access::try_acquire(a));
-  access::enqueue(a, &m1);
+TEST_F(BudgetOfTwo, SpentWithNothingPendingReleasesWithoutAContinuation) {
+  own_with_queued(a, {&m1});
   access::drain_now(a, 1);
   EXPECT_EQ(runs.load(), 1);
   EXPECT_TRUE(ex.pending.empty());
@@ -142,11 +150,8 @@ TEST(Protocol, BudgetSpentWithNothingPendingReleasesWithoutAContinuation) {
 }
 
 TEST(Protocol, OwnerWithAnExecutorHandsOffInsteadOfWaitingForASlowSender) {
-  manual_executor ex;
-  handoff::actor_options o;
-  o.executor = ex;
-  probe a(o);
-  ex.watched = &a;
+  budgeted_probe p(0);  // an executor, no budget
+  auto& [ex, a] = p;
   std::atomic<int> runs{0};
   recorded late(runs);
   ASSERT_TRUE(access::try_acquire(a));

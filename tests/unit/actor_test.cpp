@@ -22,6 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using handoff::test::fire_and_forget;
+using handoff::test::owner_thread;
 using handoff::test::run_threads;
 
 struct counter {
@@ -281,23 +282,19 @@ TEST(Actor, DestroyingAnIdleActorReturnsAtOnce) {
 TEST(Actor, DestructorWaitsForMessagesQueuedBehindARunningHandler) {
   std::atomic<int> ran{0};
   auto a = std::make_unique<handoff::actor<counter>>();
-  std::latch entered(1), gate(1);
-  std::thread owner([&] {
-    a->post([&](counter&) {
-      entered.count_down();
-      gate.wait();
+  owner_thread owner([&](auto hold) {
+    a->post([&, hold](counter&) {
+      hold();
       ran.fetch_add(1);
     });
   });
-  entered.wait();  // `owner` is inside the handler and owns the actor
   for (int i = 0; i < 100; ++i) a->post([&](counter&) { ran.fetch_add(1); });
   std::thread release([&] {
     std::this_thread::sleep_for(20ms);  // let the destructor start waiting first
-    gate.count_down();
+    owner.release();
   });
   a.reset();  // must not free the actor under the running handler
   EXPECT_EQ(ran.load(), 101);
-  owner.join();
   release.join();
 }
 
@@ -323,17 +320,14 @@ TEST(Actor, DestroyedByItsOwnHandlerDropsTheMessagesQueuedBehindIt) {
 
 TEST(Actor, DestroyedByItsOwnHandlerBreaksThePromisesOfQueuedAsks) {
   auto a = std::make_unique<handoff::actor<counter>>();
-  std::latch entered(1), gate(1);
-  std::thread owner([&] {
-    a->post([&](counter&) {
-      entered.count_down();
-      gate.wait();
+  owner_thread owner([&](auto hold) {
+    a->post([&, hold](counter&) {
+      hold();
       a.reset();
     });
   });
-  entered.wait();
   auto orphan = a->ask([](counter& c) { return c.value; });  // queued behind the handler
-  gate.count_down();
+  owner.release();
   owner.join();
   try {
     orphan.get();
@@ -376,15 +370,12 @@ TEST(Actor, AsyncAskCompletesWithoutSuspendingOnAnIdleActor) {
 
 TEST(Actor, AsyncAskSuspendsOnABusyActorAndResumesAfterItsDrain) {
   handoff::actor<counter> a;
-  std::latch entered(1), gate(1);
-  std::thread owner([&] {
-    a.post([&](counter& c) {
-      entered.count_down();
-      gate.wait();
+  owner_thread owner([&](auto hold) {
+    a.post([hold](counter& c) {
+      hold();
       c.value = 100;
     });
   });
-  entered.wait();
   std::promise<std::pair<long, bool>> result;
   [](handoff::actor<counter>& a, std::promise<std::pair<long, bool>>& out) -> fire_and_forget {
     long v = co_await a.async_ask([](counter& c) { return c.value + 1; });
@@ -394,12 +385,11 @@ TEST(Actor, AsyncAskSuspendsOnABusyActorAndResumesAfterItsDrain) {
   }(a, result);
   auto answer = result.get_future();
   EXPECT_EQ(answer.wait_for(50ms), std::future_status::timeout);  // still waiting for the owner
-  gate.count_down();
+  owner.release();
   ASSERT_EQ(answer.wait_for(10s), std::future_status::ready);
   auto [value, outside_drain] = answer.get();
   EXPECT_EQ(value, 101);
   EXPECT_TRUE(outside_drain);
-  owner.join();
 }
 
 TEST(Actor, AsyncAskRethrowsTheHandlersException) {

@@ -3,6 +3,7 @@
 
 #include <coroutine>
 #include <exception>
+#include <latch>
 #include <thread>
 #include <vector>
 
@@ -26,6 +27,43 @@ void run_threads(int n, Body body) {
   threads.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) threads.emplace_back([&body, i] { body(i); });
 }
+
+// A thread that owns an actor by sitting inside one of its handlers until release().
+// `post(hold)` must post a handler to the actor that calls hold() first; the constructor
+// returns once that handler is running, so the actor is busy from then on.
+class owner_thread {
+ public:
+  template <class Post>
+  explicit owner_thread(Post post)
+      : thread_([this, post] {
+          post([this] {
+            entered_.count_down();
+            gate_.wait();
+          });
+        }) {
+    entered_.wait();
+  }
+  owner_thread(const owner_thread&) = delete;
+  owner_thread& operator=(const owner_thread&) = delete;
+  ~owner_thread() {
+    release();
+    join();
+  }
+
+  void release() {
+    if (!released_) gate_.count_down();
+    released_ = true;
+  }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::latch entered_{1};
+  std::latch gate_{1};
+  bool released_ = false;
+  std::thread thread_;
+};
 
 // Busy work the optimizer cannot remove: a handler that takes a while without sleeping.
 inline void burn(int iterations) {
