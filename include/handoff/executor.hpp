@@ -28,7 +28,10 @@ struct work {
 };
 
 // An executor runs each work item it is given exactly once, on some thread, eventually.
-// `execute` may be called from any thread, including from inside work it is running.
+// `execute` may be called from any thread, including from inside work it is running, and
+// from an actor's drain loop, which is noexcept: an execute() that throws there (say,
+// bad_alloc) terminates the program. It must keep accepting work until every actor that
+// uses it is destroyed.
 template <class E>
 concept executor = requires(E& e, work w) { e.execute(w); };
 
