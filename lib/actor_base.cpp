@@ -76,49 +76,58 @@ bool actor_base::budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns
   return o.max_time.count() != 0 && now_ns() - start_ns >= o.max_time.count();
 }
 
-void actor_base::drain(std::uint64_t ran, std::int64_t turn_start) noexcept {
-  drain_frame frame{this, tls.top, false};
-  tls.top = &frame;
+actor_base::drain_cursor actor_base::start_turn(std::uint64_t ran, std::int64_t turn_start,
+                                                 drain_frame& frame) const noexcept {
   const actor_options* opt = options_.get();
   const bool budgeted = opt != nullptr && (opt->max_messages != 0 || opt->max_time.count() != 0);
   if (budgeted && turn_start == 0 && opt->max_time.count() != 0) turn_start = now_ns();
-  std::uint64_t uncounted = ran;  // run but not yet subtracted from count_
-  std::uint64_t turn = ran;       // run in this turn (the owner's inline message included)
-  unsigned idle_spins = 0;
-  for (;;) {
-    if (budgeted && turn != 0 && budget_spent(turn, turn_start)) {
-      // Account first, then post: only a still-owned actor may be handed over.
-      if (uncounted == 0 || !try_release(uncounted)) opt->executor.execute(work{&resume, this});
-      break;
-    }
-    if (auto* m = static_cast<message*>(mailbox_.pop())) {
-      idle_spins = 0;
-      bool keep = true;
-      try {
-        keep = m->invoke(m, this, true);
-      } catch (...) {
-        if (frame.destroyed) {
-          report_to_stderr(std::current_exception());
-        } else {
-          report_error(std::current_exception());
-        }
+  return drain_cursor{&frame, ran, ran, turn_start, 0, budgeted};
+}
+
+actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
+  const actor_options* opt = options_.get();
+  if (c.budgeted && c.turn != 0 && budget_spent(c.turn, c.turn_start)) {
+    // Account first, then post: only a still-owned actor may be handed over.
+    if (c.uncounted == 0 || !try_release(c.uncounted)) opt->executor.execute(work{&resume, this});
+    return drain_status::done;
+  }
+  if (auto* m = static_cast<message*>(mailbox_.pop())) {
+    c.idle_spins = 0;
+    bool keep = true;
+    try {
+      keep = m->invoke(m, this, true);
+    } catch (...) {
+      if (c.frame->destroyed) {
+        report_to_stderr(std::current_exception());
+      } else {
+        report_error(std::current_exception());
       }
-      if (frame.destroyed || !keep) break;  // *this belongs to its destructor now
-      ++uncounted;
-      ++turn;
-      continue;
     }
-    if (uncounted != 0) {
-      if (try_release(uncounted)) break;
-      uncounted = 0;  // more were counted meanwhile: still ours, keep draining
-      continue;
-    }
-    // count_ > 0 and nothing linked: a sender is between fetch_add and push.
-    if (opt != nullptr && opt->executor && idle_spins >= spins_before_hand_off) {
-      opt->executor.execute(work{&resume, this});
-      break;
-    }
-    backoff(idle_spins++);
+    if (c.frame->destroyed || !keep) return drain_status::done;  // *this belongs to its destructor now
+    ++c.uncounted;
+    ++c.turn;
+    return drain_status::running;
+  }
+  if (c.uncounted != 0) {
+    if (try_release(c.uncounted)) return drain_status::done;
+    c.uncounted = 0;  // more were counted meanwhile: still ours, keep draining
+    return drain_status::running;
+  }
+  // count_ > 0 and nothing linked: a sender is between fetch_add and push.
+  if (opt != nullptr && opt->executor && c.idle_spins >= spins_before_hand_off) {
+    opt->executor.execute(work{&resume, this});
+    return drain_status::done;
+  }
+  ++c.idle_spins;
+  return drain_status::waiting;
+}
+
+void actor_base::drain(std::uint64_t ran, std::int64_t turn_start) noexcept {
+  drain_frame frame{this, tls.top, false};
+  tls.top = &frame;
+  drain_cursor c = start_turn(ran, turn_start, frame);
+  for (drain_status s; (s = drain_step(c)) != drain_status::done;) {
+    if (s == drain_status::waiting) backoff(c.idle_spins - 1);
   }
   tls.top = frame.parent;
 }

@@ -1,5 +1,5 @@
 // The hand-off protocol driven one step at a time (detail/actor_base.hpp).
-#include <handoff/detail/actor_base.hpp>
+#include "core_access.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,28 +10,13 @@
 #include <thread>
 #include <vector>
 
-namespace handoff::detail {
-
-// Reaches the protocol steps, which actor types keep protected.
-struct actor_core_access {
-  static bool try_acquire(actor_base& a) { return a.try_acquire(); }
-  static bool try_release(actor_base& a, std::uint64_t n) { return a.try_release(n); }
-  static void enqueue(actor_base& a, message* m) { a.enqueue(m); }
-  static void drain_now(actor_base& a, std::uint64_t ran) { a.drain_now(ran); }
-  static std::uint64_t count(const actor_base& a) { return a.count_.load(); }
-};
-
-}  // namespace handoff::detail
 
 namespace {
 
 using namespace std::chrono_literals;
 using access = handoff::detail::actor_core_access;
 
-struct probe : handoff::detail::actor_base {
-  probe() = default;
-  explicit probe(handoff::actor_options o) : actor_base(std::move(o)) {}
-};
+using handoff::detail::probe;
 
 // A message living on the test's stack; records that it ran.
 struct recorded : handoff::detail::message {

@@ -199,11 +199,21 @@ class actor_base {
   }
 
   // Owner only, after the winner ran its own message inline at top level: release if
-  // nothing else arrived (the uncontended path), else drain. Turn 0 had 1 message.
+  // nothing else arrived (the uncontended path), else drain.
   void finish_inline(std::int64_t turn_start) noexcept {
-    if (!mailbox_.looks_empty()) return drain_now(1, turn_start);
-    if (!try_release(1)) return drain_now(0, turn_start);  // the failed release uncounted it
+    std::uint64_t uncounted = 1;
+    if (!try_release_inline(uncounted)) return drain_now(uncounted, turn_start);
     if (tls.ready_head != nullptr || tls.resume_head != nullptr) run_ready();
+  }
+
+  // Owner only: the uncontended release after one inline message. False: still owned, and
+  // `uncounted` says how many run messages the drain must still subtract (1, or 0 when
+  // the failed release already subtracted it).
+  [[nodiscard]] bool try_release_inline(std::uint64_t& uncounted) noexcept {
+    if (!mailbox_.looks_empty()) return false;
+    if (try_release(1)) return true;
+    uncounted = 0;
+    return false;
   }
 
   // Owner only: drain (having already run `ran` uncounted messages in a turn that began
@@ -240,6 +250,23 @@ class actor_base {
     return make();
   }
 
+  // The drain loop, one protocol action per drain_step() so that tests can interleave the
+  // owner's steps with senders' steps (tests/model/interleaving_test.cpp).
+  enum class drain_status {
+    running,  // ran a message or uncounted a round: call again
+    waiting,  // a counted message is not linked yet: back off, call again
+    done,     // released, handed to the executor, or the actor was destroyed
+  };
+  struct drain_cursor {
+    drain_frame* frame;
+    std::uint64_t uncounted;  // run but not yet subtracted from count_
+    std::uint64_t turn;       // run in this turn (the owner's inline message included)
+    std::int64_t turn_start;  // for a time budget
+    unsigned idle_spins;      // consecutive `waiting` steps
+    bool budgeted;
+  };
+  [[nodiscard]] drain_cursor start_turn(std::uint64_t ran, std::int64_t turn_start, drain_frame& frame) const noexcept;
+  drain_status drain_step(drain_cursor& c) noexcept;
   void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
   void push_ready() noexcept;
   [[nodiscard]] bool unlink_ready() noexcept;

@@ -26,12 +26,18 @@ class mpsc_queue {
   mpsc_queue& operator=(const mpsc_queue&) = delete;
 
   // Thread-safe, wait-free, never allocates. `n` must not be in any queue.
-  void push(mailbox_node* n) noexcept {
+  void push(mailbox_node* n) noexcept { link(claim(n), n); }
+
+  // push() in its two steps, for tests that interleave them with the consumer. Between
+  // them, n is behind head_ but unreachable from tail_: the in-flight window.
+  mailbox_node* claim(mailbox_node* n) noexcept {
     n->next.store(nullptr, std::memory_order_relaxed);
     // acq_rel: the release publishes n's initialisation to the next producer, which links
     // after n; the acquire makes the previous producer's initialisation of `prev` visible
     // before we write prev->next.
-    mailbox_node* prev = head_.exchange(n, std::memory_order_acq_rel);
+    return head_.exchange(n, std::memory_order_acq_rel);
+  }
+  static void link(mailbox_node* prev, mailbox_node* n) noexcept {
     // release; pairs with the acquire loads of `next` in pop(): the node's payload,
     // written before push(), is visible to the consumer that reaches it.
     prev->next.store(n, std::memory_order_release);

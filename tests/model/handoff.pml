@@ -1,0 +1,313 @@
+/*
+ * Promela model of the actor hand-off protocol (docs/design.md, "The hand-off protocol";
+ * code: include/handoff/detail/actor_base.hpp and lib/actor_base.cpp). Checked by spin
+ * under ctest through tests/model/check.sh; see tests/model/README.md.
+ *
+ * One actor, NS sender processes sending M messages each, and (with EXEC) one executor
+ * process that runs posted continuations. Memory is sequentially consistent here: the
+ * model checks the protocol's interleavings, not the C++ memory orders.
+ *
+ * Switches (spin -DNAME=VALUE):
+ *   NS, M          senders, messages per sender (defaults 3, 2)
+ *   EXEC           1: the actor has an executor: an owner that waits for an in-flight
+ *                  enqueue may hand the actor to it (the "spins_before_hand_off" path)
+ *   BUDGET         0: no budget. n > 0: max_messages = n. -1: a time budget, which may
+ *                  run out after any message of a turn (covers every message budget).
+ *                  Needs EXEC.
+ *   BOTH_PATHS     1 (default): a winning sender either runs its message inline
+ *                  (submit<false>: run_inline + finish_inline) or enqueues it and drains
+ *                  from 0 (submit<true>); 0: inline only
+ *   RELEASE_CAS    release with compare_exchange_strong(X -> 0), on failure count -= X
+ *                  (the equivalent form); default: fetch_sub(X) == X, as in the code
+ * Broken variants, each expected to be rejected:
+ *   BROKEN_ORDER   enqueue, then increment
+ *   WEAK_CAS       release with compare_exchange_weak, whose spurious failure takes the
+ *                  "count -= X, keep draining" path
+ *   BROKEN_BUDGET  on a spent budget, post the continuation first, then subtract
+ *   LIVENESS       adds the claim "every message eventually runs" (verify with pan -a -f)
+ */
+
+#ifndef NS
+#define NS 3
+#endif
+#ifndef M
+#define M 2
+#endif
+#ifndef EXEC
+#define EXEC 0
+#endif
+#ifndef BUDGET
+#define BUDGET 0
+#endif
+#ifndef BOTH_PATHS
+#define BOTH_PATHS 1
+#endif
+#if BUDGET != 0 && EXEC == 0
+#error "a budget needs an executor (the real constructor throws std::invalid_argument)"
+#endif
+#ifdef WEAK_CAS
+#define RELEASE_CAS 1
+#endif
+
+#define TOTAL (NS * M)
+
+/* ---- the actor ---- */
+short count = 0;          /* message_count; signed so that a broken variant may go below 0 */
+
+/* The mailbox: Vyukov's intrusive MPSC queue, abstracted to slots in push order.
+ * push = reserve (the exchange on head_: fixes the position) + link (the store into the
+ * predecessor's next: makes it reachable). The consumer pops slot H only when it is
+ * linked and so is the slot after it, or nothing is reserved after it: a node whose
+ * successor has swung head_ but not linked yet is not handed out (pop() returns nullptr
+ * "when a producer is between its exchange and its link"). */
+byte slot[TOTAL + 1];
+bit linked[TOTAL + 1];
+byte R = 0;               /* slots reserved */
+byte H = 0;               /* next slot the consumer pops */
+#define POPPABLE (H < R && linked[H] && (H + 1 == R || linked[H + 1]))
+#define LOOKS_EMPTY (!(H < R && linked[H]))   /* mpsc_queue::looks_empty() */
+
+/* Executor: continuations posted and not yet started (resume(a) -> drain(0, 0)). */
+chan cont = [2] of { bit };
+
+/* ---- ghost state for the assertions ---- */
+byte owners = 0;          /* processes acting as owner right now */
+byte nextseq[NS];         /* per sender: sequence number of the next message to run */
+byte nrun = 0;            /* handler runs */
+byte done = 0;            /* senders finished */
+
+#define TOKENS (owners + len(cont))
+/* At most one owner (a posted continuation holds the ownership it will resume); the
+ * count is non-zero exactly while someone holds it; count 0 leaves no message behind. */
+#define INVARIANT (TOKENS <= 1 && (count == 0) == (TOKENS == 0) && (count != 0 || H == R) && count >= 0)
+
+#ifdef LIVENESS
+ltl every_message_runs { <> (nrun == TOTAL) }
+#endif
+
+/* Runs message `mm` (sender mm / M, sequence mm % M): exactly once, in per-sender order,
+ * by the only owner. */
+inline run_msg(mm) {
+  d_step {
+    assert(owners == 1);
+    assert(mm % M == nextseq[mm / M]);
+    nextseq[mm / M]++;
+    nrun++;
+    mm = 0
+  }
+}
+
+/* mailbox_.push(mm): two steps, so the message becomes visible some steps after the
+ * sender's increment (or, BROKEN_ORDER, before it). */
+inline push(mm, k) {
+  d_step { k = R; slot[k] = mm; R++ }
+  d_step { linked[k] = 1; k = 0 }
+}
+
+/* try_release(X): true iff the actor was released. On failure the X messages run are
+ * uncounted either way. */
+inline try_release(ok) {
+#ifndef RELEASE_CAS
+  d_step {                                  /* count_.fetch_sub(X) == X */
+    if
+    :: count == X -> count = 0; owners--; ok = 1
+    :: else -> count = count - X; ok = 0
+    fi
+  }
+#else
+  atomic {                                  /* compare_exchange(X -> 0) */
+    if
+    :: count == X -> count = 0; owners--; ok = 1
+#ifdef WEAK_CAS
+    :: count == X -> ok = 0                 /* spurious failure */
+#endif
+    :: else -> ok = 0
+    fi
+  }
+  if
+  :: !ok -> count = count - X               /* a second atomic: count_ -= X */
+  :: else -> skip
+  fi
+#endif
+}
+
+/* Hand the still-owned actor to the executor and stop: resume() will drain(0, 0). */
+inline post_and_stop() {
+  d_step { assert(len(cont) == 0); cont!1; owners-- }
+}
+
+/* actor_base::drain(X, turn): owner only. Ends released or handed to the executor. */
+inline drain(X, turn, got, ok, mm) {
+  do
+  :: true ->
+     if
+#if BUDGET > 0
+     :: (turn != 0 && turn >= BUDGET) -> ok = 0
+     :: else -> ok = 1                      /* not spent */
+#elif BUDGET < 0
+     :: (turn != 0) -> ok = 0               /* a time budget may run out after any message */
+     :: true -> ok = 1
+#else
+     :: true -> ok = 1                      /* no budget */
+#endif
+     fi;
+     if
+     :: !ok ->
+        /* budget spent */
+#ifndef BROKEN_BUDGET
+        /* account first, then post: only a still-owned actor may be handed over */
+        if
+        :: X == 0 -> post_and_stop()
+        :: else ->
+           try_release(ok);
+           if
+           :: !ok -> post_and_stop()
+           :: else -> skip                  /* released */
+           fi
+        fi;
+#else
+        /* post first (the continuation now holds the actor), then subtract: the
+         * continuation may run while our subtraction takes the count to 0 */
+        post_and_stop();
+        if
+        :: X != 0 -> d_step { count = count - X }
+        :: else -> skip
+        fi;
+#endif
+        X = 0; turn = 0; ok = 0;
+        break
+     :: else -> ok = 0
+     fi;
+     d_step {                               /* mailbox_.pop() */
+       if
+       :: POPPABLE -> mm = slot[H]; H++; got = 1
+       :: else -> got = 0
+       fi
+     }
+     if
+     :: got ->
+        run_msg(mm); X++; turn++; got = 0
+     :: !got && X != 0 ->
+        try_release(ok);
+        if
+        :: ok -> X = 0; turn = 0; ok = 0; break   /* released */
+        :: else -> X = 0                          /* more were counted: keep draining */
+        fi
+     :: !got && X == 0 ->
+        /* count > 0 and nothing poppable: a sender is between its increment and its
+         * link. Wait for it (backoff), or, with an executor, hand off. */
+        if
+        :: POPPABLE -> skip
+#if EXEC
+        :: post_and_stop(); turn = 0; break
+#endif
+        fi
+     fi
+  od
+}
+
+proctype sender(byte s) {
+  byte k = 0;
+  byte mm, sl;
+  short prev;
+  byte X, turn;
+  bit got, ok;
+  do
+  :: k < M ->
+     mm = s * M + k;
+#ifndef BROKEN_ORDER
+     d_step {                               /* try_acquire(): count_.fetch_add(1) */
+       prev = count; count++;
+       if
+       :: prev == 0 -> assert(TOKENS == 0); owners++
+       :: else -> skip
+       fi
+     }
+     if
+     :: prev != 0 -> prev = 0; push(mm, sl)           /* the owner will run it */
+     :: prev == 0 ->
+        if
+        :: true ->                          /* submit<false>: run inline */
+           run_msg(mm);
+           /* finish_inline(): release if nothing else arrived, else drain */
+           if
+           :: !LOOKS_EMPTY -> X = 1; turn = 1; drain(X, turn, got, ok, mm)
+           :: else ->
+              X = 1;
+              try_release(ok);
+              if
+              :: ok -> X = 0; ok = 0
+              :: else -> X = 0; turn = 0; drain(X, turn, got, ok, mm)
+              fi
+           fi
+#if BOTH_PATHS
+        :: true ->                          /* submit<true>: enqueue, then drain_now(0) */
+           push(mm, sl);
+           X = 0; turn = 0; drain(X, turn, got, ok, mm)
+#endif
+        fi
+     fi;
+#else
+     push(mm, sl);                          /* BROKEN: enqueue first ... */
+     d_step {                               /* ... then count */
+       prev = count; count++;
+       if
+       :: prev == 0 -> assert(TOKENS == 0); owners++
+       :: else -> skip
+       fi
+     }
+     if
+     :: prev == 0 -> X = 0; turn = 0; drain(X, turn, got, ok, mm)
+     :: else -> prev = 0
+     fi;
+#endif
+     mm = 0;
+     k++
+  :: else -> break
+  od;
+  done++
+}
+
+#if EXEC
+/* A worker of the executor: runs continuations, each drain(0, 0) of the still-owned
+ * actor. One worker suffices: at most one continuation exists at a time (asserted). */
+active proctype executor() {
+  byte X, turn, mm;
+  bit got, ok;
+end:
+  do
+  :: d_step { cont?_; owners++; assert(owners == 1) } ->
+     drain(X, turn, got, ok, mm)
+  od
+}
+#endif
+
+#ifndef NO_MONITOR
+/* The invariant, checked in every reachable state. -DNO_MONITOR leaves only the direct
+ * checks (a second owner at its acquisition or handler run, the end state), so that a
+ * broken variant's counterexample ends at the second owner itself. */
+active proctype monitor() {
+end:
+  !(INVARIANT) -> assert(INVARIANT)
+}
+#endif
+
+init {
+  byte i;
+  atomic {
+    i = 0;
+    do
+    :: i < NS -> run sender(i); i++
+    :: else -> break
+    od;
+    i = 0
+  };
+  /* quiescent: every sender returned and nobody owns the actor */
+  (done == NS && owners == 0 && len(cont) == 0) ->
+  /* nothing stranded, every message ran exactly once */
+  assert(count == 0 && H == R && nrun == TOTAL);
+  do
+  :: i < NS -> assert(nextseq[i] == M); i++
+  :: else -> break
+  od
+}
