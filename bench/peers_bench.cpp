@@ -1,0 +1,619 @@
+// Peer benchmarks: handoff against Boost.Asio strands and CAF 0.17, all in this one binary
+// (STYLE rule 11). Each peer is written the way its own documentation shows.
+//
+// Every benchmark is registered as "<workload>/<impl>" with impl "handoff", "asio_strand" or
+// "caf"; tools/bench_table.py pairs them (ratio = baseline time / handoff time). Counter
+// os_threads: the threads that run the workload (senders, io threads, scheduler workers).
+//
+// 1sender_1actor  One thread sends N trivial increments to one actor; each iteration is one
+//                 message (time per message), every implementation gets the same fixed
+//                 N = one_to_one_messages. The last iteration, still timed, waits until
+//                 every message has run and reads the count, which is checked.
+//                   handoff      actor<S>::post. No executor: the sender is the only thread.
+//                   asio_strand  boost::asio::post(strand, f) on a strand of an io_context
+//                                run by one io thread: 2 threads (sender + io thread).
+//                   caf          caf::anon_send of an atom to an event-based stateful actor,
+//                                scheduler with scheduler.max-threads = 1: 2 threads (sender +
+//                                one worker), as for Asio. The end is a scoped_actor request.
+//
+// Savina micro-benchmarks (Imam & Sarkar, "Savina - An Actor Benchmark Suite", AGERE! 2014,
+// github.com/shamsimam/savina). One iteration is one complete run, actor creation included
+// (as in Savina's runIteration); the actor system / io threads are set up outside the timed
+// loop. Every run checks its result. Message counts: the Savina defaults, unscaled (scale
+// factor 1): with them the whole binary takes about 50 s with --benchmark_repetitions=3 on
+// 2 loaded cores, under the ~4 minute budget, so nothing had to be scaled down. To scale
+// down on a slower machine, change the constants under "Scale" (the context records them).
+//   pingpong    Savina N = 40000 pings; here N = 40000. Ping sends ping, pong answers
+//               pong, repeated N times, then ping sends stop (2N + 1 messages). Savina's
+//               extra self-message per round in the ping actor is left out, in both.
+//   counting    Savina N = 1000000; here N = 1000000. A producer actor sends N increments
+//               to a counter actor, then a retrieve; the counter answers with its value.
+//   threadring  Savina N = 100 actors, R = 100000 hops; here the same. A token travels
+//               R hops around the ring, then an exit message goes once around (T hops).
+//   fjthroughput Savina N = 10000 messages per actor, A = 60 actors; here the same.
+//               The driver sends one message to each actor, N times over; each message
+//               computes sin(theta)^2 (Savina's performComputation(37.2)).
+//
+// Where the actors run:
+//   handoff  on the benchmark thread, for all four: no handoff::thread_pool is needed,
+//            because a send from inside a handler that finds its target idle queues the
+//            target on the sending thread's ready list, drained after the current handler
+//            (README "Nested sends don't recurse"), so every run completes on the thread
+//            that posted its first message. 1 thread.
+//   caf      caf::actor_system with the default configuration: work-stealing scheduler,
+//            max-threads = max(4, hardware concurrency), plus the benchmark thread that
+//            spawns the actors and waits in actor_system::await_all_actors_done() (Savina's
+//            awaitTermination); every actor quits at the end of its protocol.
+#include <utility>  // before the Asio headers (GCC 12, C++20)
+
+#include <benchmark/benchmark.h>
+#include <sys/utsname.h>
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/version.hpp>
+#include <caf/all.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "handoff/actor.hpp"
+
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Scale.
+
+constexpr benchmark::IterationCount one_to_one_messages = 1 << 22;  // same for every impl
+constexpr int pingpong_n = 40000;                                   // Savina: 40000
+constexpr int counting_n = 1000000;                                 // Savina: 1000000
+constexpr int threadring_actors = 100;                              // Savina: 100
+constexpr int threadring_hops = 100000;                             // Savina: 100000
+constexpr int fj_actors = 60;                                       // Savina: 60
+constexpr int fj_messages = 10000;                                  // Savina: 10000
+constexpr double savina_min_time_s = 1.0;                           // per instance and repetition
+
+// Savina's fork-join payload. theta arrives in every message (a runtime value), and the
+// volatile round trip stops the compiler from folding or hoisting the sine out of the loop.
+// (Not benchmark::DoNotOptimize: with GCC 12, libbenchmark 1.7.1's "+m,r" constraint
+// zeroed a double here.)
+double fj_theta = 37.2;  // non-const: not a compile-time constant
+inline double perform_computation(double theta) {
+  volatile double opaque = theta;
+  const double s = std::sin(opaque);
+  const double res = s * s;
+  if (res <= 0) std::abort();  // "unrealistic res value", as in Savina
+  return res;
+}
+
+void skip_unless(benchmark::State& state, bool ok, const std::string& what) {
+  if (!ok) state.SkipWithError(what.c_str());
+}
+
+// CAF atoms (0.17: atom_constant; at most 10 characters).
+using inc_atom = caf::atom_constant<caf::atom("inc")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using pong_atom = caf::atom_constant<caf::atom("pong")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using retrieve_atom = caf::atom_constant<caf::atom("retrieve")>;
+using token_atom = caf::atom_constant<caf::atom("token")>;
+using ring_exit_atom = caf::atom_constant<caf::atom("ring_exit")>;
+
+// ---------------------------------------------------------------------------------------
+// 1 sender -> 1 actor.
+
+struct count_state {
+  std::uint64_t n = 0;
+};
+
+// The timed loop: send() per iteration; in the last iteration, finish() waits until every
+// message has run and returns the count.
+template <class Send, class Finish>
+void one_to_one(benchmark::State& state, int threads, Send&& send, Finish&& finish) {
+  const benchmark::IterationCount last = state.max_iterations;
+  benchmark::IterationCount i = 0;
+  std::uint64_t ran = 0;
+  for (auto _ : state) {
+    send();
+    if (++i == last) ran = finish();
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["os_threads"] = threads;
+  skip_unless(state, ran == static_cast<std::uint64_t>(state.iterations()),
+              "lost or duplicated messages: ran " + std::to_string(ran) + ", sent " + std::to_string(state.iterations()));
+}
+
+void bm_1to1_handoff(benchmark::State& state) {
+  handoff::actor<count_state> a;
+  one_to_one(
+      state, 1, [&] { a.post([](count_state& s) { ++s.n; }); },
+      [&] { return a.ask([](count_state& s) { return s.n; }).get(); });
+}
+
+void bm_1to1_asio(benchmark::State& state) {
+  boost::asio::io_context io;
+  auto guard = boost::asio::make_work_guard(io);
+  std::thread runner([&io] { io.run(); });
+  auto strand = boost::asio::make_strand(io);
+  count_state s;  // touched only by handlers on the strand
+  one_to_one(
+      state, 2, [&] { boost::asio::post(strand, [&s] { ++s.n; }); },
+      [&] {
+        std::promise<std::uint64_t> p;
+        boost::asio::post(strand, [&] { p.set_value(s.n); });
+        return p.get_future().get();
+      });
+  guard.reset();
+  runner.join();
+}
+
+caf::behavior caf_counter(caf::stateful_actor<count_state>* self) {
+  return {
+      [=](inc_atom) { ++self->state.n; },
+      [=](caf::get_atom) { return self->state.n; },
+  };
+}
+
+void bm_1to1_caf(benchmark::State& state) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 1);  // one worker: sender + 1 thread, as for Asio
+  caf::actor_system sys{cfg};
+  auto counter = sys.spawn(caf_counter);
+  caf::scoped_actor self{sys};
+  one_to_one(
+      state, 2, [&] { caf::anon_send(counter, inc_atom::value); },
+      [&] {
+        // Enqueued after every increment (one mailbox, FIFO for normal-priority messages).
+        std::uint64_t n = 0;
+        self->request(counter, caf::infinite, caf::get_atom::value)
+            .receive([&](std::uint64_t v) { n = v; }, [&](caf::error&) { n = ~std::uint64_t{0}; });
+        return n;
+      });
+  caf::anon_send_exit(counter, caf::exit_reason::user_shutdown);
+}
+
+// ---------------------------------------------------------------------------------------
+// Savina, handoff: actor<State>::post, every run on the benchmark thread (see the top).
+
+// Runs one complete Savina run per iteration; run() returns true if its result checked.
+template <class Run>
+void savina(benchmark::State& state, std::int64_t messages_per_run, int threads, Run&& run) {
+  bool ok = true;
+  for (auto _ : state) ok = run() && ok;
+  state.SetItemsProcessed(state.iterations() * messages_per_run);
+  state.counters["messages_per_run"] = static_cast<double>(messages_per_run);
+  state.counters["os_threads"] = threads;
+  skip_unless(state, ok, "a run returned a wrong result");
+}
+
+// PingPong.
+struct pp_ping;
+struct pp_pong {
+  std::uint64_t pongs = 0;
+  bool stopped = false;
+};
+struct pp_ping {
+  pp_ping(handoff::actor<pp_ping>* self_, handoff::actor<pp_pong>* pong_, int n, std::promise<int>* done_)
+      : self(self_), pong(pong_), left(n), done(done_) {}
+  handoff::actor<pp_ping>* self;  // the sender pong answers to
+  handoff::actor<pp_pong>* pong;
+  int left;                 // pings still to send
+  std::promise<int>* done;  // set to the number of pongs received, at the end
+  int received = 0;
+  void send_ping();
+};
+
+void pp_ping::send_ping() {
+  --left;
+  pong->post([from = self](pp_pong& p) {
+    ++p.pongs;
+    from->post([](pp_ping& s) {  // the pong message
+      ++s.received;
+      if (s.left > 0) {
+        s.send_ping();
+      } else {
+        s.pong->post([](pp_pong& p) { p.stopped = true; });
+        s.done->set_value(s.received);
+      }
+    });
+  });
+}
+
+bool pingpong_handoff_run() {
+  std::promise<int> done;
+  auto received = done.get_future();
+  handoff::actor<pp_pong> pong;
+  handoff::actor<pp_ping> ping(&ping, &pong, pingpong_n, &done);
+  ping.post([](pp_ping& s) { s.send_ping(); });  // start
+  const int pings_answered = received.get();
+  const auto [pongs, stopped] = pong.ask([](pp_pong& p) { return std::pair(p.pongs, p.stopped); }).get();
+  return pings_answered == pingpong_n && pongs == pingpong_n && stopped;
+}
+
+// Counting.
+struct cnt_counter {
+  std::uint64_t n = 0;
+};
+struct cnt_producer {
+  cnt_producer(handoff::actor<cnt_counter>* c, std::promise<std::uint64_t>* r) : counter(c), result(r) {}
+  handoff::actor<cnt_counter>* counter;
+  std::promise<std::uint64_t>* result;  // set to the counter's answer
+};
+
+bool counting_handoff_run() {
+  std::promise<std::uint64_t> answer;
+  auto result = answer.get_future();
+  handoff::actor<cnt_counter> counter;
+  handoff::actor<cnt_producer> producer(&counter, &answer);
+  producer.post([&producer](cnt_producer& p) {  // start
+    for (int i = 0; i < counting_n; ++i) p.counter->post([](cnt_counter& c) { ++c.n; });
+    p.counter->post([&producer](cnt_counter& c) {  // retrieve: answer to the producer
+      producer.post([n = c.n](cnt_producer& p) { p.result->set_value(n); });
+    });
+  });
+  return result.get() == counting_n;
+}
+
+// ThreadRing.
+struct ring_run {
+  std::promise<void> done;
+  int pings = 0;  // token messages received
+  int exits = 0;  // exit messages received
+};
+struct ring_node {
+  handoff::actor<ring_node>* next = nullptr;
+  ring_run* run = nullptr;
+  void on_token(int left);
+  void on_exit(int left);
+};
+
+void ring_node::on_token(int left) {
+  ++run->pings;
+  if (left > 0) {
+    next->post([left](ring_node& n) { n.on_token(left - 1); });
+  } else {
+    next->post([](ring_node& n) { n.on_exit(threadring_actors); });
+  }
+}
+
+void ring_node::on_exit(int left) {
+  ++run->exits;
+  if (left > 1) {
+    next->post([left](ring_node& n) { n.on_exit(left - 1); });
+  } else {
+    run->done.set_value();
+  }
+}
+
+bool threadring_handoff_run() {
+  ring_run run;
+  auto done = run.done.get_future();
+  std::unique_ptr<handoff::actor<ring_node>[]> ring(new handoff::actor<ring_node>[threadring_actors]);
+  for (int i = 0; i < threadring_actors; ++i) {  // Savina's DataMessage: who is next
+    ring[i].post([next = &ring[(i + 1) % threadring_actors], r = &run](ring_node& n) {
+      n.next = next;
+      n.run = r;
+    });
+  }
+  ring[0].post([](ring_node& n) { n.on_token(threadring_hops); });
+  done.get();
+  return run.pings == threadring_hops + 1 && run.exits == threadring_actors;
+}
+
+// Fork-join throughput.
+struct fj_run {
+  std::atomic<int> remaining{fj_actors};
+  std::promise<void> done;
+  std::atomic<std::uint64_t> processed{0};
+};
+struct fj_worker {
+  explicit fj_worker(fj_run* r) : run(r) {}
+  fj_run* run;
+  int processed = 0;
+  double sum = 0;
+};
+
+bool fjthroughput_handoff_run() {
+  fj_run run;
+  auto done = run.done.get_future();
+  std::vector<std::unique_ptr<handoff::actor<fj_worker>>> actors;
+  actors.reserve(fj_actors);
+  for (int i = 0; i < fj_actors; ++i) actors.push_back(std::make_unique<handoff::actor<fj_worker>>(&run));
+  const double theta = fj_theta;
+  for (int m = 0; m < fj_messages; ++m) {
+    for (auto& a : actors) {
+      a->post([theta](fj_worker& w) {
+        w.sum += perform_computation(theta);
+        if (++w.processed == fj_messages) {
+          w.run->processed.fetch_add(static_cast<std::uint64_t>(w.processed), std::memory_order_relaxed);
+          if (w.run->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) w.run->done.set_value();
+        }
+      });
+    }
+  }
+  done.get();
+  return run.processed.load() == static_cast<std::uint64_t>(fj_actors) * fj_messages;
+}
+
+// ---------------------------------------------------------------------------------------
+// Savina, CAF 0.17: event-based actors, default scheduler; each run ends when every actor
+// has quit (actor_system::await_all_actors_done, Savina's awaitTermination).
+
+// PingPong.
+struct caf_ping_state {
+  int left = 0;
+  int received = 0;
+};
+caf::behavior caf_pp_pong(caf::stateful_actor<count_state>* self, std::uint64_t* pongs) {
+  return {
+      [=](ping_atom) {
+        ++self->state.n;
+        return pong_atom::value;  // answered to the sender
+      },
+      [=](stop_atom) {
+        *pongs = self->state.n;
+        self->quit();
+      },
+  };
+}
+caf::behavior caf_pp_ping(caf::stateful_actor<caf_ping_state>* self, caf::actor pong, int n, int* received) {
+  self->state.left = n;
+  return {
+      [=](start_atom) {
+        --self->state.left;
+        self->send(pong, ping_atom::value);
+      },
+      [=](pong_atom) {
+        ++self->state.received;
+        if (self->state.left > 0) {
+          --self->state.left;
+          self->send(pong, ping_atom::value);
+        } else {
+          self->send(pong, stop_atom::value);
+          *received = self->state.received;
+          self->quit();
+        }
+      },
+  };
+}
+
+// Counting.
+caf::behavior caf_cnt_counter(caf::stateful_actor<count_state>* self) {
+  return {
+      [=](inc_atom) { ++self->state.n; },
+      [=](retrieve_atom) {
+        self->quit();
+        return self->state.n;  // answered to the producer
+      },
+  };
+}
+caf::behavior caf_cnt_producer(caf::event_based_actor* self, caf::actor counter, int n, std::uint64_t* result) {
+  return {
+      [=](start_atom) {
+        for (int i = 0; i < n; ++i) self->send(counter, inc_atom::value);
+        self->send(counter, retrieve_atom::value);
+      },
+      [=](std::uint64_t count) {
+        *result = count;
+        self->quit();
+      },
+  };
+}
+
+// ThreadRing.
+struct caf_ring_state {
+  caf::actor next;
+};
+caf::behavior caf_ring_node(caf::stateful_actor<caf_ring_state>* self, int ring_size, std::atomic<int>* pings,
+                            std::atomic<int>* exits) {
+  return {
+      [=](caf::actor next) { self->state.next = std::move(next); },  // Savina's DataMessage
+      [=](token_atom, int left) {
+        pings->fetch_add(1, std::memory_order_relaxed);
+        if (left > 0) {
+          self->send(self->state.next, token_atom::value, left - 1);
+        } else {
+          self->send(self->state.next, ring_exit_atom::value, ring_size);
+        }
+      },
+      [=](ring_exit_atom, int left) {
+        exits->fetch_add(1, std::memory_order_relaxed);
+        if (left > 1) self->send(self->state.next, ring_exit_atom::value, left - 1);
+        self->quit();
+      },
+  };
+}
+
+// Fork-join throughput.
+struct caf_fj_state {
+  int processed = 0;
+  double sum = 0;
+};
+caf::behavior caf_fj_worker(caf::stateful_actor<caf_fj_state>* self, int n, std::atomic<std::uint64_t>* processed) {
+  return {
+      [=](double theta) {
+        self->state.sum += perform_computation(theta);
+        if (++self->state.processed == n) {
+          processed->fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
+          self->quit();
+        }
+      },
+  };
+}
+
+bool pingpong_caf_run(caf::actor_system& sys) {
+  std::uint64_t pongs = 0;
+  int received = 0;
+  {
+    auto pong = sys.spawn(caf_pp_pong, &pongs);
+    auto ping = sys.spawn(caf_pp_ping, pong, pingpong_n, &received);
+    caf::anon_send(ping, start_atom::value);
+  }
+  sys.await_all_actors_done();
+  return received == pingpong_n && pongs == pingpong_n;
+}
+
+bool counting_caf_run(caf::actor_system& sys) {
+  std::uint64_t result = 0;
+  {
+    auto counter = sys.spawn(caf_cnt_counter);
+    auto producer = sys.spawn(caf_cnt_producer, counter, counting_n, &result);
+    caf::anon_send(producer, start_atom::value);
+  }
+  sys.await_all_actors_done();
+  return result == counting_n;
+}
+
+bool threadring_caf_run(caf::actor_system& sys) {
+  std::atomic<int> pings{0}, exits{0};
+  {
+    std::vector<caf::actor> ring;
+    ring.reserve(threadring_actors);
+    for (int i = 0; i < threadring_actors; ++i) ring.push_back(sys.spawn(caf_ring_node, threadring_actors, &pings, &exits));
+    for (int i = 0; i < threadring_actors; ++i) caf::anon_send(ring[i], ring[(i + 1) % threadring_actors]);
+    caf::anon_send(ring[0], token_atom::value, threadring_hops);
+  }
+  sys.await_all_actors_done();
+  return pings.load() == threadring_hops + 1 && exits.load() == threadring_actors;
+}
+
+bool fjthroughput_caf_run(caf::actor_system& sys) {
+  std::atomic<std::uint64_t> processed{0};
+  {
+    std::vector<caf::actor> actors;
+    actors.reserve(fj_actors);
+    for (int i = 0; i < fj_actors; ++i) actors.push_back(sys.spawn(caf_fj_worker, fj_messages, &processed));
+    const double theta = fj_theta;
+    for (int m = 0; m < fj_messages; ++m) {
+      for (auto& a : actors) caf::anon_send(a, theta);
+    }
+  }
+  sys.await_all_actors_done();
+  return processed.load() == static_cast<std::uint64_t>(fj_actors) * fj_messages;
+}
+
+// One CAF benchmark: a default actor system per benchmark run, created outside the timing.
+template <class Run>
+void savina_caf(benchmark::State& state, std::int64_t messages_per_run, Run run) {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  const int threads = 1 + static_cast<int>(sys.scheduler().num_workers());
+  savina(state, messages_per_run, threads, [&] { return run(sys); });
+}
+
+// ---------------------------------------------------------------------------------------
+// Machine description for the benchmark context.
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+std::string os_description() {
+  struct utsname u{};
+  if (uname(&u) != 0) return "unknown";
+  return std::string(u.sysname) + " " + u.release + " " + u.machine;
+}
+
+std::string compiler() {
+#if defined(__clang__)
+  return "clang " __clang_version__;
+#elif defined(__GNUC__)
+  return "g++ " __VERSION__;
+#else
+  return "unknown";
+#endif
+}
+
+// glibc and libstdc++ take cheaper paths while a process has a single thread; a parked
+// second thread keeps every implementation on its multi-threaded path (as in actor_bench).
+class parked_thread {
+ public:
+  parked_thread() : thread_([f = stop_.get_future()] { f.wait(); }) {}
+  ~parked_thread() {
+    stop_.set_value();
+    thread_.join();
+  }
+
+ private:
+  std::promise<void> stop_;
+  std::thread thread_;
+};
+
+template <class F>
+benchmark::internal::Benchmark* add(const std::string& name, F&& fn) {
+  return benchmark::RegisterBenchmark(name.c_str(), std::forward<F>(fn))->UseRealTime();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  parked_thread idle;
+
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+
+  benchmark::AddCustomContext("cpu_model", cpu_model());
+  benchmark::AddCustomContext("hardware_concurrency", std::to_string(std::thread::hardware_concurrency()));
+  benchmark::AddCustomContext("os", os_description());
+  benchmark::AddCustomContext("compiler", compiler());
+  benchmark::AddCustomContext("parked_thread", "yes (glibc multi-threaded paths)");
+  benchmark::AddCustomContext("caf_version", std::to_string(CAF_MAJOR_VERSION) + "." + std::to_string(CAF_MINOR_VERSION) +
+                                                 "." + std::to_string(CAF_PATCH_VERSION));
+  benchmark::AddCustomContext("boost_version", BOOST_LIB_VERSION);
+  benchmark::AddCustomContext("one_to_one_messages", std::to_string(one_to_one_messages));
+  benchmark::AddCustomContext(
+      "savina_scale",
+      "pingpong N=" + std::to_string(pingpong_n) + " (Savina 40000); counting N=" + std::to_string(counting_n) +
+          " (1000000); threadring N=" + std::to_string(threadring_actors) + " R=" + std::to_string(threadring_hops) +
+          " (100, 100000); fjthroughput A=" + std::to_string(fj_actors) + " N=" + std::to_string(fj_messages) +
+          " (60, 10000)");
+
+  // 1 sender -> 1 actor: the same fixed message count for every implementation.
+  add("1sender_1actor/handoff", bm_1to1_handoff)->Iterations(one_to_one_messages);
+  add("1sender_1actor/asio_strand", bm_1to1_asio)->Iterations(one_to_one_messages);
+  add("1sender_1actor/caf", bm_1to1_caf)->Iterations(one_to_one_messages);
+
+  // Savina. Messages per run, for items/s: every message any actor receives.
+  constexpr std::int64_t pingpong_msgs = 2LL * pingpong_n + 2;  // start, N pings, N pongs, stop
+  constexpr std::int64_t counting_msgs = counting_n + 3LL;      // start, N increments, retrieve, result
+  constexpr std::int64_t threadring_msgs = threadring_actors + threadring_hops + 1LL + threadring_actors;
+  constexpr std::int64_t fj_msgs = static_cast<std::int64_t>(fj_actors) * fj_messages;
+
+  add("pingpong/handoff", [](benchmark::State& s) { savina(s, pingpong_msgs, 1, pingpong_handoff_run); })
+      ->MinTime(savina_min_time_s);
+  add("pingpong/caf", [](benchmark::State& s) { savina_caf(s, pingpong_msgs, pingpong_caf_run); })
+      ->MinTime(savina_min_time_s);
+  add("counting/handoff", [](benchmark::State& s) { savina(s, counting_msgs, 1, counting_handoff_run); })
+      ->MinTime(savina_min_time_s);
+  add("counting/caf", [](benchmark::State& s) { savina_caf(s, counting_msgs, counting_caf_run); })
+      ->MinTime(savina_min_time_s);
+  add("threadring/handoff", [](benchmark::State& s) { savina(s, threadring_msgs, 1, threadring_handoff_run); })
+      ->MinTime(savina_min_time_s);
+  add("threadring/caf", [](benchmark::State& s) { savina_caf(s, threadring_msgs, threadring_caf_run); })
+      ->MinTime(savina_min_time_s);
+  add("fjthroughput/handoff", [](benchmark::State& s) { savina(s, fj_msgs, 1, fjthroughput_handoff_run); })
+      ->MinTime(savina_min_time_s);
+  add("fjthroughput/caf", [](benchmark::State& s) { savina_caf(s, fj_msgs, fjthroughput_caf_run); })
+      ->MinTime(savina_min_time_s);
+
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
