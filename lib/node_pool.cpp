@@ -4,10 +4,10 @@
 // per batch, not per message). Under AddressSanitizer the pool is bypassed, so that a
 // use-after-free of a node is reported instead of hidden by recycling.
 #include <cstddef>
-#include <mutex>
 #include <new>
 
 #include "handoff/detail/actor_base.hpp"
+#include "thread_annotations.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define HANDOFF_POOL_BYPASS 1
@@ -47,9 +47,9 @@ struct free_block {
 };
 
 struct central_list {
-  std::mutex mutex;
-  free_block* head = nullptr;  // guarded by mutex
-  std::size_t size = 0;        // guarded by mutex
+  annotated_mutex mutex;
+  free_block* head HANDOFF_GUARDED_BY(mutex) = nullptr;
+  std::size_t size HANDOFF_GUARDED_BY(mutex) = 0;
 };
 
 // Never destroyed: threads may return their caches after static destruction has begun.
@@ -69,7 +69,7 @@ struct thread_cache {
   // Moves up to n blocks from this cache to the central list (or to malloc when full).
   void give_back(std::size_t c, std::size_t n) noexcept {
     central_list& list = central()[c];
-    std::lock_guard lock(list.mutex);
+    scoped_lock lock(list.mutex);
     while (n-- != 0 && head[c] != nullptr) {
       free_block* b = head[c];
       head[c] = b->next;
@@ -86,7 +86,7 @@ struct thread_cache {
 
   void refill(std::size_t c) noexcept {
     central_list& list = central()[c];
-    std::lock_guard lock(list.mutex);
+    scoped_lock lock(list.mutex);
     for (std::size_t i = 0; i < batch && list.head != nullptr; ++i) {
       free_block* b = list.head;
       list.head = b->next;
