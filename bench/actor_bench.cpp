@@ -13,6 +13,15 @@
 //                         under the actor / under the mutex (the same function both sides).
 //   1024actors_uniform    N senders -> 1024 actors chosen uniformly at random (precomputed
 //                         index sequence), against 1024 std::mutexes.
+//   1024actors_zipf       the same with a skewed choice: Zipf, s = 1.0, over the 1024
+//                         actors (rank -> actor by a fixed random permutation; the hottest
+//                         actor gets ~13% of the messages), against 1024 std::mutexes.
+//   chain1000             one message forwarded through a chain of 1000 actors (each
+//                         handler counts it and posts it to the next actor; the nested sends
+//                         run on the sender's thread, in constant stack), against a loop
+//                         that locks each of 1000 std::mutex-protected nodes in turn and
+//                         does the same work (count, read the next node). Time per message
+//                         through the whole chain; items/s counts hops.
 //   mailbox_2senders      the mailbox alternatives of SPEC §2 under the same minimal
 //                         protocol (mini_actor below): handoff's intrusive Vyukov queue
 //                         against moodycamel::ConcurrentQueue<int> and <std::function>.
@@ -31,7 +40,6 @@
 #include <benchmark/benchmark.h>
 #include <concurrentqueue/concurrentqueue.h>
 #include <malloc.h>
-#include <sys/utsname.h>
 
 #include <algorithm>
 #include <atomic>
@@ -56,6 +64,7 @@
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/backoff.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
+#include "bench_support.hpp"
 
 namespace {
 
@@ -305,6 +314,14 @@ struct one_target {
   }
 };
 
+// The sum of the states' `n` over n actors, each read through ask().
+template <class State>
+std::uint64_t sum_counts(handoff::actor<State>* actors, std::size_t n) {
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += actors[i].ask([](State& s) { return s.n; }).get();
+  return sum;
+}
+
 struct many_targets {
   std::unique_ptr<handoff::actor<counter_state>[]> actors{new handoff::actor<counter_state>[many_actors]};
   std::unique_ptr<mutex_counter[]> mutexes{new mutex_counter[many_actors]};
@@ -316,11 +333,7 @@ struct many_targets {
     index.resize(std::size_t{1} << 16);
     for (auto& i : index) i = pick(rng);
   }
-  std::uint64_t actor_total() {
-    std::uint64_t sum = 0;
-    for (std::size_t i = 0; i < many_actors; ++i) sum += actors[i].ask([](counter_state& s) { return s.n; }).get();
-    return sum;
-  }
+  std::uint64_t actor_total() { return sum_counts(actors.get(), many_actors); }
   std::uint64_t mutex_total() {
     std::uint64_t sum = 0;
     for (std::size_t i = 0; i < many_actors; ++i) sum += mutexes[i].count();
@@ -440,52 +453,7 @@ struct int_handler {
   void operator()(int m) noexcept { n += m; }
 };
 
-// ---------------------------------------------------------------------------------------
-// Machine description for the benchmark context.
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-    }
-  }
-  return "unknown";
-}
-
-std::string os_description() {
-  struct utsname u{};
-  if (uname(&u) != 0) return "unknown";
-  return std::string(u.sysname) + " " + u.release + " " + u.machine;
-}
-
-std::string compiler() {
-#if defined(__clang__)
-  return "clang " __clang_version__;
-#elif defined(__GNUC__)
-  return "g++ " __VERSION__;
-#else
-  return "unknown";
-#endif
-}
-
-// glibc skips the `lock` prefix of its mutex fast paths (and libstdc++ its atomic
-// reference counts) while the process has a single thread (__libc_single_threaded), which
-// would make the std::mutex baseline unrealistically cheap. A second thread, parked for the
-// whole run, keeps every baseline on its real multi-threaded path.
-class parked_thread {
- public:
-  parked_thread() : thread_([f = stop_.get_future()] { f.wait(); }) {}
-  ~parked_thread() {
-    stop_.set_value();
-    thread_.join();
-  }
-
- private:
-  std::promise<void> stop_;
-  std::thread thread_;
-};
 
 // A throughput benchmark: real time, min_time_s per instance.
 template <class F>
@@ -501,8 +469,104 @@ benchmark::internal::Benchmark* add_memory(const std::string& name, F&& fn) {
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------
+// Skewed actor choice and the forwarding chain.
+
+namespace {
+
+// An index sequence over n_targets with Zipf-distributed ranks (P(rank k) ~ 1 / (k+1)^s),
+// each rank mapped to a target by a fixed random permutation, so that the hot targets are
+// not neighbours in memory. `length` must be a power of two (bm_many_* mask with it).
+std::vector<std::uint32_t> zipf_index(std::size_t n_targets, double s, std::size_t length, std::uint32_t seed) {
+  std::vector<double> weight(n_targets);
+  for (std::size_t k = 0; k < n_targets; ++k) weight[k] = 1.0 / std::pow(static_cast<double>(k + 1), s);
+  std::mt19937 rng(seed);
+  std::vector<std::uint32_t> target_of_rank(n_targets);
+  for (std::size_t k = 0; k < n_targets; ++k) target_of_rank[k] = static_cast<std::uint32_t>(k);
+  std::shuffle(target_of_rank.begin(), target_of_rank.end(), rng);
+  std::discrete_distribution<std::size_t> rank(weight.begin(), weight.end());
+  std::vector<std::uint32_t> index(length);
+  for (auto& i : index) i = target_of_rank[rank(rng)];
+  return index;
+}
+
+constexpr std::size_t chain_length = 1000;
+
+struct chain_node {
+  handoff::actor<chain_node>* next = nullptr;  // null: the end of the chain
+  std::uint64_t n = 0;                         // messages that passed through
+};
+
+// The forwarded message: count it, pass it on.
+struct chain_hop {
+  void operator()(chain_node& s) const;
+};
+void chain_hop::operator()(chain_node& s) const {
+  ++s.n;
+  if (s.next != nullptr) s.next->post(chain_hop{});
+}
+
+struct mutex_chain_node {
+  std::mutex m;
+  std::uint64_t n = 0;
+  mutex_chain_node* next = nullptr;
+};
+
+struct chain_targets {
+  std::unique_ptr<handoff::actor<chain_node>[]> actors{new handoff::actor<chain_node>[chain_length]};
+  std::unique_ptr<mutex_chain_node[]> mutexes{new mutex_chain_node[chain_length]};
+  end_barrier done;
+  chain_targets() {
+    for (std::size_t i = 0; i + 1 < chain_length; ++i) {
+      actors[i].post([next = &actors[i + 1]](chain_node& s) { s.next = next; });  // idle: runs inline
+      mutexes[i].next = &mutexes[i + 1];
+    }
+  }
+  std::uint64_t actor_total() { return sum_counts(actors.get(), chain_length); }
+  std::uint64_t mutex_total() {
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < chain_length; ++i) {
+      std::lock_guard lock(mutexes[i].m);
+      sum += mutexes[i].n;
+    }
+    return sum;
+  }
+};
+
+void check_chain(benchmark::State& state, std::uint64_t before, std::uint64_t after) {
+  const auto expected = static_cast<std::uint64_t>(state.iterations()) * chain_length;
+  if (after - before != expected) {
+    state.SkipWithError(("chain: " + std::to_string(after - before) + " hops ran, expected " + std::to_string(expected))
+                            .c_str());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<benchmark::IterationCount>(chain_length));
+}
+
+// A top-level post returns only once the whole chain has run: each nested post finds its
+// target idle and queues it on this thread's ready list, drained before post() returns.
+void bm_chain_actors(benchmark::State& state, chain_targets& t) {
+  const std::uint64_t before = t.actor_total();
+  handoff::actor<chain_node>& head = t.actors[0];
+  timed_loop(state, t.done, [&](benchmark::IterationCount) { head.post(chain_hop{}); });
+  check_chain(state, before, t.actor_total());
+}
+
+void bm_chain_mutexes(benchmark::State& state, chain_targets& t) {
+  const std::uint64_t before = t.mutex_total();
+  timed_loop(state, t.done, [&](benchmark::IterationCount) {
+    for (mutex_chain_node* p = &t.mutexes[0]; p != nullptr;) {
+      std::lock_guard lock(p->m);
+      ++p->n;
+      p = p->next;  // read under the node's lock, as the actor reads s.next in its handler
+    }
+  });
+  check_chain(state, before, t.mutex_total());
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  parked_thread idle;  // see parked_thread: before anything is measured
+  handoff::bench::parked_thread idle;  // see parked_thread: before anything is measured
 
   double ns_per_iteration = 0;
   const std::uint32_t work200 = calibrate_work(200.0, &ns_per_iteration);
@@ -510,10 +574,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
 
-  benchmark::AddCustomContext("cpu_model", cpu_model());
-  benchmark::AddCustomContext("hardware_concurrency", std::to_string(std::thread::hardware_concurrency()));
-  benchmark::AddCustomContext("os", os_description());
-  benchmark::AddCustomContext("compiler", compiler());
+  handoff::bench::add_machine_context();
   benchmark::AddCustomContext("work200_iterations", std::to_string(work200));
   benchmark::AddCustomContext("work_ns_per_iteration", std::to_string(ns_per_iteration));
   benchmark::AddCustomContext("parked_thread", "yes (glibc multi-threaded lock paths)");
@@ -563,6 +624,20 @@ int main(int argc, char** argv) {
   add_memory("mem_mailbox_10k/handoff_vyukov", [](benchmark::State& s) { bm_idle_memory<mini_vyukov>(s, mailbox_n); });
   add_memory("mem_mailbox_10k/moodycamel_typed", [](benchmark::State& s) { bm_idle_memory<mini_moodycamel>(s, mailbox_n); });
   add_memory("mem_mailbox_10k/moodycamel_fn", [](benchmark::State& s) { bm_idle_memory<mini_moodycamel_fn>(s, mailbox_n); });
+
+  // f. N senders -> 1024 actors, skewed (Zipf, s = 1.0). Same code as the uniform case,
+  // another index sequence. 0.5 s per instance keeps the four instances under ~10 s.
+  many_targets skewed;
+  skewed.index = zipf_index(many_actors, 1.0, std::size_t{1} << 16, 4242);
+  add("1024actors_zipf/handoff_post", [&](benchmark::State& s) { bm_many_actors(s, skewed); })
+      ->Threads(1)->Threads(2)->MinTime(0.5);
+  add("1024actors_zipf/mutex", [&](benchmark::State& s) { bm_many_mutexes(s, skewed); })
+      ->Threads(1)->Threads(2)->MinTime(0.5);
+
+  // g. A message forwarded through a chain of 1000 actors, against 1000 mutex-protected nodes.
+  chain_targets chain;
+  add("chain1000/handoff_post", [&](benchmark::State& s) { bm_chain_actors(s, chain); });
+  add("chain1000/mutex", [&](benchmark::State& s) { bm_chain_mutexes(s, chain); });
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -44,10 +44,20 @@
 //            max-threads = max(4, hardware concurrency), plus the benchmark thread that
 //            spawns the actors and waits in actor_system::await_all_actors_done() (Savina's
 //            awaitTermination); every actor quits at the end of its protocol.
+//
+// mem_idle_10k  Bytes per idle actor: heap in use (mallinfo2, all arenas) before and after
+//               creating 10000 actors that hold an int, divided by 10000. Not timed.
+//                 handoff_actor  handoff::actor<int>[10000] (sizeof + what the constructor
+//                                allocates: nothing), as actor_bench's mem_idle_100k.
+//                 caf            10000 caf::stateful_actor<int state> spawned with one message
+//                                handler, each measured once it has initialised (its behaviour
+//                                is installed) and waits idle for a message. The caf::actor
+//                                handles (8 bytes each) sit in a vector reserved beforehand,
+//                                outside the delta; the actor system is created beforehand.
 #include <utility>  // before the Asio headers (GCC 12, C++20)
 
 #include <benchmark/benchmark.h>
-#include <sys/utsname.h>
+#include <malloc.h>
 
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
@@ -56,6 +66,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/version.hpp>
 #include <caf/all.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -67,6 +78,7 @@
 #include <vector>
 
 #include "handoff/actor.hpp"
+#include "bench_support.hpp"
 
 namespace {
 
@@ -512,49 +524,70 @@ void savina_caf(benchmark::State& state, std::int64_t messages_per_run, Run run)
 }
 
 // ---------------------------------------------------------------------------------------
-// Machine description for the benchmark context.
+// Bytes per idle actor: handoff against CAF.
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-    }
+constexpr std::size_t idle_actors = 10000;
+
+// Heap bytes in use (arena + mmapped chunks), all arenas (CAF's workers allocate in theirs).
+std::size_t heap_in_use() noexcept {
+  const struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
+void report_idle_bytes(benchmark::State& state, double per_actor) {
+  state.counters["bytes_per_actor"] = per_actor;
+  state.SetItemsProcessed(state.iterations() * static_cast<benchmark::IterationCount>(idle_actors));
+}
+
+void bm_idle_handoff(benchmark::State& state) {
+  double per_actor = 0;
+  for (auto _ : state) {
+    const std::size_t before = heap_in_use();
+    std::unique_ptr<handoff::actor<int>[]> actors(new handoff::actor<int>[idle_actors]);
+    const std::size_t after = heap_in_use();
+    benchmark::DoNotOptimize(actors.get());
+    per_actor = static_cast<double>(after - before) / static_cast<double>(idle_actors);
   }
-  return "unknown";
+  state.counters["sizeof"] = static_cast<double>(sizeof(handoff::actor<int>));
+  report_idle_bytes(state, per_actor);
 }
 
-std::string os_description() {
-  struct utsname u{};
-  if (uname(&u) != 0) return "unknown";
-  return std::string(u.sysname) + " " + u.release + " " + u.machine;
-}
-
-std::string compiler() {
-#if defined(__clang__)
-  return "clang " __clang_version__;
-#elif defined(__GNUC__)
-  return "g++ " __VERSION__;
-#else
-  return "unknown";
-#endif
-}
-
-// glibc and libstdc++ take cheaper paths while a process has a single thread; a parked
-// second thread keeps every implementation on its multi-threaded path (as in actor_bench).
-class parked_thread {
- public:
-  parked_thread() : thread_([f = stop_.get_future()] { f.wait(); }) {}
-  ~parked_thread() {
-    stop_.set_value();
-    thread_.join();
-  }
-
- private:
-  std::promise<void> stop_;
-  std::thread thread_;
+struct idle_state {
+  int n = 0;
 };
+
+caf::behavior caf_idle_actor(caf::stateful_actor<idle_state>* self, std::atomic<std::size_t>* started) {
+  caf::behavior b{
+      [=](inc_atom) { ++self->state.n; },
+  };
+  started->fetch_add(1, std::memory_order_release);
+  return b;
+}
+
+void bm_idle_caf(benchmark::State& state) {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::vector<caf::actor> actors;
+  actors.reserve(idle_actors);
+  double per_actor = 0;
+  for (auto _ : state) {  // the last iteration's value is reported (the first warms CAF up)
+    std::atomic<std::size_t> started{0};
+    const std::size_t before = heap_in_use();
+    for (std::size_t i = 0; i < idle_actors; ++i) actors.push_back(sys.spawn(caf_idle_actor, &started));
+    // Spawned actors initialise on the scheduler's workers: wait until every behaviour is
+    // built, then a little longer for the workers to finish the initialisation jobs.
+    while (started.load(std::memory_order_acquire) < idle_actors) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::size_t after = heap_in_use();
+    per_actor = static_cast<double>(after - before) / static_cast<double>(idle_actors);
+    for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    actors.clear();  // keeps the capacity: the next iteration's handles allocate nothing
+    sys.await_all_actors_done();
+  }
+  report_idle_bytes(state, per_actor);
+}
+
+
 
 template <class F>
 benchmark::internal::Benchmark* add(const std::string& name, F&& fn) {
@@ -564,15 +597,12 @@ benchmark::internal::Benchmark* add(const std::string& name, F&& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  parked_thread idle;
+  handoff::bench::parked_thread idle;
 
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
 
-  benchmark::AddCustomContext("cpu_model", cpu_model());
-  benchmark::AddCustomContext("hardware_concurrency", std::to_string(std::thread::hardware_concurrency()));
-  benchmark::AddCustomContext("os", os_description());
-  benchmark::AddCustomContext("compiler", compiler());
+  handoff::bench::add_machine_context();
   benchmark::AddCustomContext("parked_thread", "yes (glibc multi-threaded paths)");
   benchmark::AddCustomContext("caf_version", std::to_string(CAF_MAJOR_VERSION) + "." + std::to_string(CAF_MINOR_VERSION) +
                                                  "." + std::to_string(CAF_PATCH_VERSION));
@@ -596,22 +626,25 @@ int main(int argc, char** argv) {
   constexpr std::int64_t threadring_msgs = threadring_actors + threadring_hops + 1LL + threadring_actors;
   constexpr std::int64_t fj_msgs = static_cast<std::int64_t>(fj_actors) * fj_messages;
 
-  add("pingpong/handoff", [](benchmark::State& s) { savina(s, pingpong_msgs, 1, pingpong_handoff_run); })
-      ->MinTime(savina_min_time_s);
-  add("pingpong/caf", [](benchmark::State& s) { savina_caf(s, pingpong_msgs, pingpong_caf_run); })
-      ->MinTime(savina_min_time_s);
-  add("counting/handoff", [](benchmark::State& s) { savina(s, counting_msgs, 1, counting_handoff_run); })
-      ->MinTime(savina_min_time_s);
-  add("counting/caf", [](benchmark::State& s) { savina_caf(s, counting_msgs, counting_caf_run); })
-      ->MinTime(savina_min_time_s);
-  add("threadring/handoff", [](benchmark::State& s) { savina(s, threadring_msgs, 1, threadring_handoff_run); })
-      ->MinTime(savina_min_time_s);
-  add("threadring/caf", [](benchmark::State& s) { savina_caf(s, threadring_msgs, threadring_caf_run); })
-      ->MinTime(savina_min_time_s);
-  add("fjthroughput/handoff", [](benchmark::State& s) { savina(s, fj_msgs, 1, fjthroughput_handoff_run); })
-      ->MinTime(savina_min_time_s);
-  add("fjthroughput/caf", [](benchmark::State& s) { savina_caf(s, fj_msgs, fjthroughput_caf_run); })
-      ->MinTime(savina_min_time_s);
+  struct savina_workload {
+    const char* name;
+    std::int64_t messages;
+    bool (*handoff_run)();
+    bool (*caf_run)(caf::actor_system&);
+  };
+  for (const savina_workload& w : {savina_workload{"pingpong", pingpong_msgs, pingpong_handoff_run, pingpong_caf_run},
+                                   savina_workload{"counting", counting_msgs, counting_handoff_run, counting_caf_run},
+                                   savina_workload{"threadring", threadring_msgs, threadring_handoff_run, threadring_caf_run},
+                                   savina_workload{"fjthroughput", fj_msgs, fjthroughput_handoff_run, fjthroughput_caf_run}}) {
+    add(std::string(w.name) + "/handoff", [w](benchmark::State& s) { savina(s, w.messages, 1, w.handoff_run); })
+        ->MinTime(savina_min_time_s);
+    add(std::string(w.name) + "/caf", [w](benchmark::State& s) { savina_caf(s, w.messages, w.caf_run); })
+        ->MinTime(savina_min_time_s);
+  }
+
+  // Bytes per idle actor (not timed: mem_ workloads show their counters only).
+  add("mem_idle_10k/handoff_actor", bm_idle_handoff)->Iterations(3);
+  add("mem_idle_10k/caf", bm_idle_caf)->Iterations(3);
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

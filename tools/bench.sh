@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The main job: build handoff in Release and run the actor benchmark suite against its
-# baselines (std::mutex, moodycamel mailboxes: actor_bench; Boost.Asio strands and CAF 0.17,
-# Savina micro-benchmarks: peers_bench), then print the comparison table.
+# The main job: build handoff in Release and run the benchmark suite against its baselines
+# (actor_bench: std::mutex, moodycamel mailboxes; peers_bench: Boost.Asio strands and
+# CAF 0.17, the Savina micro-benchmarks, idle-actor memory; pool_bench: per-key
+# serialization over a handoff::thread_pool of 1 and 3 workers), then print the comparison
+# table and regenerate docs/benchmarks.md and its plot docs/benchmarks.png.
 #
-#   bash tools/bench.sh [extra benchmark flags, given to both binaries, e.g. --benchmark_filter=mailbox]
+#   bash tools/bench.sh [extra benchmark flags, given to every binary, e.g. --benchmark_filter=mailbox]
 #
 # Works from any directory. On a fresh Debian 12 machine, run as root: missing Debian
 # packages are installed first by tools/deps.sh (checked with dpkg; apt-get update once,
-# then apt-get install --no-install-recommends). Takes about 3-4 minutes on 2 cores
+# then apt-get install --no-install-recommends). Takes about 4-5 minutes on 2 cores
 # (3 repetitions of every benchmark; the table shows medians).
-# Output: build/release/bench/actor_bench.json and peers_bench.json (raw results) and the
-# Markdown table of both on stdout (tools/bench_table.py).
+# Output: build/release/bench/{actor,peers,pool}_bench.json (raw results), the Markdown
+# table on stdout (tools/bench_table.py), and, for a full run (no extra flags),
+# docs/benchmarks.md with the same table, the machine, and docs/benchmarks.png (gnuplot,
+# tools/plot.gp: the ratios as bars, log scale). A run with extra flags (a filter) prints
+# the table only, leaving the committed page alone.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,10 +24,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash tools/deps.sh
 
 cmake --preset release
-cmake --build --preset release -j"$(nproc)" --target actor_bench peers_bench
+cmake --build --preset release -j"$(nproc)" --target actor_bench peers_bench pool_bench
 
+start=$SECONDS
 outs=()
-for bench in actor_bench peers_bench; do
+for bench in actor_bench peers_bench pool_bench; do
   out=build/release/bench/$bench.json
   rm -f "$out"
   build/release/bench/$bench --benchmark_repetitions=3 --benchmark_display_aggregates_only=true \
@@ -30,6 +36,17 @@ for bench in actor_bench peers_bench; do
   # A filter that matches nothing in one binary leaves its JSON file empty.
   if [[ -s $out ]]; then outs+=("$out"); fi
 done
+echo "handoff: benchmarks ran in $((SECONDS - start)) s"
 
 echo
-python3 tools/bench_table.py "${outs[@]}"
+rc=0
+if (($# == 0)); then
+  ratios=build/release/bench/ratios.tsv
+  python3 tools/bench_table.py "${outs[@]}" -o docs/benchmarks.md --image benchmarks.png --plot-data "$ratios" || rc=$?
+  gnuplot -e "datafile='$ratios'; outfile='docs/benchmarks.png'" tools/plot.gp
+  echo
+  echo "handoff: wrote docs/benchmarks.md and docs/benchmarks.png"
+else
+  python3 tools/bench_table.py "${outs[@]}" || rc=$?
+fi
+exit "$rc"
