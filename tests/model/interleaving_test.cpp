@@ -63,6 +63,7 @@ class world {
     for (int s = 0; s < c.senders; ++s) {
       senders_.push_back(sender{});
       for (int q = 0; q < c.messages; ++q) senders_.back().nodes.push_back(std::make_unique<logged>(s, q, &log_));
+      if (c.count_after_enqueue) senders_.back().phase = sender::claim;
     }
   }
 
@@ -100,7 +101,7 @@ class world {
   struct sender {
     std::vector<std::unique_ptr<logged>> nodes;
     std::size_t next = 0;  // next message to send
-    enum { count, claim, link, counted_last } phase = count;
+    enum { count, claim, link } phase = count;
     handoff::detail::mailbox_node* prev = nullptr;
     owner_state owner;
     bool enabled() const { return owner.active ? !owner.blocked : next < nodes.size(); }
@@ -159,50 +160,37 @@ class world {
     return "unknown drain status";
   }
 
+  // A message's steps. Correct order: count, claim, link. Broken order: claim, link,
+  // count. Whoever takes the count from 0 owns the actor.
   std::string step_sender(sender& s) {
     if (s.owner.active) return step_owner(s.owner);
     logged* m = s.nodes[s.next].get();
-    if (!cfg_.count_after_enqueue) {
-      switch (s.phase) {
-        case sender::count:
-          if (access::try_acquire(*actor_)) {  // won: run it inline, then drain
-            log_.emplace_back(m->sender, m->seq);
-            ++s.next;
-            return become_owner(s.owner, true);
-          }
+    const bool broken = cfg_.count_after_enqueue;
+    switch (s.phase) {
+      case sender::count: {
+        const bool won = access::try_acquire(*actor_);
+        if (!broken && !won) {
           s.phase = sender::claim;
           return {};
-        case sender::claim:
-          s.prev = access::claim(*actor_, m);
-          s.phase = sender::link;
-          return {};
-        case sender::link:
-          access::link(s.prev, m);
-          s.phase = sender::count;
-          ++s.next;
-          return {};
-        default:
-          return "bad phase";
+        }
+        s.phase = broken ? sender::claim : sender::count;  // next message's first step
+        ++s.next;
+        if (!won) return {};
+        if (broken) return become_owner(s.owner, false);  // its message is in the mailbox
+        log_.emplace_back(m->sender, m->seq);              // won: run it inline, then drain
+        return become_owner(s.owner, true);
       }
-    }
-    // Broken order: enqueue first, count last; the winner of the count drains.
-    switch (s.phase) {
-      case sender::count:  // claim
+      case sender::claim:
         s.prev = access::claim(*actor_, m);
         s.phase = sender::link;
         return {};
       case sender::link:
         access::link(s.prev, m);
-        s.phase = sender::counted_last;
+        s.phase = sender::count;  // correct order: next message; broken: count this one
+        if (!broken) ++s.next;
         return {};
-      case sender::counted_last:
-        s.phase = sender::count;
-        ++s.next;
-        if (access::try_acquire(*actor_)) return become_owner(s.owner, false);
-        return {};
-      default:
-        return "bad phase";
     }
+    return "bad phase";
   }
 
   std::string step_executor() {
