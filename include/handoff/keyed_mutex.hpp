@@ -1,0 +1,442 @@
+// handoff::keyed_mutex<Key>: one lock per key ("player:42"), with FIFO waiters, try-lock,
+// wait timeouts, leases, fencing tokens, coroutine and callback waiting, and multi-key
+// locking, and no memory kept for keys nobody holds or waits for.
+//
+//   handoff::keyed_mutex<> m;
+//   auto g = m.lock("player:42");                        // blocks; RAII guard
+//   auto t = m.try_lock_for("room:7", 50ms);             // t.owns_lock() says if it got it
+//   auto l = m.lock("order:9", handoff::lease{2s});      // released by the lease timer at 2 s
+//   auto all = m.lock_all({"a", "b", "c"});              // sorted, deduplicated: no deadlock
+//   auto g2 = co_await m.async_lock("player:42");        // suspends, never blocks a thread
+//   m.lock_async("player:42", [](handoff::key_guard g) { ... });
+//
+// Each key's state is a per-key actor whose ownership is the lock: the request that finds
+// the key free holds it at once; later requests queue in its mailbox in arrival order and
+// the holder's unlock hands the key to the first live one. See detail/lock_table.hpp for
+// the protocol and docs/keyed_mutex.md for a guide.
+//
+// Guarantees:
+//  - Mutual exclusion per key, and everything a holder wrote before unlocking is visible
+//    to the next holder of the same key (on whatever thread or coroutine).
+//  - FIFO per key: waiters are granted in the order their requests reached the key (the
+//    shard lock orders them). A waiter that timed out is never granted.
+//  - Fencing tokens: every grant of a key gets a token greater than every earlier grant's
+//    for that key, across the key's state being freed and recreated.
+//  - Leases: when one runs out the key passes to the next waiter (or is freed); the old
+//    guard then reports expired(), check() throws lock_expired, unlock() does nothing.
+//  - Memory: a key's state exists only while a request or guard refers to it; size() is 0
+//    when no guard or waiter is alive, and the table shrinks back.
+//
+// Not promised: fairness across keys; FIFO between a try_lock and waiters (try_lock fails
+// whenever the key is held, it never jumps the queue); that a lease expires at its exact
+// deadline (the timer thread may run late under load: expiry is never early).
+//
+// Where waiters run: a blocked thread wakes on its own thread; a coroutine or callback
+// waiter is resumed by the thread that unlocks the key (inside unlock() or the guard's
+// destructor) or, when a lease expires or an async wait times out, by the mutex's timer
+// thread. Resumptions triggered while one is running on a thread are queued and run after
+// it, so chains of hand-offs do not grow the stack.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <concepts>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <iterator>
+#include <new>
+#include <ranges>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/lock_table.hpp"
+
+namespace handoff {
+
+// A lease: the lock is released automatically this long after it is granted.
+struct lease {
+  explicit lease(std::chrono::nanoseconds d) : duration(d) {
+    if (d <= std::chrono::nanoseconds::zero()) throw std::invalid_argument("handoff::lease: duration must be positive");
+  }
+  std::chrono::nanoseconds duration;
+};
+
+// Thrown by key_guard::check() when the guard no longer holds its key.
+class lock_expired : public std::runtime_error {
+ public:
+  lock_expired() : std::runtime_error("handoff: the lock is no longer held (lease expired or unlocked)") {}
+};
+
+// The RAII guard of one key. Movable, not copyable; not thread-safe itself (use one guard
+// from one thread at a time), but it may be moved to and unlocked on another thread.
+class [[nodiscard]] key_guard {
+ public:
+  key_guard() noexcept = default;
+  key_guard(key_guard&& o) noexcept
+      : table_(o.table_), entry_(std::exchange(o.entry_, nullptr)), token_(o.token_), lease_(o.lease_),
+        expired_(o.expired_) {}
+  key_guard& operator=(key_guard&& o) noexcept {
+    if (this != &o) {
+      unlock();
+      table_ = o.table_;
+      entry_ = std::exchange(o.entry_, nullptr);
+      token_ = o.token_;
+      lease_ = o.lease_;
+      expired_ = o.expired_;
+    }
+    return *this;
+  }
+  // Unlocks (see unlock()).
+  ~key_guard() { unlock(); }
+
+  // True while this guard holds its key: acquired, not unlocked, lease not expired.
+  [[nodiscard]] bool owns_lock() const noexcept { return entry_ != nullptr && !expired(); }
+  explicit operator bool() const noexcept { return owns_lock(); }
+
+  // Releases the key: the next waiter gets it (a coroutine or callback waiter may run on
+  // this thread before unlock() returns). A no-op when the guard holds nothing: after
+  // unlock(), after a move, or when the lease expired. Never throws.
+  void unlock() noexcept;
+
+  // The fencing token of this grant: greater than every earlier grant's token for the same
+  // key. 0 if the guard never acquired. Kept after unlock() and expiry, so that it can be
+  // sent to a downstream store that rejects writes with a token lower than one it has seen.
+  [[nodiscard]] std::uint64_t token() const noexcept { return token_; }
+
+  // True when the lease ran out while this guard held the key (it stays true).
+  [[nodiscard]] bool expired() const noexcept {
+    return expired_ || (entry_ != nullptr && lease_ != 0 && entry_->leased.load(std::memory_order_acquire) != token_);
+  }
+
+  // Throws lock_expired unless owns_lock(): call before acting on the protected resource.
+  void check() const {
+    if (!owns_lock()) throw lock_expired();
+  }
+
+  // Leased guards: renews the lease to `d` from now. Returns false (and changes nothing)
+  // if the guard no longer holds the key. Throws std::logic_error for a guard without a
+  // lease, std::invalid_argument for d <= 0.
+  bool extend(std::chrono::nanoseconds d);
+
+  // The lease this guard was granted with; zero when none.
+  [[nodiscard]] std::chrono::nanoseconds lease_duration() const noexcept { return std::chrono::nanoseconds(lease_); }
+
+ private:
+  template <class, class, class>
+  friend class keyed_mutex;
+  key_guard(detail::lock_table* t, const detail::grant& g) noexcept
+      : table_(t), entry_(g.entry), token_(g.token), lease_(g.lease) {}
+
+  detail::lock_table* table_ = nullptr;
+  detail::lock_entry* entry_ = nullptr;  // non-null: holds a reference (and maybe the key)
+  std::uint64_t token_ = 0;
+  std::int64_t lease_ = 0;               // ns
+  bool expired_ = false;                 // the lease ran out (cached once seen at unlock)
+};
+
+// Guards of several keys, acquired in one global order (see keyed_mutex::lock_all).
+class [[nodiscard]] multi_guard {
+ public:
+  multi_guard() = default;
+  explicit multi_guard(std::vector<key_guard> guards) noexcept : guards_(std::move(guards)) {}
+
+  // True when every key is held (and there is at least one).
+  [[nodiscard]] bool owns_lock() const noexcept {
+    return !guards_.empty() && std::all_of(guards_.begin(), guards_.end(), [](const key_guard& g) { return g.owns_lock(); });
+  }
+  // Unlocks every key, in reverse acquisition order.
+  void unlock() noexcept {
+    for (auto it = guards_.rbegin(); it != guards_.rend(); ++it) it->unlock();
+  }
+  ~multi_guard() { unlock(); }
+  multi_guard(multi_guard&&) noexcept = default;
+  multi_guard& operator=(multi_guard&& o) noexcept {
+    if (this != &o) {
+      unlock();
+      guards_ = std::move(o.guards_);
+    }
+    return *this;
+  }
+
+  // The guards in acquisition order (sorted keys, duplicates removed).
+  [[nodiscard]] std::size_t size() const noexcept { return guards_.size(); }
+  [[nodiscard]] key_guard& operator[](std::size_t i) noexcept { return guards_[i]; }
+  [[nodiscard]] auto begin() noexcept { return guards_.begin(); }
+  [[nodiscard]] auto end() noexcept { return guards_.end(); }
+
+ private:
+  std::vector<key_guard> guards_;
+};
+
+template <class Key = std::string, class Hash = std::hash<Key>, class Eq = std::equal_to<Key>>
+class keyed_mutex {
+ public:
+  using key_type = Key;
+  using guard = key_guard;
+  using duration = std::chrono::steady_clock::duration;
+  using time_point = std::chrono::steady_clock::time_point;
+
+  explicit keyed_mutex(Hash hash = Hash(), Eq eq = Eq()) : hash_(std::move(hash)), eq_(std::move(eq)) {}
+  // Precondition: no guard and no waiter of this mutex is alive (checked: violating it
+  // terminates with a message rather than leave them pointing into freed memory).
+  ~keyed_mutex() = default;
+  keyed_mutex(const keyed_mutex&) = delete;
+  keyed_mutex& operator=(const keyed_mutex&) = delete;
+
+  // Thread-safe. Blocks until the key is granted (FIFO). Throws
+  // std::system_error(resource_deadlock_would_occur) if this thread holds the key through
+  // a blocking lock (not reentrant); std::bad_alloc. Allocates the key's state when the
+  // key has none (pooled), and a waiter node when it must wait.
+  guard lock(const Key& key) { return acquire(key, {}); }
+  guard lock(const Key& key, lease l) { return acquire(key, {.lease = l.duration.count()}); }
+
+  // Thread-safe, never blocks or waits in a queue: acquires only if nobody holds the key.
+  guard try_lock(const Key& key) { return acquire(key, {.mode = wait_mode::none}); }
+  guard try_lock(const Key& key, lease l) { return acquire(key, {.mode = wait_mode::none, .lease = l.duration.count()}); }
+
+  // Thread-safe. Waits at most `d` (or until `t`) in the key's FIFO queue; a request that
+  // times out leaves the queue and is never granted. owns_lock() on the result says which.
+  // Same errors as lock().
+  template <class Rep, class Period>
+  guard try_lock_for(const Key& key, std::chrono::duration<Rep, Period> d) {
+    return try_lock_until(key, deadline_after(d));
+  }
+  template <class Rep, class Period>
+  guard try_lock_for(const Key& key, std::chrono::duration<Rep, Period> d, lease l) {
+    return try_lock_until(key, deadline_after(d), l);
+  }
+  template <class Clock, class Dur>
+  guard try_lock_until(const Key& key, std::chrono::time_point<Clock, Dur> t) {
+    return acquire(key, {.mode = wait_mode::until, .deadline = steady_deadline(t)});
+  }
+  template <class Clock, class Dur>
+  guard try_lock_until(const Key& key, std::chrono::time_point<Clock, Dur> t, lease l) {
+    return acquire(key, {.mode = wait_mode::until, .deadline = steady_deadline(t), .lease = l.duration.count()});
+  }
+
+  // Runs f() while holding the key (lock()), and returns its result; unlocks when f
+  // returns or throws.
+  template <class F>
+    requires std::invocable<F&>
+  decltype(auto) with_lock(const Key& key, F&& f) {
+    guard g = lock(key);
+    return std::invoke(f);
+  }
+
+  // Locks several keys without deadlock against any other lock_all (or single-key lock
+  // in the same order): the keys are sorted with operator< and deduplicated, then locked
+  // one by one. If a lock throws, the keys already taken are released.
+  template <std::ranges::input_range Keys>
+    requires std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&> && std::totally_ordered<Key>
+  multi_guard lock_all(const Keys& keys) {
+    std::vector<Key> sorted(std::ranges::begin(keys), std::ranges::end(keys));
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end(), [this](const Key& a, const Key& b) { return eq_(a, b); }),
+                 sorted.end());
+    std::vector<guard> guards;
+    guards.reserve(sorted.size());
+    for (const Key& k : sorted) guards.push_back(lock(k));
+    return multi_guard(std::move(guards));
+  }
+  multi_guard lock_all(std::initializer_list<Key> keys)
+    requires std::totally_ordered<Key>
+  {
+    return lock_all(std::vector<Key>(keys));
+  }
+
+  // `co_await m.async_lock(key)` yields a guard, suspending the coroutine (never blocking
+  // a thread) while the key is held; FIFO with every other waiter. With a wait time, the
+  // guard does not own the lock if it timed out. The coroutine is resumed by the thread
+  // that hands the key over (or the timer thread: see the overview). The key is copied.
+  [[nodiscard]] auto async_lock(Key key) { return lock_awaiter(*this, std::move(key), 0, 0); }
+  [[nodiscard]] auto async_lock(Key key, lease l) { return lock_awaiter(*this, std::move(key), 0, l.duration.count()); }
+  template <class Rep, class Period>
+  [[nodiscard]] auto async_lock(Key key, std::chrono::duration<Rep, Period> wait) {
+    return lock_awaiter(*this, std::move(key), to_ns(deadline_after(wait)), 0);
+  }
+
+  // Callback form: calls f(guard) once the key is granted, on this thread now if the key
+  // is free, else on the thread that hands the key over. Exceptions thrown by f are
+  // reported to stderr (the guard is released). Never blocks.
+  template <class F>
+    requires std::invocable<std::decay_t<F>&, guard>
+  void lock_async(const Key& key, F&& f) {
+    auto* w = detail::new_node<callback_waiter<std::decay_t<F>>>(std::forward<F>(f));
+    w->table = &table_;
+    const std::size_t h = detail::mix_hash(hash_(key));
+    detail::lock_shard& s = table_.shard_for(h);
+    s.lock.lock();
+    detail::lock_entry* e;
+    try {
+      e = find_or_create(s, h, key);
+    } catch (...) {
+      s.lock.unlock();
+      detail::delete_node(w);
+      throw;
+    }
+    if (table_.acquire_or_enqueue(s, e, w, 0)) {
+      // Free: run f here. Only this thread knows w, so it holds the only reference.
+      w->refs.store(1, std::memory_order_relaxed);
+      w->entry = e;
+      w->token = e->token;
+      callback_waiter<std::decay_t<F>>::run(w, true);
+    }
+  }
+
+  // Thread-safe. Keys with live state (held, or waited for). 0 when no guard or waiter is
+  // alive. Takes each shard's lock in turn: a snapshot, not atomic across shards.
+  [[nodiscard]] std::size_t size() const noexcept { return table_.size(); }
+
+ private:
+  using wait_mode = detail::lock_request::wait_mode;
+
+  struct entry final : detail::lock_entry {
+    entry(std::size_t h, const Key& k) : lock_entry(h), key(k) {}
+    Key key;
+  };
+  static void destroy(detail::lock_entry* e) noexcept { detail::delete_node(static_cast<entry*>(e)); }
+
+  // With s locked.
+  detail::lock_entry* find_or_create(detail::lock_shard& s, std::size_t h, const Key& key) {
+    detail::lock_entry* e = s.find(h, [&](detail::lock_entry* x) { return eq_(static_cast<entry*>(x)->key, key); });
+    if (e != nullptr) return e;
+    auto* fresh = detail::new_node<entry>(h, key);
+    fresh->token = s.token_floor;
+    try {
+      s.insert(fresh);
+    } catch (...) {
+      detail::delete_node(fresh);
+      throw;
+    }
+    return fresh;
+  }
+
+  guard acquire(const Key& key, detail::lock_request r) {
+    const std::size_t h = detail::mix_hash(hash_(key));
+    detail::lock_shard& s = table_.shard_for(h);
+    s.lock.lock();
+    detail::lock_entry* e;
+    try {
+      e = find_or_create(s, h, key);
+    } catch (...) {
+      s.lock.unlock();
+      throw;
+    }
+    return guard(&table_, table_.acquire(s, e, r));
+  }
+
+  template <class Rep, class Period>
+  static time_point deadline_after(std::chrono::duration<Rep, Period> d) {
+    const auto now = std::chrono::steady_clock::now();
+    if (d <= std::chrono::duration<Rep, Period>::zero()) return now;
+    if (d >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(time_point::max() - now)) return time_point::max();
+    return now + std::chrono::ceil<duration>(d);
+  }
+  template <class Clock, class Dur>
+  static std::int64_t steady_deadline(std::chrono::time_point<Clock, Dur> t) {
+    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
+      return to_ns(std::chrono::time_point_cast<duration>(t));
+    } else {
+      return to_ns(deadline_after(t - Clock::now()));
+    }
+  }
+  static std::int64_t to_ns(time_point t) noexcept { return detail::to_ns(t); }
+
+  class [[nodiscard]] lock_awaiter {
+   public:
+    lock_awaiter(keyed_mutex& m, Key key, std::int64_t deadline, std::int64_t lease_ns)
+        : m_(m), key_(std::move(key)), deadline_(deadline), lease_(lease_ns) {}
+    lock_awaiter(const lock_awaiter&) = delete;
+    lock_awaiter& operator=(const lock_awaiter&) = delete;
+    bool await_ready() const noexcept { return false; }
+
+    bool await_suspend(std::coroutine_handle<> h) {
+      auto* w = detail::new_node<detail::waiter>();
+      w->type = detail::waiter::kind::coroutine;
+      w->handle = h;
+      w->table = &m_.table_;
+      if (deadline_ != 0) w->refs.store(3, std::memory_order_relaxed);  // + the timer's
+      const std::size_t hash = detail::mix_hash(m_.hash_(key_));
+      detail::lock_shard& s = m_.table_.shard_for(hash);
+      s.lock.lock();
+      detail::lock_entry* e;
+      try {
+        e = m_.find_or_create(s, hash, key_);
+      } catch (...) {
+        s.lock.unlock();
+        detail::delete_node(w);
+        throw;
+      }
+      // Stored before the enqueue: once queued, the coroutine may be resumed on another
+      // thread at any moment, and *this must not be touched after that.
+      w_ = w;
+      if (m_.table_.acquire_or_enqueue(s, e, w, deadline_)) {
+        w_ = nullptr;
+        detail::delete_node(w);
+        result_ = {e, e->token, lease_};
+        return false;  // free: continue without suspending
+      }
+      return true;
+    }
+
+    guard await_resume() {
+      if (w_ != nullptr) {
+        detail::waiter* w = std::exchange(w_, nullptr);
+        const bool granted = w->state.load(std::memory_order_acquire) == detail::waiter::granted;
+        if (granted) result_ = {w->entry, w->token, lease_};
+        detail::release_waiter(w);
+        if (!granted) return guard();
+      }
+      if (result_.lease != 0) m_.table_.arm_lease(result_.entry, result_.token, detail::steady_ns() + result_.lease);
+      return guard(&m_.table_, result_);
+    }
+
+   private:
+    keyed_mutex& m_;
+    Key key_;
+    std::int64_t deadline_;
+    std::int64_t lease_;
+    detail::waiter* w_ = nullptr;
+    detail::grant result_;
+  };
+
+  template <class Fn>
+  struct callback_waiter final : detail::waiter {
+    template <class A>
+    explicit callback_waiter(A&& a) : fn(std::forward<A>(a)) {
+      type = kind::callback;
+      complete = &run;
+      destroy = &free;
+    }
+    Fn fn;
+    static void run(detail::waiter* base, bool granted) {
+      auto* self = static_cast<callback_waiter*>(base);
+      guard g = granted ? guard(self->table, {self->entry, self->token, 0}) : guard();
+      invoke_callback(self->fn, std::move(g));
+      detail::release_waiter(self);
+    }
+    static void free(detail::waiter* w) noexcept { detail::delete_node(static_cast<callback_waiter*>(w)); }
+  };
+
+  template <class Fn>
+  static void invoke_callback(Fn& f, guard g) noexcept {
+    try {
+      f(std::move(g));
+    } catch (...) {
+      detail::report_to_stderr(std::current_exception());
+    }
+  }
+
+  [[no_unique_address]] Hash hash_;
+  [[no_unique_address]] Eq eq_;
+  detail::lock_table table_{&destroy};
+};
+
+}  // namespace handoff

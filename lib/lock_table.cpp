@@ -1,0 +1,574 @@
+// The keyed mutex's key-independent core: shard tables, the acquire/hand-off protocol
+// (overview in include/handoff/detail/lock_table.hpp), blocking waits and the lease timer.
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/lock_table.hpp"
+#include "handoff/keyed_mutex.hpp"
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <ctime>
+#endif
+
+namespace handoff::detail {
+
+std::int64_t steady_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::int64_t to_ns(std::chrono::steady_clock::time_point t) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+std::uintptr_t lock_table::this_thread_id() noexcept {
+  static thread_local const char marker = 0;
+  return reinterpret_cast<std::uintptr_t>(&marker);
+}
+
+// --- blocking waits ---------------------------------------------------------------------
+
+namespace {
+
+constexpr std::int64_t no_deadline = 0;
+
+#if defined(__linux__)
+// Sleeps while *word == expected, until woken or `deadline` (CLOCK_MONOTONIC ns, which is
+// steady_clock on Linux) passes. Returns on spurious wake-ups too: callers re-check.
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::int64_t deadline) noexcept {
+  auto* addr = reinterpret_cast<std::uint32_t*>(&word);
+  if (deadline == no_deadline) {
+    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+    return;
+  }
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(deadline / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(deadline % 1'000'000'000);
+  syscall(SYS_futex, addr, FUTEX_WAIT_BITSET_PRIVATE, expected, &ts, nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+#else
+// Portable fallback: std::atomic::wait has no timeout, so timed waits poll every 50 µs.
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::int64_t deadline) noexcept {
+  if (deadline == no_deadline) return word.wait(expected, std::memory_order_acquire);
+  std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+void futex_wake(std::atomic<std::uint32_t>& word) noexcept { word.notify_one(); }
+#endif
+
+// Spins before sleeping: a hot key's holder is usually a few hundred nanoseconds from its
+// unlock, far less than a futex sleep and wake-up.
+constexpr unsigned wait_spins = 256;
+
+// The requester's side of giving up: true if it cancelled, false if a grant won the race.
+bool cancel(waiter* w, std::uint32_t seen) noexcept {
+  // acquire on failure: the grant's token and the holder's writes become visible.
+  return w->state.compare_exchange_strong(seen, waiter::cancelled, std::memory_order_acquire);
+}
+
+// The holder's side: hands the key to w unless it gave up. Wakes a sleeping thread.
+bool try_grant(waiter* w) noexcept {
+  std::uint32_t s = w->state.load(std::memory_order_relaxed);
+  for (;;) {
+    if (s == waiter::cancelled) return false;
+    // release; pairs with the requester's acquire loads of `state`: the token, and every
+    // write of the previous holder, are visible to the new one.
+    if (w->state.compare_exchange_weak(s, waiter::granted, std::memory_order_release, std::memory_order_relaxed)) {
+      if (s == waiter::sleeping) futex_wake(w->state);
+      return true;
+    }
+  }
+}
+
+// Blocks the calling thread until w is granted (true) or `deadline` passes and the wait is
+// cancelled (false). Spins briefly, then sleeps on the futex.
+bool wait_for_grant(waiter* w, std::int64_t deadline) noexcept {
+  for (unsigned i = 0; i < wait_spins; ++i) {
+    if (w->state.load(std::memory_order_acquire) == waiter::granted) return true;
+    backoff(0);
+  }
+  std::uint32_t seen = waiter::waiting;
+  // acquire on failure (granted): as above.
+  if (!w->state.compare_exchange_strong(seen, waiter::sleeping, std::memory_order_relaxed, std::memory_order_acquire)) {
+    return true;
+  }
+  for (;;) {
+    futex_wait(w->state, waiter::sleeping, deadline);
+    if (w->state.load(std::memory_order_acquire) == waiter::granted) return true;
+    if (deadline != no_deadline && steady_ns() >= deadline) return !cancel(w, waiter::sleeping);
+  }
+}
+
+// Completions waiting to run on this thread (coroutines to resume, callbacks to call).
+struct completion_list {
+  waiter* head;
+  waiter* tail;
+  bool running;
+};
+constinit thread_local completion_list completions{};
+
+void run_completion(waiter* w) noexcept {
+  const bool granted = w->state.load(std::memory_order_acquire) == waiter::granted;
+  if (w->type == waiter::kind::coroutine) {
+    w->handle.resume();  // await_resume reads the outcome and drops the requester's reference
+  } else {
+    w->complete(w, granted);  // calls the callback and drops the requester's reference
+  }
+}
+
+}  // namespace
+
+void release_waiter(waiter* w) noexcept {
+  // acq_rel: the last owner's free happens after every other owner's last use.
+  if (w->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (w->destroy != nullptr) return w->destroy(w);
+  delete_node(w);
+}
+
+void complete_waiter(waiter* w) noexcept {
+  completion_list& c = completions;
+  w->resume_next = nullptr;
+  if (c.tail != nullptr) {
+    c.tail->resume_next = w;
+  } else {
+    c.head = w;
+  }
+  c.tail = w;
+  if (c.running) return;  // the outer call runs it when the current completion returns
+  c.running = true;
+  while (c.head != nullptr) {
+    waiter* next = c.head;
+    c.head = next->resume_next;
+    if (c.head == nullptr) c.tail = nullptr;
+    run_completion(next);
+  }
+  c.running = false;
+}
+
+// --- shards -----------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::size_t min_capacity = 16;  // kept once allocated: an idle shard costs 256 B
+
+void place(table_slot* slots, std::size_t mask, std::size_t h, lock_entry* e) noexcept {
+  std::size_t i = h & mask;
+  while (slots[i].entry != nullptr) i = (i + 1) & mask;
+  slots[i] = {h, e};
+}
+
+}  // namespace
+
+void lock_shard::insert(lock_entry* e) {
+  if ((size + 1) * 2 > mask + 1 || slots == nullptr) {
+    const std::size_t capacity = slots == nullptr ? min_capacity : (mask + 1) * 2;
+    auto* bigger = new table_slot[capacity]();
+    for (std::size_t i = 0; slots != nullptr && i <= mask; ++i) {
+      if (slots[i].entry != nullptr) place(bigger, capacity - 1, slots[i].hash, slots[i].entry);
+    }
+    delete[] slots;
+    slots = bigger;
+    mask = capacity - 1;
+  }
+  place(slots, mask, e->hash, e);
+  ++size;
+}
+
+void lock_shard::erase(lock_entry* e) noexcept {
+  std::size_t i = e->hash & mask;
+  while (slots[i].entry != e) i = (i + 1) & mask;
+  // Backward-shift deletion: move later members of the probe run into the hole so that
+  // lookups never need tombstones.
+  for (std::size_t j = (i + 1) & mask; slots[j].entry != nullptr; j = (j + 1) & mask) {
+    const std::size_t home = slots[j].hash & mask;
+    // Does j's home lie cyclically outside (i, j]? Then j may move to i.
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      slots[i] = slots[j];
+      i = j;
+    }
+  }
+  slots[i] = {0, nullptr};
+  --size;
+  // Give memory back after a burst of keys: halve while mostly empty.
+  std::size_t capacity = mask + 1;
+  if (capacity <= min_capacity || size * 8 >= capacity) return;
+  while (capacity > min_capacity && size * 8 < capacity) capacity /= 2;
+  auto* smaller = new (std::nothrow) table_slot[capacity]();
+  if (smaller == nullptr) return;  // keep the bigger table
+  for (std::size_t k = 0; k <= mask; ++k) {
+    if (slots[k].entry != nullptr) place(smaller, capacity - 1, slots[k].hash, slots[k].entry);
+  }
+  delete[] slots;
+  slots = smaller;
+  mask = capacity - 1;
+}
+
+lock_shard::~lock_shard() { delete[] slots; }
+
+// --- the lease timer --------------------------------------------------------------------
+
+// One thread per keyed_mutex, started by the first lease or async wait time: a binary
+// min-heap of deadlines under a mutex. Firing a lease CASes the entry's `leased` word under
+// the mutex, so a concurrent unlock or extend sees either the live lease or none.
+class lease_timer {
+ public:
+  explicit lease_timer(lock_table& t) : table_(t), thread_([this] { run(); }) {}
+  ~lease_timer() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+
+  std::mutex& mutex() noexcept { return mutex_; }
+
+  // Schedules n at `deadline`, or moves it there if already scheduled.
+  void schedule(timer_node* n, std::int64_t deadline) {
+    n->deadline = deadline;
+    if (n->index == timer_node::npos) {
+      n->index = heap_.size();
+      heap_.push_back(n);
+    }
+    fix(n->index);
+    if (heap_.front() == n) wake_.notify_one();
+  }
+
+  // True if n was scheduled (and is now not).
+  bool cancel(timer_node* n) {
+    if (n->index == timer_node::npos) return false;
+    const std::size_t i = n->index;
+    n->index = timer_node::npos;
+    timer_node* last = heap_.back();
+    heap_.pop_back();
+    if (last != n) {
+      heap_[i] = last;
+      last->index = i;
+      fix(i);
+    }
+    return true;
+  }
+
+ private:
+  void swap_at(std::size_t a, std::size_t b) noexcept {
+    std::swap(heap_[a], heap_[b]);
+    heap_[a]->index = a;
+    heap_[b]->index = b;
+  }
+  void fix(std::size_t i) noexcept {
+    while (i > 0 && heap_[(i - 1) / 2]->deadline > heap_[i]->deadline) {
+      swap_at(i, (i - 1) / 2);
+      i = (i - 1) / 2;
+    }
+    for (;;) {
+      std::size_t least = i;
+      for (std::size_t c = 2 * i + 1; c <= 2 * i + 2 && c < heap_.size(); ++c) {
+        if (heap_[c]->deadline < heap_[least]->deadline) least = c;
+      }
+      if (least == i) return;
+      swap_at(i, least);
+      i = least;
+    }
+  }
+
+  void run() {
+    std::vector<lock_entry*> expired;
+    std::vector<waiter*> timed_out;
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      if (heap_.empty()) {
+        wake_.wait(lock);
+        continue;
+      }
+      const std::int64_t now = steady_ns();
+      if (heap_.front()->deadline > now) {
+        wake_.wait_for(lock, std::chrono::nanoseconds(heap_.front()->deadline - now));
+        continue;
+      }
+      while (!heap_.empty() && heap_.front()->deadline <= now) {
+        timer_node* n = heap_.front();
+        cancel(n);
+        fire(n, expired, timed_out);
+      }
+      // Hand-offs and completions run user code: never under the timer's mutex.
+      lock.unlock();
+      for (lock_entry* e : expired) table_.release(e);
+      for (waiter* w : timed_out) {
+        complete_waiter(w);
+        release_waiter(w);  // the timer's reference
+      }
+      expired.clear();
+      timed_out.clear();
+      lock.lock();
+    }
+  }
+
+  void fire(timer_node* n, std::vector<lock_entry*>& expired, std::vector<waiter*>& timed_out) noexcept {
+    if (n->is_lease) {
+      auto* e = static_cast<lock_entry*>(n->owner);
+      std::uint64_t token = e->lease_token;
+      // acq_rel; pairs with the holder's disarm CAS (also under this mutex) and publishes
+      // the holder's writes to the release that follows.
+      if (!e->leased.compare_exchange_strong(token, 0, std::memory_order_acq_rel)) return;
+      // The expired guard still refers to e: count it before its unlock can see the lease
+      // gone (that unlock waits for this mutex) and before the release may free the entry.
+      // Lock order: timer mutex, then shard lock (nothing takes them the other way round).
+      lock_shard& s = table_.shard_for(e->hash);
+      s.lock.lock();
+      ++e->refs;
+      s.lock.unlock();
+      push(expired, e);
+      return;
+    }
+    auto* w = static_cast<waiter*>(n->owner);
+    if (cancel_waiting(w)) {
+      push(timed_out, w);
+    } else {
+      release_waiter(w);  // granted first: the timer's reference is all that is left to drop
+    }
+  }
+  static bool cancel_waiting(waiter* w) noexcept {
+    // Coroutine waiters never sleep; acquire on failure as in cancel().
+    std::uint32_t seen = waiter::waiting;
+    return w->state.compare_exchange_strong(seen, waiter::cancelled, std::memory_order_acquire);
+  }
+  template <class T>
+  static void push(std::vector<T*>& v, T* p) noexcept {
+    try {
+      v.push_back(p);
+    } catch (...) {
+      std::fputs("handoff: out of memory in the lease timer\n", stderr);
+      std::terminate();
+    }
+  }
+
+  lock_table& table_;
+  // A plain std::mutex (not annotated_mutex): the condition variable needs one. Every
+  // member below, and every timer_node, is touched only under it.
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<timer_node*> heap_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the members it uses exist
+};
+
+// --- the table --------------------------------------------------------------------------
+
+lock_table::lock_table(destroy_fn destroy)
+    : shards_(std::make_unique<lock_shard[]>(std::size_t{1} << shard_bits)), destroy_(destroy) {}
+
+lock_table::~lock_table() {
+  timer_.reset();  // joins the timer thread before anything it might touch goes away
+  if (const std::size_t live = size(); live != 0) {
+    std::fprintf(stderr,
+                 "handoff: keyed_mutex destroyed while %zu key(s) still have a guard or a waiter; "
+                 "they would refer to freed memory\n",
+                 live);
+    std::terminate();
+  }
+}
+
+std::size_t lock_table::size() const noexcept {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < (std::size_t{1} << shard_bits); ++i) {
+    lock_shard& s = shards_[i];
+    s.lock.lock();
+    n += s.size;
+    s.lock.unlock();
+  }
+  return n;
+}
+
+lease_timer& lock_table::timer() {
+  std::call_once(timer_once_, [this] { timer_ = std::make_unique<lease_timer>(*this); });
+  return *timer_;
+}
+
+grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
+  const std::uintptr_t me = this_thread_id();
+  if (e->count.load(std::memory_order_relaxed) == 0) {
+    // Free: nobody else counts under this lock, and the last release zeroed it here, so
+    // its writes (the token included) are visible.
+    e->count.store(1, std::memory_order_relaxed);
+    const std::uint64_t token = ++e->token;
+    e->holder_thread.store(me, std::memory_order_relaxed);
+    s.lock.unlock();
+    if (r.lease != 0) arm_lease(e, token, steady_ns() + r.lease);
+    return {e, token, r.lease};
+  }
+  if (r.mode == lock_request::wait_mode::none ||
+      (r.mode == lock_request::wait_mode::until && r.deadline <= steady_ns())) {
+    s.lock.unlock();
+    return {};
+  }
+  if (e->holder_thread.load(std::memory_order_relaxed) == me) {
+    s.lock.unlock();
+    throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                            "handoff::keyed_mutex: this thread already holds the key");
+  }
+  waiter* w;
+  try {
+    w = new_node<waiter>();
+  } catch (...) {
+    s.lock.unlock();
+    throw;
+  }
+  w->entry = e;
+  w->table = this;
+  e->count.fetch_add(1, std::memory_order_relaxed);
+  e->waiters.push(w);
+  s.lock.unlock();
+
+  const bool granted =
+      wait_for_grant(w, r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline);
+  const std::uint64_t token = w->token;
+  release_waiter(w);
+  if (!granted) return {};  // cancelled: still counted, the holder skips and uncounts it
+  e->holder_thread.store(me, std::memory_order_relaxed);
+  if (r.lease != 0) arm_lease(e, token, steady_ns() + r.lease);
+  return {e, token, r.lease};
+}
+
+bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) {
+  if (e->count.load(std::memory_order_relaxed) == 0) {
+    e->count.store(1, std::memory_order_relaxed);
+    ++e->token;
+    s.lock.unlock();
+    return true;
+  }
+  w->entry = e;
+  w->table = this;
+  if (deadline != 0) w->timeout.owner = w;  // before the push: the granter reads it
+  e->count.fetch_add(1, std::memory_order_relaxed);
+  e->waiters.push(w);
+  s.lock.unlock();
+  if (deadline != 0) {
+    // After the push, w may be granted at any moment (a granter that finds it not yet
+    // scheduled leaves the timer's reference, counted in by the caller, to the timer).
+    lease_timer& t = timer();
+    std::lock_guard lock(t.mutex());
+    t.schedule(&w->timeout, deadline);
+  }
+  return false;
+}
+
+void lock_table::release(lock_entry* e) noexcept {
+  e->holder_thread.store(0, std::memory_order_relaxed);
+  std::uint64_t uncounted = 1;
+  for (;;) {
+    auto* w = static_cast<waiter*>(e->waiters.pop());
+    if (w == nullptr) {
+      lock_shard& s = shard_for(e->hash);
+      s.lock.lock();
+      // Requests are counted and pushed under this lock: pop is exact here.
+      w = static_cast<waiter*>(e->waiters.pop());
+      if (w == nullptr) {
+        e->count.store(0, std::memory_order_relaxed);  // == uncounted: nobody else is counted
+        lock_entry* dead = remove_if_unused(s, e);
+        s.lock.unlock();
+        if (dead != nullptr) destroy_(dead);
+        return;
+      }
+      s.lock.unlock();
+    }
+    e->count.fetch_sub(uncounted, std::memory_order_relaxed);  // w is counted: stays >= 1
+    uncounted = 1;  // w's own, should it turn out to have given up
+    const std::uint64_t token = e->token + 1;  // tokens of skipped waiters are burnt: still monotonic
+    e->token = token;
+    w->token = token;
+    if (try_grant(w)) {
+      if (w->type != waiter::kind::thread) {
+        if (w->timeout.owner != nullptr) {
+          lease_timer& t = timer();
+          std::lock_guard lock(t.mutex());
+          if (t.cancel(&w->timeout)) release_waiter(w);  // the timer's reference
+        }
+        complete_waiter(w);
+      }
+      release_waiter(w);  // the holder's (queue's) reference
+      return;
+    }
+    release_waiter(w);
+  }
+}
+
+void lock_table::drop_ref(lock_entry* e) noexcept {
+  lock_shard& s = shard_for(e->hash);
+  s.lock.lock();
+  --e->refs;
+  lock_entry* dead = e->count.load(std::memory_order_relaxed) == 0 ? remove_if_unused(s, e) : nullptr;
+  s.lock.unlock();
+  if (dead != nullptr) destroy_(dead);
+}
+
+lock_entry* lock_table::remove_if_unused(lock_shard& s, lock_entry* e) noexcept {
+  if (e->refs != 0) return nullptr;
+  s.token_floor = std::max(s.token_floor, e->token);
+  s.erase(e);
+  return e;
+}
+
+void lock_table::arm_lease(lock_entry* e, std::uint64_t token, std::int64_t deadline) {
+  lease_timer& t = timer();
+  std::lock_guard lock(t.mutex());
+  e->lease.owner = e;
+  e->lease.is_lease = true;
+  e->lease_token = token;
+  e->leased.store(token, std::memory_order_relaxed);  // read by the holder and under this mutex
+  t.schedule(&e->lease, deadline);
+}
+
+bool lock_table::disarm_lease(lock_entry* e, std::uint64_t token) noexcept {
+  lease_timer& t = *timer_;  // armed before, so the timer exists
+  std::lock_guard lock(t.mutex());
+  // acq_rel; pairs with the timer's CAS in fire(): exactly one of them releases the key.
+  if (!e->leased.compare_exchange_strong(token, 0, std::memory_order_acq_rel)) return false;
+  t.cancel(&e->lease);
+  return true;
+}
+
+bool lock_table::extend_lease(lock_entry* e, std::uint64_t token, std::int64_t deadline) {
+  lease_timer& t = *timer_;
+  std::lock_guard lock(t.mutex());
+  if (e->leased.load(std::memory_order_relaxed) != token) return false;
+  t.schedule(&e->lease, deadline);
+  return true;
+}
+
+}  // namespace handoff::detail
+
+namespace handoff {
+
+void key_guard::unlock() noexcept {
+  if (entry_ == nullptr) return;
+  detail::lock_entry* e = std::exchange(entry_, nullptr);
+  if (lease_ == 0 || table_->disarm_lease(e, token_)) return table_->release(e);
+  expired_ = true;  // the timer released the key; only our reference is left
+  table_->drop_ref(e);
+}
+
+bool key_guard::extend(std::chrono::nanoseconds d) {
+  if (lease_ == 0) throw std::logic_error("handoff::key_guard::extend: the lock has no lease");
+  if (d <= std::chrono::nanoseconds::zero()) throw std::invalid_argument("handoff::key_guard::extend: duration must be positive");
+  if (entry_ == nullptr) return false;
+  if (!table_->extend_lease(entry_, token_, detail::steady_ns() + d.count())) return false;
+  lease_ = d.count();
+  return true;
+}
+
+}  // namespace handoff
