@@ -102,8 +102,9 @@ bool wait_for_grant(waiter* w, std::int64_t deadline) noexcept {
     backoff(0);
   }
   std::uint32_t seen = waiter::waiting;
-  // acquire on failure (granted): as above.
-  if (!w->state.compare_exchange_strong(seen, waiter::sleeping, std::memory_order_relaxed, std::memory_order_acquire)) {
+  // acquire on failure (granted): as above. (GCC rejects a failure order stronger than
+  // the success order, hence acquire for both.)
+  if (!w->state.compare_exchange_strong(seen, waiter::sleeping, std::memory_order_acquire)) {
     return true;
   }
   for (;;) {
@@ -226,14 +227,17 @@ lock_shard::~lock_shard() { delete[] slots; }
 // the mutex, so a concurrent unlock or extend sees either the live lease or none.
 class lease_timer {
  public:
-  explicit lease_timer(lock_table& t) : table_(t), thread_([this] { run(); }) {}
+  // With `start_thread` false (the tests' manual clock), deadlines fire only in advance().
+  lease_timer(lock_table& t, bool start_thread) : table_(t) {
+    if (start_thread) thread_ = std::thread([this] { run(); });
+  }
   ~lease_timer() {
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
     }
     wake_.notify_one();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
   }
 
   std::mutex& mutex() noexcept { return mutex_; }
@@ -241,6 +245,7 @@ class lease_timer {
   // Schedules n at `deadline`, or moves it there if already scheduled.
   void schedule(timer_node* n, std::int64_t deadline) {
     n->deadline = deadline;
+    n->seq = ++seq_;
     if (n->index == timer_node::npos) {
       n->index = heap_.size();
       heap_.push_back(n);
@@ -264,21 +269,40 @@ class lease_timer {
     return true;
   }
 
+  // Manual clock: fires, one at a time and in (deadline, schedule) order, every deadline up
+  // to `to`, with the clock set to each deadline while it fires.
+  void advance(std::atomic<std::int64_t>& clock, std::int64_t to) {
+    std::unique_lock lock(mutex_);
+    while (!heap_.empty() && heap_.front()->deadline <= to) {
+      timer_node* n = heap_.front();
+      clock.store(std::max(clock.load(std::memory_order_relaxed), n->deadline), std::memory_order_relaxed);
+      cancel(n);
+      fire(n);
+      lock.unlock();
+      run_fired();
+      lock.lock();
+    }
+    clock.store(std::max(clock.load(std::memory_order_relaxed), to), std::memory_order_relaxed);
+  }
+
  private:
   void swap_at(std::size_t a, std::size_t b) noexcept {
     std::swap(heap_[a], heap_[b]);
     heap_[a]->index = a;
     heap_[b]->index = b;
   }
+  static bool before(const timer_node* a, const timer_node* b) noexcept {
+    return a->deadline != b->deadline ? a->deadline < b->deadline : a->seq < b->seq;
+  }
   void fix(std::size_t i) noexcept {
-    while (i > 0 && heap_[(i - 1) / 2]->deadline > heap_[i]->deadline) {
+    while (i > 0 && before(heap_[i], heap_[(i - 1) / 2])) {
       swap_at(i, (i - 1) / 2);
       i = (i - 1) / 2;
     }
     for (;;) {
       std::size_t least = i;
       for (std::size_t c = 2 * i + 1; c <= 2 * i + 2 && c < heap_.size(); ++c) {
-        if (heap_[c]->deadline < heap_[least]->deadline) least = c;
+        if (before(heap_[c], heap_[least])) least = c;
       }
       if (least == i) return;
       swap_at(i, least);
@@ -287,8 +311,6 @@ class lease_timer {
   }
 
   void run() {
-    std::vector<lock_entry*> expired;
-    std::vector<waiter*> timed_out;
     std::unique_lock lock(mutex_);
     while (!stop_) {
       if (heap_.empty()) {
@@ -303,28 +325,25 @@ class lease_timer {
       while (!heap_.empty() && heap_.front()->deadline <= now) {
         timer_node* n = heap_.front();
         cancel(n);
-        fire(n, expired, timed_out);
+        fire(n);
       }
       // Hand-offs and completions run user code: never under the timer's mutex.
       lock.unlock();
-      for (lock_entry* e : expired) table_.release(e);
-      for (waiter* w : timed_out) {
-        complete_waiter(w);
-        release_waiter(w);  // the timer's reference
-      }
-      expired.clear();
-      timed_out.clear();
+      run_fired();
       lock.lock();
     }
   }
 
-  void fire(timer_node* n, std::vector<lock_entry*>& expired, std::vector<waiter*>& timed_out) noexcept {
+  // Under the mutex: decides the outcome of a due deadline; the work is left in
+  // expired_/timed_out_ for run_fired().
+  void fire(timer_node* n) noexcept {
     if (n->is_lease) {
       auto* e = static_cast<lock_entry*>(n->owner);
       std::uint64_t token = e->lease_token;
       // acq_rel; pairs with the holder's disarm CAS (also under this mutex) and publishes
       // the holder's writes to the release that follows.
       if (!e->leased.compare_exchange_strong(token, 0, std::memory_order_acq_rel)) return;
+      e->holder_thread.store(0, std::memory_order_relaxed);  // see the deadlock check in acquire()
       // The expired guard still refers to e: count it before its unlock can see the lease
       // gone (that unlock waits for this mutex) and before the release may free the entry.
       // Lock order: timer mutex, then shard lock (nothing takes them the other way round).
@@ -332,16 +351,29 @@ class lease_timer {
       s.lock.lock();
       ++e->refs;
       s.lock.unlock();
-      push(expired, e);
+      push(expired_, e);
       return;
     }
     auto* w = static_cast<waiter*>(n->owner);
     if (cancel_waiting(w)) {
-      push(timed_out, w);
+      push(timed_out_, w);
     } else {
       release_waiter(w);  // granted first: the timer's reference is all that is left to drop
     }
   }
+
+  // Without the mutex: releases expired keys and completes timed-out waiters. Only the
+  // thread that fired them (the timer thread, or advance()'s caller) touches the lists.
+  void run_fired() noexcept {
+    for (lock_entry* e : expired_) table_.release(e);
+    for (waiter* w : timed_out_) {
+      complete_waiter(w);
+      release_waiter(w);  // the timer's reference
+    }
+    expired_.clear();
+    timed_out_.clear();
+  }
+
   static bool cancel_waiting(waiter* w) noexcept {
     // Coroutine waiters never sleep; acquire on failure as in cancel().
     std::uint32_t seen = waiter::waiting;
@@ -363,7 +395,10 @@ class lease_timer {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<timer_node*> heap_;
+  std::uint64_t seq_ = 0;
   bool stop_ = false;
+  std::vector<lock_entry*> expired_;  // fired, not yet released (see run_fired)
+  std::vector<waiter*> timed_out_;
   std::thread thread_;  // last: started once the members it uses exist
 };
 
@@ -395,8 +430,21 @@ std::size_t lock_table::size() const noexcept {
 }
 
 lease_timer& lock_table::timer() {
-  std::call_once(timer_once_, [this] { timer_ = std::make_unique<lease_timer>(*this); });
+  std::call_once(timer_once_, [this] {
+    timer_ = std::make_unique<lease_timer>(*this, !manual_clock_);
+    timer_started_.store(true, std::memory_order_release);  // pairs with timer_if_started()
+  });
   return *timer_;
+}
+
+void lock_table::advance_manual_clock(std::int64_t to) { timer().advance(manual_now_, to); }
+
+lease_timer* lock_table::timer_if_started() noexcept {
+  return timer_started_.load(std::memory_order_acquire) ? timer_.get() : nullptr;
+}
+
+std::int64_t lock_table::now() const noexcept {
+  return manual_clock_ ? manual_now_.load(std::memory_order_relaxed) : steady_ns();
 }
 
 grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
@@ -408,16 +456,24 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
     const std::uint64_t token = ++e->token;
     e->holder_thread.store(me, std::memory_order_relaxed);
     s.lock.unlock();
-    if (r.lease != 0) arm_lease(e, token, steady_ns() + r.lease);
+    if (r.lease != 0) arm_lease(e, token, r.lease);
     return {e, token, r.lease};
   }
   if (r.mode == lock_request::wait_mode::none ||
-      (r.mode == lock_request::wait_mode::until && r.deadline <= steady_ns())) {
+      (r.mode == lock_request::wait_mode::until && r.deadline <= now())) {
     s.lock.unlock();
     return {};
   }
   if (e->holder_thread.load(std::memory_order_relaxed) == me) {
     s.lock.unlock();
+    // Unless our lease has just expired: the timer clears holder_thread under its mutex
+    // when it takes the key from us, so look again under that mutex (not under the shard
+    // lock: the timer takes the two in the other order). The entry may be gone by then:
+    // the caller looks it up again.
+    if (lease_timer* t = timer_if_started()) {
+      std::lock_guard lock(t->mutex());
+      if (e->holder_thread.load(std::memory_order_relaxed) != me) return {.retry = true};
+    }
     throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
                             "handoff::keyed_mutex: this thread already holds the key");
   }
@@ -436,11 +492,11 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
 
   const bool granted =
       wait_for_grant(w, r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline);
-  const std::uint64_t token = w->token;
+  const std::uint64_t token = granted ? w->token : 0;  // written before the grant; racy otherwise
   release_waiter(w);
   if (!granted) return {};  // cancelled: still counted, the holder skips and uncounts it
   e->holder_thread.store(me, std::memory_order_relaxed);
-  if (r.lease != 0) arm_lease(e, token, steady_ns() + r.lease);
+  if (r.lease != 0) arm_lease(e, token, r.lease);
   return {e, token, r.lease};
 }
 
@@ -523,7 +579,8 @@ lock_entry* lock_table::remove_if_unused(lock_shard& s, lock_entry* e) noexcept 
   return e;
 }
 
-void lock_table::arm_lease(lock_entry* e, std::uint64_t token, std::int64_t deadline) {
+void lock_table::arm_lease(lock_entry* e, std::uint64_t token, std::int64_t lease) {
+  const std::int64_t deadline = now() + lease;
   lease_timer& t = timer();
   std::lock_guard lock(t.mutex());
   e->lease.owner = e;
@@ -542,7 +599,8 @@ bool lock_table::disarm_lease(lock_entry* e, std::uint64_t token) noexcept {
   return true;
 }
 
-bool lock_table::extend_lease(lock_entry* e, std::uint64_t token, std::int64_t deadline) {
+bool lock_table::extend_lease(lock_entry* e, std::uint64_t token, std::int64_t lease) {
+  const std::int64_t deadline = now() + lease;
   lease_timer& t = *timer_;
   std::lock_guard lock(t.mutex());
   if (e->leased.load(std::memory_order_relaxed) != token) return false;
@@ -566,7 +624,7 @@ bool key_guard::extend(std::chrono::nanoseconds d) {
   if (lease_ == 0) throw std::logic_error("handoff::key_guard::extend: the lock has no lease");
   if (d <= std::chrono::nanoseconds::zero()) throw std::invalid_argument("handoff::key_guard::extend: duration must be positive");
   if (entry_ == nullptr) return false;
-  if (!table_->extend_lease(entry_, token_, detail::steady_ns() + d.count())) return false;
+  if (!table_->extend_lease(entry_, token_, d.count())) return false;
   lease_ = d.count();
   return true;
 }

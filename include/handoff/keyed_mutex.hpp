@@ -47,6 +47,7 @@
 #include <functional>
 #include <initializer_list>
 #include <iterator>
+#include <limits>
 #include <new>
 #include <ranges>
 #include <stdexcept>
@@ -59,6 +60,9 @@
 #include "handoff/detail/lock_table.hpp"
 
 namespace handoff {
+namespace detail {
+struct lock_table_access;
+}
 
 // A lease: the lock is released automatically this long after it is granted.
 struct lease {
@@ -79,17 +83,19 @@ class lock_expired : public std::runtime_error {
 class [[nodiscard]] key_guard {
  public:
   key_guard() noexcept = default;
+  // A moved-from guard is empty, as if default-constructed.
   key_guard(key_guard&& o) noexcept
-      : table_(o.table_), entry_(std::exchange(o.entry_, nullptr)), token_(o.token_), lease_(o.lease_),
-        expired_(o.expired_) {}
+      : table_(o.table_), entry_(std::exchange(o.entry_, nullptr)), token_(std::exchange(o.token_, 0)),
+        lease_(std::exchange(o.lease_, 0)), expired_(std::exchange(o.expired_, false)) {}
+  // Unlocks what this guard held, then takes o's state.
   key_guard& operator=(key_guard&& o) noexcept {
     if (this != &o) {
       unlock();
       table_ = o.table_;
       entry_ = std::exchange(o.entry_, nullptr);
-      token_ = o.token_;
-      lease_ = o.lease_;
-      expired_ = o.expired_;
+      token_ = std::exchange(o.token_, 0);
+      lease_ = std::exchange(o.lease_, 0);
+      expired_ = std::exchange(o.expired_, false);
     }
     return *this;
   }
@@ -180,8 +186,6 @@ class keyed_mutex {
  public:
   using key_type = Key;
   using guard = key_guard;
-  using duration = std::chrono::steady_clock::duration;
-  using time_point = std::chrono::steady_clock::time_point;
 
   explicit keyed_mutex(Hash hash = Hash(), Eq eq = Eq()) : hash_(std::move(hash)), eq_(std::move(eq)) {}
   // Precondition: no guard and no waiter of this mutex is alive (checked: violating it
@@ -206,11 +210,11 @@ class keyed_mutex {
   // Same errors as lock().
   template <class Rep, class Period>
   guard try_lock_for(const Key& key, std::chrono::duration<Rep, Period> d) {
-    return try_lock_until(key, deadline_after(d));
+    return acquire(key, {.mode = wait_mode::until, .deadline = deadline_in(d)});
   }
   template <class Rep, class Period>
   guard try_lock_for(const Key& key, std::chrono::duration<Rep, Period> d, lease l) {
-    return try_lock_until(key, deadline_after(d), l);
+    return acquire(key, {.mode = wait_mode::until, .deadline = deadline_in(d), .lease = l.duration.count()});
   }
   template <class Clock, class Dur>
   guard try_lock_until(const Key& key, std::chrono::time_point<Clock, Dur> t) {
@@ -259,7 +263,7 @@ class keyed_mutex {
   [[nodiscard]] auto async_lock(Key key, lease l) { return lock_awaiter(*this, std::move(key), 0, l.duration.count()); }
   template <class Rep, class Period>
   [[nodiscard]] auto async_lock(Key key, std::chrono::duration<Rep, Period> wait) {
-    return lock_awaiter(*this, std::move(key), to_ns(deadline_after(wait)), 0);
+    return lock_awaiter(*this, std::move(key), deadline_in(wait), 0);
   }
 
   // Callback form: calls f(guard) once the key is granted, on this thread now if the key
@@ -295,6 +299,7 @@ class keyed_mutex {
   [[nodiscard]] std::size_t size() const noexcept { return table_.size(); }
 
  private:
+  friend struct detail::lock_table_access;  // tests: the table's manual clock
   using wait_mode = detail::lock_request::wait_mode;
 
   struct entry final : detail::lock_entry {
@@ -321,33 +326,38 @@ class keyed_mutex {
   guard acquire(const Key& key, detail::lock_request r) {
     const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
-    s.lock.lock();
-    detail::lock_entry* e;
-    try {
-      e = find_or_create(s, h, key);
-    } catch (...) {
-      s.lock.unlock();
-      throw;
+    for (;;) {
+      s.lock.lock();
+      detail::lock_entry* e;
+      try {
+        e = find_or_create(s, h, key);
+      } catch (...) {
+        s.lock.unlock();
+        throw;
+      }
+      const detail::grant g = table_.acquire(s, e, r);
+      if (!g.retry) return guard(&table_, g);
     }
-    return guard(&table_, table_.acquire(s, e, r));
   }
 
+  // Deadlines are steady_clock nanoseconds (the table's clock), saturating.
   template <class Rep, class Period>
-  static time_point deadline_after(std::chrono::duration<Rep, Period> d) {
-    const auto now = std::chrono::steady_clock::now();
+  std::int64_t deadline_in(std::chrono::duration<Rep, Period> d) const {
+    using ns = std::chrono::nanoseconds;
+    constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+    const std::int64_t now = table_.now();
     if (d <= std::chrono::duration<Rep, Period>::zero()) return now;
-    if (d >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(time_point::max() - now)) return time_point::max();
-    return now + std::chrono::ceil<duration>(d);
+    if (d >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(ns(max - now))) return max;
+    return now + std::chrono::ceil<ns>(d).count();
   }
   template <class Clock, class Dur>
-  static std::int64_t steady_deadline(std::chrono::time_point<Clock, Dur> t) {
+  std::int64_t steady_deadline(std::chrono::time_point<Clock, Dur> t) const {
     if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
-      return to_ns(std::chrono::time_point_cast<duration>(t));
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
     } else {
-      return to_ns(deadline_after(t - Clock::now()));
+      return deadline_in(t - Clock::now());
     }
   }
-  static std::int64_t to_ns(time_point t) noexcept { return detail::to_ns(t); }
 
   class [[nodiscard]] lock_awaiter {
    public:
@@ -394,7 +404,7 @@ class keyed_mutex {
         detail::release_waiter(w);
         if (!granted) return guard();
       }
-      if (result_.lease != 0) m_.table_.arm_lease(result_.entry, result_.token, detail::steady_ns() + result_.lease);
+      if (result_.lease != 0) m_.table_.arm_lease(result_.entry, result_.token, result_.lease);
       return guard(&m_.table_, result_);
     }
 

@@ -63,6 +63,7 @@ class spin_lock {
 struct timer_node {
   std::int64_t deadline = 0;  // steady_clock nanoseconds
   std::size_t index = npos;   // position in the heap, npos when not scheduled
+  std::uint64_t seq = 0;      // schedule order: breaks ties between equal deadlines
   void* owner = nullptr;
   bool is_lease = false;
   static constexpr std::size_t npos = ~std::size_t{0};
@@ -168,11 +169,12 @@ struct lock_request {
   std::int64_t lease = 0;     // ns; 0: no lease
 };
 
-// The result of a lock request; token == 0: not acquired.
+// The result of a lock request; token == 0: not acquired. retry: look the key up again.
 struct grant {
   lock_entry* entry = nullptr;
   std::uint64_t token = 0;
   std::int64_t lease = 0;
+  bool retry = false;
 };
 
 class lease_timer;
@@ -193,7 +195,8 @@ class lock_table {
 
   // Called with s locked and e in the table (possibly just created): performs the request,
   // unlocks s, and waits when the mode allows (blocking the thread). token == 0 in the
-  // result: not acquired (busy, or the deadline passed). Throws
+  // result: not acquired (busy, or the deadline passed); retry: call again after a new
+  // lookup (a lease of this thread's expired meanwhile). Throws
   // std::system_error(resource_deadlock_would_occur) when a waiting request finds the key
   // held by this thread; std::bad_alloc. On a throw nothing changed.
   grant acquire(lock_shard& s, lock_entry* e, const lock_request& r);
@@ -209,11 +212,23 @@ class lock_table {
   // A guard whose lease expired lets go of the entry.
   void drop_ref(lock_entry* e) noexcept;
 
-  // Leases: arm after a grant with a lease; disarm (true) by the holder's unlock, which
-  // must then release; false when the timer expired the hold first.
-  void arm_lease(lock_entry* e, std::uint64_t token, std::int64_t deadline);
+  // Leases (durations in ns): arm after a grant with a lease; disarm (true) by the
+  // holder's unlock, which must then release; false when the timer expired the hold first.
+  void arm_lease(lock_entry* e, std::uint64_t token, std::int64_t lease);
   [[nodiscard]] bool disarm_lease(lock_entry* e, std::uint64_t token) noexcept;
-  [[nodiscard]] bool extend_lease(lock_entry* e, std::uint64_t token, std::int64_t deadline);
+  [[nodiscard]] bool extend_lease(lock_entry* e, std::uint64_t token, std::int64_t lease);
+
+  // The table's clock: steady_clock ns, or the manual clock below.
+  [[nodiscard]] std::int64_t now() const noexcept;
+
+  // Tests only (the fuzz target): a manual clock starting at `start`, no timer thread.
+  // Call before the mutex is first used. Leases and async wait times then fire only in
+  // advance_manual_clock(), on the caller's thread; blocking timed waits are not supported.
+  void use_manual_clock(std::int64_t start) noexcept {
+    manual_clock_ = true;
+    manual_now_.store(start, std::memory_order_relaxed);
+  }
+  void advance_manual_clock(std::int64_t to);
 
   // The current thread's identity for deadlock detection (never 0).
   static std::uintptr_t this_thread_id() noexcept;
@@ -223,17 +238,20 @@ class lock_table {
 
  private:
   friend class lease_timer;
-  friend struct lock_table_access;  // tests
 
   lease_timer& timer();
+  lease_timer* timer_if_started() noexcept;
   // With s locked: e has count == 0; removes it if nothing refers to it. Returns the
   // entry to destroy after unlocking, or nullptr.
   lock_entry* remove_if_unused(lock_shard& s, lock_entry* e) noexcept;
 
   std::unique_ptr<lock_shard[]> shards_;
   destroy_fn destroy_;
+  bool manual_clock_ = false;  // see use_manual_clock()
+  std::atomic<std::int64_t> manual_now_{0};
   std::once_flag timer_once_;
   std::unique_ptr<lease_timer> timer_;
+  std::atomic<bool> timer_started_{false};
 };
 
 // Completes a waiter that was granted or timed out: resumes its coroutine or runs its
