@@ -33,11 +33,6 @@ std::int64_t to_ns(std::chrono::steady_clock::time_point t) noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-std::uintptr_t lock_table::this_thread_id() noexcept {
-  static thread_local const char marker = 0;
-  return reinterpret_cast<std::uintptr_t>(&marker);
-}
-
 // --- blocking waits ---------------------------------------------------------------------
 
 namespace {
@@ -162,60 +157,24 @@ void complete_waiter(waiter* w) noexcept {
 
 // --- shards -----------------------------------------------------------------------------
 
-namespace {
-
-constexpr std::size_t min_capacity = 16;  // kept once allocated: an idle shard costs 256 B
-
-void place(table_slot* slots, std::size_t mask, std::size_t h, lock_entry* e) noexcept {
-  std::size_t i = h & mask;
-  while (slots[i].entry != nullptr) i = (i + 1) & mask;
-  slots[i] = {h, e};
-}
-
-}  // namespace
-
-void lock_shard::insert(lock_entry* e) {
-  if ((size + 1) * 2 > mask + 1 || slots == nullptr) {
-    const std::size_t capacity = slots == nullptr ? min_capacity : (mask + 1) * 2;
-    auto* bigger = new table_slot[capacity]();
-    for (std::size_t i = 0; slots != nullptr && i <= mask; ++i) {
-      if (slots[i].entry != nullptr) place(bigger, capacity - 1, slots[i].hash, slots[i].entry);
-    }
-    delete[] slots;
-    slots = bigger;
-    mask = capacity - 1;
-  }
-  place(slots, mask, e->hash, e);
-  ++size;
-}
-
-void lock_shard::erase(lock_entry* e) noexcept {
-  std::size_t i = e->hash & mask;
-  while (slots[i].entry != e) i = (i + 1) & mask;
-  // Backward-shift deletion: move later members of the probe run into the hole so that
-  // lookups never need tombstones.
-  for (std::size_t j = (i + 1) & mask; slots[j].entry != nullptr; j = (j + 1) & mask) {
-    const std::size_t home = slots[j].hash & mask;
-    // Does j's home lie cyclically outside (i, j]? Then j may move to i.
-    if (((j - home) & mask) >= ((j - i) & mask)) {
-      slots[i] = slots[j];
-      i = j;
-    }
-  }
-  slots[i] = {0, nullptr};
-  --size;
-  // Give memory back after a burst of keys: halve while mostly empty.
-  std::size_t capacity = mask + 1;
-  if (capacity <= min_capacity || size * 8 >= capacity) return;
-  while (capacity > min_capacity && size * 8 < capacity) capacity /= 2;
-  auto* smaller = new (std::nothrow) table_slot[capacity]();
-  if (smaller == nullptr) return;  // keep the bigger table
-  for (std::size_t k = 0; k <= mask; ++k) {
-    if (slots[k].entry != nullptr) place(smaller, capacity - 1, slots[k].hash, slots[k].entry);
+void lock_shard::resize(std::size_t capacity) {
+  auto* to = new table_slot[capacity]();
+  for (std::size_t i = 0; slots != nullptr && i <= mask; ++i) {
+    if (slots[i].entry != nullptr) place(to, capacity - 1, slots[i].entry);
   }
   delete[] slots;
-  slots = smaller;
+  slots = to;
   mask = capacity - 1;
+}
+
+void lock_shard::shrink() noexcept {
+  std::size_t capacity = mask + 1;
+  while (capacity > min_slots && size * 8 < capacity) capacity /= 2;
+  try {
+    resize(capacity);
+  } catch (const std::bad_alloc&) {
+    // keep the bigger table
+  }
 }
 
 lock_shard::~lock_shard() { delete[] slots; }
@@ -404,8 +363,18 @@ class lease_timer {
 
 // --- the table --------------------------------------------------------------------------
 
+namespace {
+unsigned shard_bits_for(unsigned threads) noexcept {
+  unsigned bits = 4;  // 16 shards
+  while (bits < 8 && (std::size_t{1} << bits) < std::size_t{4} * threads) ++bits;
+  return bits;
+}
+}  // namespace
+
 lock_table::lock_table(destroy_fn destroy)
-    : shards_(std::make_unique<lock_shard[]>(std::size_t{1} << shard_bits)), destroy_(destroy) {}
+    : shard_shift_(64 - shard_bits_for(std::thread::hardware_concurrency())),
+      shards_(std::make_unique<lock_shard[]>(shard_count())),
+      destroy_(destroy) {}
 
 lock_table::~lock_table() {
   timer_.reset();  // joins the timer thread before anything it might touch goes away
@@ -416,11 +385,14 @@ lock_table::~lock_table() {
                  live);
     std::terminate();
   }
+  for (std::size_t i = 0; i < shard_count(); ++i) {
+    if (shards_[i].spare != nullptr) destroy_(shards_[i].spare);
+  }
 }
 
 std::size_t lock_table::size() const noexcept {
   std::size_t n = 0;
-  for (std::size_t i = 0; i < (std::size_t{1} << shard_bits); ++i) {
+  for (std::size_t i = 0; i < shard_count(); ++i) {
     lock_shard& s = shards_[i];
     s.lock.lock();
     n += s.size;
@@ -527,12 +499,12 @@ void lock_table::release(lock_entry* e) noexcept {
   e->holder_thread.store(0, std::memory_order_relaxed);
   std::uint64_t uncounted = 1;
   for (;;) {
-    auto* w = static_cast<waiter*>(e->waiters.pop());
+    auto* w = e->waiters.looks_empty() ? nullptr : static_cast<waiter*>(e->waiters.pop());
     if (w == nullptr) {
       lock_shard& s = shard_for(e->hash);
       s.lock.lock();
-      // Requests are counted and pushed under this lock: pop is exact here.
-      w = static_cast<waiter*>(e->waiters.pop());
+      // Requests are counted and pushed under this lock: the mailbox is exact here.
+      w = e->waiters.looks_empty() ? nullptr : static_cast<waiter*>(e->waiters.pop());
       if (w == nullptr) {
         e->count.store(0, std::memory_order_relaxed);  // == uncounted: nobody else is counted
         lock_entry* dead = remove_if_unused(s, e);
@@ -576,6 +548,10 @@ lock_entry* lock_table::remove_if_unused(lock_shard& s, lock_entry* e) noexcept 
   if (e->refs != 0) return nullptr;
   s.token_floor = std::max(s.token_floor, e->token);
   s.erase(e);
+  if (s.spare == nullptr) {
+    s.spare = e;
+    return nullptr;
+  }
   return e;
 }
 
@@ -612,10 +588,9 @@ bool lock_table::extend_lease(lock_entry* e, std::uint64_t token, std::int64_t l
 
 namespace handoff {
 
-void key_guard::unlock() noexcept {
-  if (entry_ == nullptr) return;
+void key_guard::unlock_leased() noexcept {
   detail::lock_entry* e = std::exchange(entry_, nullptr);
-  if (lease_ == 0 || table_->disarm_lease(e, token_)) return table_->release(e);
+  if (table_->disarm_lease(e, token_)) return table_->release(e);
   expired_ = true;  // the timer released the key; only our reference is left
   table_->drop_ref(e);
 }

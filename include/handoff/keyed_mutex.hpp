@@ -109,7 +109,11 @@ class [[nodiscard]] key_guard {
   // Releases the key: the next waiter gets it (a coroutine or callback waiter may run on
   // this thread before unlock() returns). A no-op when the guard holds nothing: after
   // unlock(), after a move, or when the lease expired. Never throws.
-  void unlock() noexcept;
+  void unlock() noexcept {
+    if (entry_ == nullptr) return;
+    if (lease_ != 0) return unlock_leased();
+    table_->release(std::exchange(entry_, nullptr));
+  }
 
   // The fencing token of this grant: greater than every earlier grant's token for the same
   // key. 0 if the guard never acquired. Kept after unlock() and expiry, so that it can be
@@ -139,6 +143,7 @@ class [[nodiscard]] key_guard {
   friend class keyed_mutex;
   key_guard(detail::lock_table* t, const detail::grant& g) noexcept
       : table_(t), entry_(g.entry), token_(g.token), lease_(g.lease) {}
+  void unlock_leased() noexcept;
 
   detail::lock_table* table_ = nullptr;
   detail::lock_entry* entry_ = nullptr;  // non-null: holds a reference (and maybe the key)
@@ -312,7 +317,17 @@ class keyed_mutex {
   detail::lock_entry* find_or_create(detail::lock_shard& s, std::size_t h, const Key& key) {
     detail::lock_entry* e = s.find(h, [&](detail::lock_entry* x) { return eq_(static_cast<entry*>(x)->key, key); });
     if (e != nullptr) return e;
-    auto* fresh = detail::new_node<entry>(h, key);
+    entry* fresh;
+    if (s.spare != nullptr && std::is_copy_assignable_v<Key>) {
+      // A removed entry: its protocol state is already idle (count 0, empty mailbox, no
+      // lease, no holder); only the key, hash and token floor change.
+      fresh = static_cast<entry*>(s.spare);
+      if constexpr (std::is_copy_assignable_v<Key>) fresh->key = key;  // a throw leaves it spare
+      fresh->hash = h;
+      s.spare = nullptr;
+    } else {
+      fresh = detail::new_node<entry>(h, key);
+    }
     fresh->token = s.token_floor;
     try {
       s.insert(fresh);
@@ -335,7 +350,9 @@ class keyed_mutex {
         s.lock.unlock();
         throw;
       }
-      const detail::grant g = table_.acquire(s, e, r);
+      detail::grant g;
+      if (r.lease == 0 && detail::lock_table::try_acquire_fast(s, e, g)) return guard(&table_, g);
+      g = table_.acquire(s, e, r);
       if (!g.retry) return guard(&table_, g);
     }
   }

@@ -58,10 +58,28 @@ struct detached {
   };
 };
 
-constexpr int key_count = 3;
+constexpr int key_count = 4;
 constexpr int slot_count = 8;
 constexpr std::int64_t start_time = 1'000'000;
-const std::array<std::string, key_count> keys{"player:1", "player:2", "room:7"};
+const std::array<std::string, key_count> keys{"a:1", "a:2", "b:1", "b:2"};
+
+// All four keys land in one shard, whatever the shard count: "a:*" share one hash and
+// "b:*" another whose home slot is the next one. Probing past other keys, backward-shift
+// deletion and the reuse of a removed entry for a different hash are all exercised.
+struct colliding_hash {
+  static std::size_t for_b() noexcept {
+    using handoff::detail::mix_hash;
+    const std::size_t a = mix_hash(0);
+    for (std::size_t v = 1;; ++v) {
+      const std::size_t b = mix_hash(v);
+      if ((b >> 56) == (a >> 56) && (b & 255) == ((a + 1) & 255)) return v;
+    }
+  }
+  std::size_t operator()(const std::string& k) const noexcept {
+    static const std::size_t b = for_b();
+    return k[0] == 'a' ? 0 : b;
+  }
+};
 
 // The model of one guard slot.
 struct slot_model {
@@ -463,7 +481,7 @@ class harness {
 
   static constexpr int pending_holder = -2;  // granted by the model, not yet seen completed
 
-  keyed_mutex<> m_;  // declared first: destroyed after the guards below
+  keyed_mutex<std::string, colliding_hash> m_;  // declared first: destroyed after the guards below
   std::array<key_guard, slot_count> guards_;
   std::array<slot_model, slot_count> model_;
   std::array<key_model, key_count> keys_m_;

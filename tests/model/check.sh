@@ -1,5 +1,6 @@
 #!/bin/sh
-# Verifies tests/model/handoff.pml with spin and compares the verdict with an expectation.
+# Verifies a Promela model of tests/model (MODEL, default handoff.pml) with spin and
+# compares the verdict with an expectation.
 #
 #   check.sh [--match REGEX] [--no-deadlock] pass|fail safety|liveness [-DNAME[=VALUE] ...]
 #
@@ -13,7 +14,8 @@
 # --match REGEX: with fail, pan's error line must also match REGEX (grep -E).
 # --no-deadlock: pan -E, do not report invalid end states (so that the search goes on
 #       to the assertion --match names).
-# Environment: SPIN, CC (default spin, gcc), PAN_MEMLIM_MB (default 2048).
+# Environment: MODEL (default handoff.pml), SPIN, CC (default spin, gcc), PAN_MEMLIM_MB
+# (default 2048).
 set -eu
 
 match=""
@@ -39,10 +41,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 spin=${SPIN:-spin}
 cc=${CC:-gcc}
 memlim=${PAN_MEMLIM_MB:-2048}
+model=${MODEL:-handoff.pml}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/handoff-model.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
-cp "$here/handoff.pml" "$work/"
+cp "$here/$model" "$work/"
 cd "$work"
 
 if [ "$mode" = liveness ]; then
@@ -54,8 +57,8 @@ else
   panflags=""
 fi
 
-echo "model: spin $* handoff.pml ($mode, expect $expect)"
-"$spin" "$@" -a handoff.pml >spin.log 2>&1 || { cat spin.log; echo "spin -a failed"; exit 1; }
+echo "model: spin $* $model ($mode, expect $expect)"
+"$spin" "$@" -a "$model" >spin.log 2>&1 || { cat spin.log; echo "spin -a failed"; exit 1; }
 # -DMEMLIM: pan stops with "out of memory" rather than exceeding the limit.
 "$cc" -O2 $ccflags -DMEMLIM="$memlim" -w -o pan pan.c || { echo "compiling pan.c failed"; exit 1; }
 
@@ -94,9 +97,9 @@ fi
 
 # An error: show what pan found and the end of the counterexample.
 grep -E '^pan:|acceptance cycle|assertion violated|invalid end state' pan.log | head -n 5 || true
-if [ -f handoff.pml.trail ]; then
+if [ -f "$model.trail" ]; then
   echo "--- counterexample (last steps) ---"
-  "$spin" "$@" -t -p -g -k handoff.pml.trail handoff.pml >trail.log 2>&1 || true
+  "$spin" "$@" -t -p -g -k "$model.trail" "$model" >trail.log 2>&1 || true
   grep -E '^ *[0-9]+:[[:space:]]+proc .*\[' trail.log | tail -n 20 || true
   grep -E 'text of failed assertion' trail.log || true
   echo "final:" $(sed -n '/^#processes/,$p' trail.log | grep -E '^[[:space:]]+(count|owners|H|R|nrun) = ' | tr -s ' \t' ' ')

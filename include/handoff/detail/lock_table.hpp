@@ -37,6 +37,7 @@
 #include <memory>
 #include <mutex>
 
+#include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/backoff.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
 
@@ -103,7 +104,7 @@ struct lock_entry {
   explicit lock_entry(std::size_t h) noexcept : hash(h) {}
 
   // --- shard lock ---
-  const std::size_t hash;
+  std::size_t hash;  // the mixed hash (reset when a spare entry is reused)
   std::uint32_t refs = 0;  // guards whose lease expired and that still refer to the entry
 
   // --- hand-off protocol ---
@@ -144,6 +145,10 @@ struct alignas(64) lock_shard {
   // Tokens of removed entries never exceed this; a new entry starts from it, so tokens
   // stay monotonic per key across the entry's lives.
   std::uint64_t token_floor = 0;
+  // One removed entry kept for the next new key (its key still constructed): creating and
+  // freeing an entry per uncontended lock/unlock is most of the table's cost otherwise.
+  // Freed with the mutex.
+  lock_entry* spare = nullptr;
 
   template <class Match>
   lock_entry* find(std::size_t h, Match&& match) const noexcept {
@@ -155,10 +160,40 @@ struct alignas(64) lock_shard {
     }
   }
   // Adds e (not present). May allocate a bigger table: throws std::bad_alloc.
-  void insert(lock_entry* e);
+  void insert(lock_entry* e) {
+    if ((size + 1) * 2 > mask + 1) resize(slots == nullptr ? min_slots : (mask + 1) * 2);  // load <= 1/2
+    place(slots, mask, e);
+    ++size;
+  }
   // Removes e (present). Shrinks the table when it is mostly empty.
-  void erase(lock_entry* e) noexcept;
+  void erase(lock_entry* e) noexcept {
+    std::size_t i = e->hash & mask;
+    while (slots[i].entry != e) i = (i + 1) & mask;
+    // Backward-shift deletion: move later members of the probe run into the hole so that
+    // lookups never need tombstones.
+    for (std::size_t j = (i + 1) & mask; slots[j].entry != nullptr; j = (j + 1) & mask) {
+      const std::size_t home = slots[j].hash & mask;
+      if (((j - home) & mask) >= ((j - i) & mask)) {  // j's home is cyclically outside (i, j]
+        slots[i] = slots[j];
+        i = j;
+      }
+    }
+    slots[i] = {0, nullptr};
+    --size;
+    if (size * 8 < mask + 1 && mask + 1 > min_slots) shrink();  // give memory back after a burst
+  }
   ~lock_shard();
+
+  static constexpr std::size_t min_slots = 4;  // one cache line, kept once allocated
+
+ private:
+  static void place(table_slot* to, std::size_t to_mask, lock_entry* e) noexcept {
+    std::size_t i = e->hash & to_mask;
+    while (to[i].entry != nullptr) i = (i + 1) & to_mask;
+    to[i] = {e->hash, e};
+  }
+  void resize(std::size_t capacity);  // rehashes into `capacity` slots; throws std::bad_alloc
+  void shrink() noexcept;
 };
 
 // What a lock request wants.
@@ -190,7 +225,7 @@ class lock_table {
   lock_table(const lock_table&) = delete;
   lock_table& operator=(const lock_table&) = delete;
 
-  lock_shard& shard_for(std::size_t h) noexcept { return shards_[h >> shard_shift]; }
+  lock_shard& shard_for(std::size_t h) noexcept { return shards_[h >> shard_shift_]; }
   [[nodiscard]] std::size_t size() const noexcept;
 
   // Called with s locked and e in the table (possibly just created): performs the request,
@@ -230,11 +265,25 @@ class lock_table {
   }
   void advance_manual_clock(std::int64_t to);
 
-  // The current thread's identity for deadlock detection (never 0).
-  static std::uintptr_t this_thread_id() noexcept;
+  // The current thread's identity for deadlock detection (never 0): the address of its
+  // scheduler state, an initial-exec TLS access.
+  static std::uintptr_t this_thread_id() noexcept { return reinterpret_cast<std::uintptr_t>(&tls); }
 
-  static constexpr unsigned shard_bits = 8;
-  static constexpr unsigned shard_shift = 64 - shard_bits;
+  // With s locked and e in the table: the uncontended lock, inline. Holds the key and
+  // unlocks s if e is free and no lease is asked for; else leaves both to acquire().
+  [[nodiscard]] static bool try_acquire_fast(lock_shard& s, lock_entry* e, grant& g) noexcept {
+    if (e->count.load(std::memory_order_relaxed) != 0) return false;
+    e->count.store(1, std::memory_order_relaxed);
+    g = {e, ++e->token, 0};
+    e->holder_thread.store(this_thread_id(), std::memory_order_relaxed);
+    s.lock.unlock();
+    return true;
+  }
+
+  // Shards: the next power of two >= 4 x hardware threads, within [16, 256]. Fewer shards
+  // keep a one-thread working set in L1 (each costs a cache line, a slot line and a spare
+  // entry); more keep threads on different keys off each other's lines.
+  [[nodiscard]] std::size_t shard_count() const noexcept { return std::size_t{1} << (64 - shard_shift_); }
 
  private:
   friend class lease_timer;
@@ -245,6 +294,7 @@ class lock_table {
   // entry to destroy after unlocking, or nullptr.
   lock_entry* remove_if_unused(lock_shard& s, lock_entry* e) noexcept;
 
+  unsigned shard_shift_;  // 64 - log2(shard_count())
   std::unique_ptr<lock_shard[]> shards_;
   destroy_fn destroy_;
   bool manual_clock_ = false;  // see use_manual_clock()
