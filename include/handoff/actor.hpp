@@ -15,10 +15,12 @@
 //    handler wrote is visible to the next handler of the same actor, on whatever thread.
 //  - Exactly once: every message accepted by post/ask/async_ask runs exactly once (unless
 //    the actor is destroyed by one of its own handlers; see ~actor).
-//  - Per-sender FIFO: messages sent by one thread run in the order they were sent.
+//  - Causal FIFO: if one send happens-before another to the same actor (the same thread,
+//    or threads synchronized through a latch, a mutex or an atomic), they run in that
+//    order. Per-sender FIFO is the special case of one thread.
 //  - No dedicated threads: without an executor, handlers run only on sending threads.
 //
-// Not promised: any order between messages of different senders; fairness between actors
+// Not promised: any order between concurrent sends (neither happens-before the other); fairness between actors
 // (an owner under a steady stream keeps draining unless a budget hands it off); that the
 // caller of post() returns quickly (it may become the owner and drain for a while).
 #pragma once

@@ -29,7 +29,15 @@
 //
 // Not promised: fairness across keys; FIFO between a try_lock and waiters (try_lock fails
 // whenever the key is held, it never jumps the queue); that a lease expires at its exact
-// deadline (the timer thread may run late under load: expiry is never early).
+// deadline (the timer thread may run late under load: expiry is never early); destroying
+// a coroutine while it is suspended in async_lock (its waiter would be resumed after the
+// frame is gone: let it time out or be granted).
+//
+// Self-deadlock detection: a blocking lock/try_lock_for of a key that this thread acquired
+// through lock, try_lock or try_lock_for throws instead of waiting for ever. It follows
+// the guard as created: moving a guard (to another thread, a container, a return value)
+// turns detection off for that hold, so that a thread that handed its guard on waits
+// normally. Keys held through async_lock or lock_async are not tracked.
 //
 // Where waiters run: a blocked thread wakes on its own thread; a coroutine or callback
 // waiter is resumed by the thread that unlocks the key (inside unlock() or the guard's
@@ -83,10 +91,13 @@ class lock_expired : public std::runtime_error {
 class [[nodiscard]] key_guard {
  public:
   key_guard() noexcept = default;
-  // A moved-from guard is empty, as if default-constructed.
+  // A moved-from guard is empty, as if default-constructed. Moving a held guard turns
+  // self-deadlock detection off for this hold (see the overview).
   key_guard(key_guard&& o) noexcept
       : table_(o.table_), entry_(std::exchange(o.entry_, nullptr)), token_(std::exchange(o.token_, 0)),
-        lease_(std::exchange(o.lease_, 0)), expired_(std::exchange(o.expired_, false)) {}
+        lease_(std::exchange(o.lease_, 0)), expired_(std::exchange(o.expired_, false)) {
+    forget_thread();
+  }
   // Unlocks what this guard held, then takes o's state.
   key_guard& operator=(key_guard&& o) noexcept {
     if (this != &o) {
@@ -96,6 +107,7 @@ class [[nodiscard]] key_guard {
       token_ = std::exchange(o.token_, 0);
       lease_ = std::exchange(o.lease_, 0);
       expired_ = std::exchange(o.expired_, false);
+      forget_thread();
     }
     return *this;
   }
@@ -138,12 +150,17 @@ class [[nodiscard]] key_guard {
   // The lease this guard was granted with; zero when none.
   [[nodiscard]] std::chrono::nanoseconds lease_duration() const noexcept { return std::chrono::nanoseconds(lease_); }
 
- private:
-  template <class, class, class>
-  friend class keyed_mutex;
+  // Internal: a guard of a grant (keyed_mutex builds them, in place where it can).
   key_guard(detail::lock_table* t, const detail::grant& g) noexcept
       : table_(t), entry_(g.entry), token_(g.token), lease_(g.lease) {}
+
+ private:
   void unlock_leased() noexcept;
+  // Only the holder writes holder_thread, and a guard that holds is the holder (an
+  // expired one is not, but then the timer has cleared it already or will).
+  void forget_thread() noexcept {
+    if (entry_ != nullptr && !expired()) entry_->holder_thread.store(0, std::memory_order_relaxed);
+  }
 
   detail::lock_table* table_ = nullptr;
   detail::lock_entry* entry_ = nullptr;  // non-null: holds a reference (and maybe the key)
@@ -250,8 +267,8 @@ class keyed_mutex {
     sorted.erase(std::unique(sorted.begin(), sorted.end(), [this](const Key& a, const Key& b) { return eq_(a, b); }),
                  sorted.end());
     std::vector<guard> guards;
-    guards.reserve(sorted.size());
-    for (const Key& k : sorted) guards.push_back(lock(k));
+    guards.reserve(sorted.size());  // built in place, never moved: detection stays on
+    for (const Key& k : sorted) guards.emplace_back(&table_, acquire_grant(k, {}));
     return multi_guard(std::move(guards));
   }
   multi_guard lock_all(std::initializer_list<Key> keys)
@@ -338,7 +355,8 @@ class keyed_mutex {
     return fresh;
   }
 
-  guard acquire(const Key& key, detail::lock_request r) {
+  guard acquire(const Key& key, detail::lock_request r) { return guard(&table_, acquire_grant(key, r)); }
+  detail::grant acquire_grant(const Key& key, detail::lock_request r) {
     const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
     for (;;) {
@@ -351,9 +369,9 @@ class keyed_mutex {
         throw;
       }
       detail::grant g;
-      if (r.lease == 0 && detail::lock_table::try_acquire_fast(s, e, g)) return guard(&table_, g);
+      if (r.lease == 0 && detail::lock_table::try_acquire_fast(s, e, g)) return g;
       g = table_.acquire(s, e, r);
-      if (!g.retry) return guard(&table_, g);
+      if (!g.retry) return g;
     }
   }
 

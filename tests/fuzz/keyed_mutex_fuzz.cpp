@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <deque>
 #include <exception>
+#include <new>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -79,6 +80,36 @@ struct colliding_hash {
     static const std::size_t b = for_b();
     return k[0] == 'a' ? 0 : b;
   }
+};
+
+// A guard that can be built in place from a prvalue (no move: a moved guard no longer
+// takes part in self-deadlock detection, which the harness wants to exercise).
+class guard_slot {
+ public:
+  guard_slot() { ::new (buf_) key_guard(); }
+  ~guard_slot() { get().~key_guard(); }
+  guard_slot(const guard_slot&) = delete;
+  guard_slot& operator=(const guard_slot&) = delete;
+  key_guard& get() { return *std::launder(reinterpret_cast<key_guard*>(buf_)); }
+  key_guard* operator->() { return &get(); }
+  guard_slot& operator=(key_guard&& g) {
+    get() = std::move(g);
+    return *this;
+  }
+  // Destroys the current guard (unlocking it), then builds f()'s result in place.
+  template <class F>
+  void emplace(F&& f) {
+    get().~key_guard();
+    try {
+      ::new (buf_) key_guard(f());
+    } catch (...) {
+      ::new (buf_) key_guard();
+      throw;
+    }
+  }
+
+ private:
+  alignas(key_guard) unsigned char buf_[sizeof(key_guard)];
 };
 
 // The model of one guard slot.
@@ -143,7 +174,7 @@ class harness {
       case 5:  // unlock: keeps the token and the expired flag
         if (!is(s, slot_model::state::guard)) return;
         release_slot(s);
-        guards_[s].unlock();
+        guards_[s]->unlock();
         return;
       case 6: return move_guard(s, static_cast<int>(arg % slot_count));
       case 7: return extend(s, arg);
@@ -152,7 +183,7 @@ class harness {
         if (!is(s, slot_model::state::guard)) return;
         bool threw = false;
         try {
-          guards_[s].check();
+          guards_[s]->check();
         } catch (const handoff::lock_expired&) {
           threw = true;
         }
@@ -168,25 +199,27 @@ class harness {
 
   void sync_acquire(int k, int s, unsigned arg, kind how, bool with_lease) {
     if (is(s, slot_model::state::pending)) return;
+    clear_slot(s);  // the result goes into slot s (this may release k and grant it on)
     const key_model& km = keys_m_[k];
     const bool free = km.holder < 0;
     const bool mine = !free && model_[km.holder].blocking;
-    // A blocking call on a key held by an async holder would wait on a real clock that
-    // this single-threaded harness cannot advance: not generated.
+    // A blocking call on a key held without detection (async, or a moved guard) would
+    // wait on a real clock that this single-threaded harness cannot advance: not generated.
     if (how != kind::try_lock && !free && !mine) return;
     const std::int64_t lease_ns = with_lease ? ms(arg) : 0;
     const handoff::lease l{std::chrono::nanoseconds(with_lease ? lease_ns : 1)};
     const auto wait = std::chrono::milliseconds(arg % 4);
-    key_guard g;
     bool threw = false;
     try {
-      switch (how) {
-        case kind::try_lock: g = with_lease ? m_.try_lock(keys[k], l) : m_.try_lock(keys[k]); break;
-        case kind::lock: g = with_lease ? m_.lock(keys[k], l) : m_.lock(keys[k]); break;
-        case kind::try_lock_for:
-          g = with_lease ? m_.try_lock_for(keys[k], wait, l) : m_.try_lock_for(keys[k], wait);
-          break;
-      }
+      guards_[s].emplace([&]() -> key_guard {
+        switch (how) {
+          case kind::try_lock: return with_lease ? m_.try_lock(keys[k], l) : m_.try_lock(keys[k]);
+          case kind::lock: return with_lease ? m_.lock(keys[k], l) : m_.lock(keys[k]);
+          case kind::try_lock_for:
+            return with_lease ? m_.try_lock_for(keys[k], wait, l) : m_.try_lock_for(keys[k], wait);
+        }
+        return key_guard();
+      });
     } catch (const std::system_error& e) {
       FUZZ_CHECK(e.code() == std::errc::resource_deadlock_would_occur);
       threw = true;
@@ -195,13 +228,14 @@ class harness {
     // throw, since this thread is the holder.
     const bool zero_wait = how == kind::try_lock_for && wait.count() == 0;
     FUZZ_CHECK(threw == (!free && how != kind::try_lock && !zero_wait));
+    key_guard& g = guards_[s].get();
     FUZZ_CHECK(g.owns_lock() == free);
     if (!free) {
       FUZZ_CHECK(g.token() == 0);
-      return;
+      return;  // slot s holds an empty guard, as clear_slot() left it in the model
     }
     FUZZ_CHECK(g.lease_duration().count() == lease_ns);
-    install(s, std::move(g), k, /*blocking=*/true);
+    install_model(s, k, g.token(), lease_ns, /*blocking=*/true);
   }
 
   void async_acquire(int k, int s, unsigned arg) {
@@ -274,20 +308,25 @@ class harness {
     return false;
   }
 
-  // Puts an acquired guard into slot s (whose model holds nothing live).
+  // Puts an async grant into slot s (pending until now).
   void install(int s, key_guard g, int k, bool blocking) {
+    const std::uint64_t token = g.token();
+    const std::int64_t lease_ns = g.lease_duration().count();
+    guards_[s] = std::move(g);
+    install_model(s, k, token, lease_ns, blocking);
+  }
+
+  // Model: slot s now holds key k with this token.
+  void install_model(int s, int k, std::uint64_t token, std::int64_t lease_ns, bool blocking) {
     key_model& km = keys_m_[k];
     FUZZ_CHECK(km.holder < 0 || km.holder == pending_holder || km.holder == s);
-    FUZZ_CHECK(g.token() > km.max_token);  // fencing: strictly increasing per key
-    km.max_token = g.token();
-    const std::int64_t lease_ns = g.lease_duration().count();
-    if (is(s, slot_model::state::guard)) release_slot(s);
-    guards_[s] = std::move(g);
+    FUZZ_CHECK(token > km.max_token);  // fencing: strictly increasing per key
+    km.max_token = token;
     slot_model& sm = model_[s];
     sm = slot_model{};
     sm.st = slot_model::state::guard;
     sm.key = k;
-    sm.token = km.max_token;
+    sm.token = token;
     sm.holds_ref = true;
     sm.blocking = blocking;
     sm.lease = lease_ns;
@@ -318,9 +357,10 @@ class harness {
   void move_guard(int s, int d) {
     if (d == s || is(s, slot_model::state::pending) || is(d, slot_model::state::pending)) return;
     if (is(d, slot_model::state::guard)) release_slot(d);
-    guards_[d] = std::move(guards_[s]);
+    guards_[d] = std::move(guards_[s].get());
     settle();
     model_[d] = model_[s];
+    model_[d].blocking = false;  // a moved guard leaves self-deadlock detection
     if (owns(d)) keys_m_[model_[d].key].holder = d;
     if (is(s, slot_model::state::guard)) {
       model_[s] = slot_model{};
@@ -335,7 +375,7 @@ class harness {
     if (g.lease == 0) {
       bool threw = false;
       try {
-        (void)guards_[s].extend(d);
+        (void)guards_[s]->extend(d);
       } catch (const std::logic_error&) {
         threw = true;
       }
@@ -343,7 +383,7 @@ class harness {
       return;
     }
     const bool live = owns(s);
-    FUZZ_CHECK(guards_[s].extend(d) == live);
+    FUZZ_CHECK(guards_[s]->extend(d) == live);
     if (live) {
       g.deadline = now_ + d.count();
       g.seq = ++seq_;
@@ -450,9 +490,9 @@ class harness {
     for (int s = 0; s < slot_count; ++s) {
       if (!is(s, slot_model::state::guard)) continue;
       const slot_model& sm = model_[s];
-      FUZZ_CHECK(guards_[s].owns_lock() == owns(s));
-      FUZZ_CHECK(guards_[s].expired() == sm.expired);
-      FUZZ_CHECK(guards_[s].token() == sm.token);
+      FUZZ_CHECK(guards_[s]->owns_lock() == owns(s));
+      FUZZ_CHECK(guards_[s]->expired() == sm.expired);
+      FUZZ_CHECK(guards_[s]->token() == sm.token);
       if (owns(s)) FUZZ_CHECK(keys_m_[sm.key].holder == s);
     }
   }
@@ -463,7 +503,7 @@ class harness {
       for (int s = 0; s < slot_count; ++s) {
         if (is(s, slot_model::state::guard)) {
           release_slot(s);
-          guards_[s].unlock();
+          guards_[s]->unlock();
           settle();
         }
       }
@@ -482,7 +522,7 @@ class harness {
   static constexpr int pending_holder = -2;  // granted by the model, not yet seen completed
 
   keyed_mutex<std::string, colliding_hash> m_;  // declared first: destroyed after the guards below
-  std::array<key_guard, slot_count> guards_;
+  std::array<guard_slot, slot_count> guards_;
   std::array<slot_model, slot_count> model_;
   std::array<key_model, key_count> keys_m_;
   std::int64_t now_ = start_time;

@@ -104,6 +104,37 @@ TEST(Actor, RunsEachSendersMessagesInTheOrderSent) {
   for (int t = 0; t < threads; ++t) EXPECT_EQ(o.last[static_cast<std::size_t>(t)], per_thread - 1);
 }
 
+TEST(Actor, RunsSendsOrderedByHappensBeforeInThatOrderAcrossThreads) {
+  // Causal order: thread 1 posts, then tells thread 2, which then posts. Thread 1 may be
+  // inside another actor's handler (its send is deferred on its ready list) or the actor
+  // may be busy on a third thread: either way the first send must run first.
+  struct order {
+    std::vector<int> ran;
+  };
+  handoff::actor<order> a;
+  handoff::actor<int> other;
+  for (int round = 0; round < 2000; ++round) {
+    std::atomic<int> step{0};
+    std::jthread second([&] {
+      while (step.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+      a.post([round](order& o) { o.ran.push_back(2 * round + 1); });
+    });
+    auto first = [&] {
+      a.post([round](order& o) { o.ran.push_back(2 * round); });
+      step.store(1, std::memory_order_release);  // happens-before the second send
+    };
+    if (round % 2 == 0) {
+      first();
+    } else {
+      other.post([&](int&) { first(); });  // the send is made from inside a handler
+    }
+    second.join();
+  }
+  auto o = a.ask([](order& s) { return s; }).get();
+  ASSERT_EQ(o.ran.size(), 4000u);
+  for (std::size_t i = 0; i < o.ran.size(); ++i) ASSERT_EQ(o.ran[i], static_cast<int>(i)) << "position " << i;
+}
+
 TEST(Actor, MakesEachHandlersWritesVisibleToTheNextHandlerOnAnotherThread) {
   // A non-atomic vector grown by handlers that run on different threads: any missing
   // happens-before edge is a data race TSan reports, and a lost write shows in the content.
