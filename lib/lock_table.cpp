@@ -486,11 +486,16 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
   e->waiters.push(w);
   s.lock.unlock();
   if (deadline != 0) {
-    // After the push, w may be granted at any moment (a granter that finds it not yet
-    // scheduled leaves the timer's reference, counted in by the caller, to the timer).
+    // After the push, w may be granted at any moment. A grant cancels the timeout under
+    // the timer mutex, so check under it: granted before we got here, there is nothing to
+    // schedule and the timer's reference (counted in by the caller) is ours to drop.
     lease_timer& t = timer();
     std::lock_guard lock(t.mutex());
-    t.schedule(&w->timeout, deadline);
+    if (w->state.load(std::memory_order_relaxed) == waiter::waiting) {
+      t.schedule(&w->timeout, deadline);
+    } else {
+      release_waiter(w);
+    }
   }
   return false;
 }

@@ -182,7 +182,7 @@ class actor : private detail::actor_base {
     ask_awaiter(const ask_awaiter&) = delete;
     ask_awaiter& operator=(const ask_awaiter&) = delete;
 
-    bool await_ready() const noexcept { return false; }
+    [[nodiscard]] bool await_ready() const noexcept { return false; }
 
     bool await_suspend(std::coroutine_handle<> h) noexcept {
       waiter_.handle = h;

@@ -181,7 +181,7 @@ class [[nodiscard]] multi_guard {
   }
   // Unlocks every key, in reverse acquisition order.
   void unlock() noexcept {
-    for (auto it = guards_.rbegin(); it != guards_.rend(); ++it) it->unlock();
+    for (key_guard& g : std::views::reverse(guards_)) g.unlock();
   }
   ~multi_guard() { unlock(); }
   multi_guard(multi_guard&&) noexcept = default;
@@ -400,7 +400,7 @@ class keyed_mutex {
         : m_(m), key_(std::move(key)), deadline_(deadline), lease_(lease_ns) {}
     lock_awaiter(const lock_awaiter&) = delete;
     lock_awaiter& operator=(const lock_awaiter&) = delete;
-    bool await_ready() const noexcept { return false; }
+    [[nodiscard]] bool await_ready() const noexcept { return false; }
 
     bool await_suspend(std::coroutine_handle<> h) {
       auto* w = detail::new_node<detail::waiter>();
@@ -455,6 +455,7 @@ class keyed_mutex {
   template <class Fn>
   struct callback_waiter final : detail::waiter {
     template <class A>
+      requires(!std::is_same_v<std::remove_cvref_t<A>, callback_waiter>)
     explicit callback_waiter(A&& a) : fn(std::forward<A>(a)) {
       type = kind::callback;
       complete = &run;

@@ -92,7 +92,7 @@ void schedule_resume(resumable* r) noexcept;
 // steady_clock in nanoseconds; never 0.
 std::int64_t now_ns() noexcept;
 // Prints an exception that has no hook to go to.
-void report_to_stderr(std::exception_ptr e) noexcept;
+void report_to_stderr(const std::exception_ptr& e) noexcept;
 // Node memory for messages; recycled per thread, so steady-state sends do not call malloc.
 [[nodiscard]] void* allocate_node(std::size_t size);
 void free_node(void* p, std::size_t size) noexcept;
@@ -119,8 +119,11 @@ void delete_node(Node* n) noexcept {
 // Frees a node when a handler returns or throws.
 template <class Node>
 struct node_guard {
-  Node* node;
+  explicit node_guard(Node* n) noexcept : node(n) {}
+  node_guard(const node_guard&) = delete;
+  node_guard& operator=(const node_guard&) = delete;
   ~node_guard() { delete_node(node); }
+  Node* node;
 };
 
 class actor_base {
@@ -235,7 +238,7 @@ class actor_base {
   void shut_down() noexcept;
 
   // Reports an exception thrown by a post handler to the error hook.
-  void report_error(std::exception_ptr e) noexcept;
+  void report_error(const std::exception_ptr& e) noexcept;
 
   // Executor continuation: drain `a` (or defer it when the executor runs work inline
   // inside a handler).

@@ -292,7 +292,7 @@ class lock_table {
   lease_timer* timer_if_started() noexcept;
   // With s locked: e has count == 0; removes it if nothing refers to it. Returns the
   // entry to destroy after unlocking, or nullptr.
-  lock_entry* remove_if_unused(lock_shard& s, lock_entry* e) noexcept;
+  static lock_entry* remove_if_unused(lock_shard& s, lock_entry* e) noexcept;
 
   unsigned shard_shift_;  // 64 - log2(shard_count())
   std::unique_ptr<lock_shard[]> shards_;
