@@ -1,0 +1,100 @@
+# Builds and runs tests/consumers/main.cpp against handoff consumed one way:
+#   add_subdirectory  the project in add_subdirectory/, with handoff's source tree vendored
+#   fetchcontent      the project in fetchcontent/, FetchContent from the source tree (no download)
+#   pkgconfig         installs the already-built handoff into a scratch prefix and compiles
+#                     main.cpp with the flags of `pkg-config --cflags --libs handoff`
+# Same compiler, generator, configuration and sanitizers as the handoff build that runs it;
+# everything happens in WORK_DIR (wiped first).
+#
+#   cmake -DWAY=<way> -DHANDOFF_SOURCE_DIR=<source dir> -DWORK_DIR=<scratch dir>
+#         -DCXX_COMPILER=<compiler> [-DCONFIG=<config>] [-DSANITIZERS=<list>]
+#         [-DGENERATOR=<generator>]
+#         [-DHANDOFF_BINARY_DIR=<handoff build dir> -DPKG_CONFIG=<pkg-config>]  (pkgconfig)
+#         -P run.cmake
+cmake_minimum_required(VERSION 3.25)
+
+set(required WAY HANDOFF_SOURCE_DIR WORK_DIR CXX_COMPILER)
+if(WAY STREQUAL "pkgconfig")
+  list(APPEND required HANDOFF_BINARY_DIR PKG_CONFIG)
+elseif(NOT WAY MATCHES "^(add_subdirectory|fetchcontent)$")
+  message(FATAL_ERROR "run.cmake: WAY must be add_subdirectory, fetchcontent or pkgconfig, not '${WAY}'")
+endif()
+foreach(var IN LISTS required)
+  if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
+    message(FATAL_ERROR "run.cmake: ${var} is required")
+  endif()
+endforeach()
+
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+function(run_step what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "consumer test (${WAY}): ${what} failed (${rc}):\n${out}")
+  endif()
+  message(STATUS "consumer test (${WAY}): ${what}: ok")
+  set(step_output "${out}" PARENT_SCOPE)
+endfunction()
+
+set(config_args)
+if(CONFIG)
+  set(config_args --config "${CONFIG}")
+endif()
+set(sanitizer_flags)
+if(SANITIZERS)
+  # Same instrumentation as the handoff build, so that the consumer links against it.
+  set(sanitizer_flags -fsanitize=${SANITIZERS} -fno-omit-frame-pointer)
+endif()
+
+if(WAY STREQUAL "pkgconfig")
+  set(prefix "${WORK_DIR}/prefix")
+  run_step("install" "${CMAKE_COMMAND}" --install "${HANDOFF_BINARY_DIR}" --prefix "${prefix}" ${config_args})
+  # Only the scratch prefix: a handoff installed on the machine must not satisfy the test.
+  file(GLOB pc_file "${prefix}/*/pkgconfig/handoff.pc" "${prefix}/*/*/pkgconfig/handoff.pc")
+  if(NOT pc_file)
+    message(FATAL_ERROR "consumer test (${WAY}): the install has no pkgconfig/handoff.pc")
+  endif()
+  get_filename_component(pc_dir "${pc_file}" DIRECTORY)
+  set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
+  set(ENV{PKG_CONFIG_LIBDIR} "${pc_dir}")
+  run_step("pkg-config --cflags --libs handoff" "${PKG_CONFIG}" --cflags --libs handoff)
+  string(STRIP "${step_output}" pc_flags)
+  message(STATUS "consumer test (${WAY}): flags: ${pc_flags}")
+  separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
+  # For a shared libhandoff (BUILD_SHARED_LIBS): the consumer has no rpath to it.
+  execute_process(COMMAND "${PKG_CONFIG}" --variable=libdir handoff OUTPUT_VARIABLE libdir OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(ENV{LD_LIBRARY_PATH} "${libdir}")
+  set(consumer "${WORK_DIR}/handoff_consumer")
+  # The standard is the user's to choose (the .pc file does not force one).
+  run_step("compile and link consumer"
+    "${CXX_COMPILER}" -std=c++20 ${sanitizer_flags} "${CMAKE_CURRENT_LIST_DIR}/main.cpp" ${pc_flags} -o "${consumer}")
+else()
+  set(consumer_build "${WORK_DIR}/build")
+  set(configure_args
+    -S "${CMAKE_CURRENT_LIST_DIR}/${WAY}" -B "${consumer_build}"
+    "-DHANDOFF_SOURCE_DIR=${HANDOFF_SOURCE_DIR}"
+    "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
+  if(GENERATOR)
+    list(APPEND configure_args -G "${GENERATOR}")
+  endif()
+  if(CONFIG)
+    list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${CONFIG}")
+  endif()
+  if(SANITIZERS)
+    # Instruments handoff's sources too: they are compiled in the consumer's build.
+    list(JOIN sanitizer_flags " " flags)
+    list(APPEND configure_args "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZERS}")
+  endif()
+  run_step("configure consumer" "${CMAKE_COMMAND}" ${configure_args})
+  run_step("build consumer" "${CMAKE_COMMAND}" --build "${consumer_build}" --parallel ${config_args})
+  # Single- and multi-config generators put the executable in different places.
+  find_program(consumer NAMES handoff_consumer PATHS "${consumer_build}" "${consumer_build}/${CONFIG}"
+               NO_DEFAULT_PATH NO_CACHE REQUIRED)
+endif()
+
+execute_process(COMMAND "${consumer}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+message(STATUS "${out}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer test (${WAY}): the consumer failed (${rc})")
+endif()
