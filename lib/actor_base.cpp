@@ -40,7 +40,7 @@ std::int64_t now_ns() noexcept {
       .count();
 }
 
-void report_to_stderr(std::exception_ptr e) noexcept {
+void report_to_stderr(const std::exception_ptr& e) noexcept {
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {
@@ -61,7 +61,7 @@ actor_base::actor_base(std::shared_ptr<const actor_options> options) : options_(
   if (options_->max_time.count() < 0) throw std::invalid_argument("handoff: negative max_time");
 }
 
-void actor_base::report_error(std::exception_ptr e) noexcept {
+void actor_base::report_error(const std::exception_ptr& e) noexcept {
   if (options_ == nullptr || !options_->on_error) return report_to_stderr(e);
   try {
     options_->on_error(e);
@@ -200,6 +200,8 @@ void actor_base::shut_down() noexcept {
     return;
   }
   if (try_acquire()) return;  // idle: nothing pending, and now nobody else can own it
+  // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): out of memory in a destructor that
+  // must wait for another thread has no better answer than terminate.
   auto* marker = new destroy_marker;
   marker->invoke = &destroy_marker::run;
   std::future<void> done = marker->done.get_future();
