@@ -2,8 +2,11 @@
 # The main job: build handoff in Release and run the benchmark suite against its baselines
 # (actor_bench: std::mutex, moodycamel mailboxes; peers_bench: Boost.Asio strands and
 # CAF 0.17, the Savina micro-benchmarks, idle-actor memory; pool_bench: per-key
-# serialization over a handoff::thread_pool of 1 and 3 workers), then print the comparison
-# table and regenerate docs/benchmarks.md and its plot docs/benchmarks.png.
+# serialization over a handoff::thread_pool of 1 and 3 workers; keyed_mutex_bench:
+# handoff::keyed_mutex against a map of std::mutex with cleanup, a striped mutex array and
+# tbb::concurrent_hash_map accessors, the FIFO check and the per-key memory), then print the
+# comparison table and regenerate docs/benchmarks.md and its plots docs/benchmarks.png and
+# docs/benchmarks_keyed_mutex.png.
 #
 #   bash tools/bench.sh [extra benchmark flags, given to every binary, e.g. --benchmark_filter=mailbox]
 #
@@ -11,11 +14,11 @@
 # packages are installed first by tools/deps.sh (checked with dpkg; apt-get update once,
 # then apt-get install --no-install-recommends). Takes about 4-5 minutes on 2 cores
 # (3 repetitions of every benchmark; the table shows medians).
-# Output: build/release/bench/{actor,peers,pool}_bench.json (raw results), the Markdown
-# table on stdout (tools/bench_table.py), and, for a full run (no extra flags),
-# docs/benchmarks.md with the same table, the machine, and docs/benchmarks.png (gnuplot,
-# tools/plot.gp: the ratios as bars, log scale). A run with extra flags (a filter) prints
-# the table only, leaving the committed page alone.
+# Output: build/release/bench/{actor,peers,pool,keyed_mutex}_bench.json (raw results), the
+# Markdown table on stdout (tools/bench_table.py), and, for a full run (no extra flags),
+# docs/benchmarks.md with the same table, the machine, and docs/benchmarks.png and
+# docs/benchmarks_keyed_mutex.png (gnuplot, tools/plot.gp: the ratios as bars, log scale). A
+# run with extra flags (a filter) prints the table only, leaving the committed page alone.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -24,11 +27,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash tools/deps.sh
 
 cmake --preset release
-cmake --build --preset release -j"$(nproc)" --target actor_bench peers_bench pool_bench
+cmake --build --preset release -j"$(nproc)" --target actor_bench peers_bench pool_bench keyed_mutex_bench
 
 start=$SECONDS
 outs=()
-for bench in actor_bench peers_bench pool_bench; do
+for bench in actor_bench peers_bench pool_bench keyed_mutex_bench; do
   out=build/release/bench/$bench.json
   rm -f "$out"
   build/release/bench/$bench --benchmark_repetitions=3 --benchmark_display_aggregates_only=true \
@@ -42,10 +45,13 @@ echo
 rc=0
 if (($# == 0)); then
   ratios=build/release/bench/ratios.tsv
-  python3 tools/bench_table.py "${outs[@]}" -o docs/benchmarks.md --image benchmarks.png --plot-data "$ratios" || rc=$?
+  km_ratios=build/release/bench/ratios_keyed_mutex.tsv
+  python3 tools/bench_table.py "${outs[@]}" -o docs/benchmarks.md --image benchmarks.png --plot-data "$ratios" \
+    --km-image benchmarks_keyed_mutex.png --km-plot-data "$km_ratios" || rc=$?
   gnuplot -e "datafile='$ratios'; outfile='docs/benchmarks.png'" tools/plot.gp
+  gnuplot -e "datafile='$km_ratios'; outfile='docs/benchmarks_keyed_mutex.png'; heading='keyed mutex'" tools/plot.gp
   echo
-  echo "handoff: wrote docs/benchmarks.md and docs/benchmarks.png"
+  echo "handoff: wrote docs/benchmarks.md, docs/benchmarks.png and docs/benchmarks_keyed_mutex.png"
 else
   python3 tools/bench_table.py "${outs[@]}" || rc=$?
 fi

@@ -2,11 +2,13 @@
 """Render Google Benchmark JSON output of handoff's benchmarks as Markdown tables.
 
 Usage: tools/bench_table.py RESULT.json [MORE.json ...] [-o OUT.md] [--image PLOT.png]
-                             [--plot-data RATIOS.tsv]
+                             [--plot-data RATIOS.tsv] [--km-image PLOT.png]
+                             [--km-plot-data RATIOS.tsv]
 
--o writes the Markdown to OUT.md too (with a title and, with --image, a link to the plot
-image, relative to OUT.md); --plot-data writes one "label<TAB>ratio" line per compared pair
-for tools/plot.gp. The Markdown always goes to stdout.
+-o writes the Markdown to OUT.md too (with a title and, with --image / --km-image, links to
+the plot images, relative to OUT.md); --plot-data writes one "label<TAB>ratio" line per
+compared pair for tools/plot.gp, --km-plot-data the same for the keyed-mutex pairs (which
+--plot-data then leaves out). The Markdown always goes to stdout.
 
 Input: files written with --benchmark_out=FILE --benchmark_out_format=json, ideally with
 --benchmark_repetitions=N (N >= 3); --benchmark_report_aggregates_only may be true or
@@ -24,16 +26,20 @@ Naming convention (what bench/*.cpp must follow):
     One row is printed per (handoff impl, baseline impl) pair.
   * ratio = baseline time / handoff time (real time per iteration); > 1 means handoff is
     faster.
-  * Workloads whose name starts with "mem_" measure memory: their time is not compared;
-    they appear with their counters only.
+  * Workloads whose name starts with "mem_" (or "km_mem_") measure memory: their time is
+    not compared; they appear with their counters only.
+  * Workloads whose name starts with "km_" (bench/keyed_mutex_bench.cpp) get their own
+    section, "Keyed mutex": the same time table (time per lock/unlock), then their counters,
+    and, with --km-plot-data, their own plot data.
   * Workloads in SPEEDUP_TARGETS compare two handoff impls with each other (a worker pool
     of 1 and of 3 workers): speed-up = slow impl time / fast impl time, in its own table.
   * Counters (state.counters, other than items/bytes per second) are printed per workload
     in a second table. Workloads named "mailbox*" and "mem_mailbox*" are also joined by
     impl into the "Mailbox comparison" table (ns_per_msg, sizeof, bytes_per_actor).
 
-Targets (SPEC §4 and the benchmark issue) are in TIME_TARGETS, SPEEDUP_TARGETS and
-COUNTER_TARGETS below; a missed target is marked "NOT met" in the table.
+Targets (SPEC §4 and the benchmark issues) are in TIME_TARGETS, SPEEDUP_TARGETS,
+COUNTER_TARGETS and COUNTER_MIN_TARGETS below; a missed target is marked "NOT met" in the
+table.
 
 Python 3 standard library only.
 """
@@ -58,6 +64,10 @@ TIME_TARGETS = {
     ("fjthroughput", "caf"): (5.0, ">= 5x CAF"),
     ("1actor_trivial/threads:2", "mutex"): (1.0, ">= 1.0x mutex, 2 senders"),
     ("1actor_work200ns/threads:2", "mutex"): (1.2, ">= 1.2x mutex, 2 senders"),
+    # Keyed mutex (the keyed-mutex issue): uncontended lock/unlock over 1024 keys.
+    ("km_uncontended", "striped256"): (0.5, "handoff <= 2x striped mutex time"),
+    ("km_uncontended", "map_mutex_cleanup"): (2.0, ">= 2x map of mutexes with cleanup"),
+    ("km_uncontended", "tbb_accessor_erase"): (2.0, ">= 2x tbb accessor with erase"),
 }
 # workload -> (slow impl, fast impl, min speed-up slow_time / fast_time, description, note)
 SPEEDUP_TARGETS = {
@@ -70,7 +80,27 @@ SPEEDUP_TARGETS = {
 # (workload prefix, counter) -> (max value for handoff impls, description)
 COUNTER_TARGETS = {
     ("mem_idle", "bytes_per_actor"): (99.0, "idle actor: tens of bytes (< 100)"),
+    ("km_1m_keys", "size_after"): (0.0, "size() == 0 after"),
+    ("km_1m_keys", "rss_growth_kb"): (5120.0, "RSS growth <= 5 MB"),
+    ("km_mem_live_100k", "size_after"): (0.0, "size() == 0 after release"),
 }
+# (workload prefix, counter) -> (min value for handoff impls, description)
+COUNTER_MIN_TARGETS = {
+    ("km_hotkey", "fifo_ok"): (1.0, "FIFO grant order checked"),
+}
+KM_PREFIX = "km_"
+KM_NOTE = ("Keys are std::string (\"player:123\"); time is wall-clock per lock/unlock, all threads together. "
+           "Baselines: map_mutex_cleanup = std::unordered_map<std::string, {std::mutex, users}> under one "
+           "global std::mutex, entry erased by its last user; striped256 = 256 std::mutex by hash (not an "
+           "exact keyed lock); tbb_accessor_erase/_keep = tbb::concurrent_hash_map write accessor held as "
+           "the lock, erased on unlock / kept. km_design compares the per-key state without a table: "
+           "(b) the atomic-count ownership protocol (handoff's) against (a) an actor whose lock and unlock "
+           "are messages, and a std::mutex. km_hotkey/handoff checks FIFO grant order on every call "
+           "(fifo_ok). km_1m_keys and km_mem_live_100k run once per process (a memory delta means something "
+           "only the first time an allocator reaches that size): their time is one sample. In "
+           "km_mem_live_100k, bytes_per_live_key is the RSS delta, a cold measurement for handoff (it runs "
+           "first); map_mutex_cleanup's reuses memory handoff freed: compare heap_bytes_per_live_key. "
+           "See bench/keyed_mutex_bench.cpp.")
 
 TIME_UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 GB_SUFFIX = re.compile(r"^(min_time:.*|min_warmup_time:.*|iterations:\d+|repeats:\d+|real_time|manual_time|process_time)$")
@@ -180,30 +210,17 @@ def machine_line(contexts):
     return "; ".join(parts)
 
 
-def render(contexts, results):
-    """Returns (markdown, [(plot label, ratio)])."""
-    out = []
-    plot = []
-    out.append("## handoff benchmark results")
-    out.append("")
-    out.append("Machine: " + machine_line(contexts) + ".")
-    reps = "/".join(str(r) for r in (contexts[0].get("_repetitions") or [1])) if contexts else "1"
-    out.append(f"All values are medians of {reps} repetitions; time is wall-clock per iteration: per "
-               "message (all sender threads together) for the actor workloads, per message through the "
-               "whole chain for chain1000, per complete run for the Savina benchmarks and the worker "
-               "pool. Ratio = baseline / handoff (> 1: handoff faster).")
-    out.append("")
+def is_memory(workload):
+    base = workload.split("/")[0]
+    return base.startswith("mem_") or base.startswith(KM_PREFIX + "mem_")
 
-    by_workload = OrderedDict()
-    for run, r in results.items():
-        workload, impl = split_name(run)
-        by_workload.setdefault(workload, OrderedDict())[impl] = (run, r)
 
-    # Time comparison.
+def time_table(out, plot, by_workload):
+    """Appends the time comparison rows of by_workload to out, the ratios to plot."""
     out.append("| Benchmark | handoff | handoff median | baseline | baseline median | ratio | target |")
     out.append("|---|---|---:|---|---:|---:|---|")
     for workload, impls in by_workload.items():
-        if workload.startswith("mem_") or workload.split("/")[0] in SPEEDUP_TARGETS:
+        if is_memory(workload) or workload.split("/")[0] in SPEEDUP_TARGETS:
             continue
         ours = [i for i in impls if i.startswith("handoff")]
         theirs = [i for i in impls if not i.startswith("handoff")]
@@ -232,6 +249,73 @@ def render(contexts, results):
                 out.append(f"| {workload} | {i} | {fmt_ns(r.get('time'))} | | | | {note} |")
     out.append("")
 
+
+def counter_target(workload, impl, r):
+    """The counter targets of one row, joined."""
+    if not impl.startswith("handoff"):
+        return ""
+    found = []
+    for (prefix, counter), (limit, desc) in COUNTER_TARGETS.items():
+        if workload.startswith(prefix) and counter in r:
+            found.append(f"{'met' if r[counter] <= limit else '**NOT met**'} ({desc})")
+    for (prefix, counter), (limit, desc) in COUNTER_MIN_TARGETS.items():
+        if workload.startswith(prefix):
+            if "error" in r:
+                found.append(f"**NOT met** ({desc}: {r['error']})")
+            elif counter in r:
+                found.append(f"{'met' if r[counter] >= limit else '**NOT met**'} ({desc})")
+            else:
+                found.append(f"**NOT met** ({desc}: counter missing)")
+    return "; ".join(found)
+
+
+def counter_tables(out, by_workload):
+    """Appends one counter table per workload that has counters."""
+    for workload, impls in by_workload.items():
+        names = []
+        for _, r in impls.values():
+            for k in r:
+                if k not in ("time", "items_per_second", "error") and k not in names:
+                    names.append(k)
+        if not names:
+            continue
+        out.append(f"| {workload} | " + " | ".join(names) + " | target |")
+        out.append("|---|" + "---:|" * len(names) + "---|")
+        for impl, (_, r) in impls.items():
+            if not any(n in r for n in names):
+                continue  # a baseline without these counters (km_hotkey's fifo_ok)
+            cells = [fmt_num(r.get(n)) for n in names]
+            out.append(f"| {impl} | " + " | ".join(cells) + f" | {counter_target(workload, impl, r)} |")
+        out.append("")
+
+
+def render(contexts, results):
+    """Returns (markdown, [(plot label, ratio)], [(keyed-mutex plot label, ratio)])."""
+    out = []
+    plot = []
+    km_plot = []
+    out.append("## handoff benchmark results")
+    out.append("")
+    out.append("Machine: " + machine_line(contexts) + ".")
+    reps = str(max(contexts[0].get("_repetitions") or [1])) if contexts else "1"
+    out.append(f"All values are medians of {reps} repetitions (except where a workload says it runs once); "
+               "time is wall-clock per iteration: per "
+               "message (all sender threads together) for the actor workloads, per message through the "
+               "whole chain for chain1000, per complete run for the Savina benchmarks and the worker "
+               "pool. Ratio = baseline / handoff (> 1: handoff faster).")
+    out.append("")
+
+    by_workload = OrderedDict()
+    km_workload = OrderedDict()  # the keyed mutex's workloads: their own section
+    for run, r in results.items():
+        workload, impl = split_name(run)
+        target = km_workload if workload.startswith(KM_PREFIX) else by_workload
+        target.setdefault(workload, OrderedDict())[impl] = (run, r)
+
+    # Time comparison.
+    if by_workload:
+        time_table(out, plot, by_workload)
+
     # Speed-ups between two handoff impls of one workload (the worker pool).
     speedups = [(w, impls) for w, impls in by_workload.items() if w.split("/")[0] in SPEEDUP_TARGETS]
     if speedups:
@@ -259,29 +343,12 @@ def render(contexts, results):
             out.append("")
 
     # Counters per workload.
-    counter_rows = []
-    for workload, impls in by_workload.items():
-        names = []
-        for _, r in impls.values():
-            for k in r:
-                if k not in ("time", "items_per_second", "error") and k not in names:
-                    names.append(k)
-        if names:
-            counter_rows.append((workload, impls, names))
-    if counter_rows:
+    counter_out = []
+    counter_tables(counter_out, by_workload)
+    if counter_out:
         out.append("### Counters (medians)")
         out.append("")
-        for workload, impls, names in counter_rows:
-            out.append(f"| {workload} | " + " | ".join(names) + " | target |")
-            out.append("|---|" + "---:|" * len(names) + "---|")
-            for impl, (_, r) in impls.items():
-                cells = [fmt_num(r.get(n)) for n in names]
-                target = ""
-                for (prefix, counter), (limit, desc) in COUNTER_TARGETS.items():
-                    if workload.startswith(prefix) and impl.startswith("handoff") and counter in r:
-                        target = f"{'met' if r[counter] <= limit else '**NOT met**'} ({desc})"
-                out.append(f"| {impl} | " + " | ".join(cells) + f" | {target} |")
-            out.append("")
+        out.extend(counter_out)
 
     # Mailbox comparison: join mailbox* and mem_mailbox* by impl.
     mailbox = OrderedDict()
@@ -307,7 +374,22 @@ def render(contexts, results):
             out.append(f"| {impl} | {fmt_ns(ns) if ns is not None else ''} | {fmt_num(row.get('sizeof'))} | "
                        f"{fmt_num(row.get('bytes_per_actor'))} |")
         out.append("")
-    return "\n".join(out), plot
+
+    # The keyed mutex: its time table, then its counters.
+    if km_workload:
+        out.append("### Keyed mutex")
+        out.append("")
+        out.append(KM_NOTE)
+        km_context = next((c for c in contexts if "keyed_mutex_keys" in c), None)
+        if km_context and "load_avg" in km_context:
+            # The binaries run one after another: the load when this one started says more
+            # about its numbers than the first binary's.
+            out.append(f"This binary started at {km_context.get('date', '?')}, load avg "
+                       + ", ".join(f"{x:.2f}" for x in km_context["load_avg"]) + ".")
+        out.append("")
+        time_table(out, km_plot, km_workload)
+        counter_tables(out, km_workload)
+    return "\n".join(out), plot, km_plot
 
 
 def plot_label(workload, handoff_impl, baseline):
@@ -323,31 +405,42 @@ def main(argv):
     ap.add_argument("-o", "--output", help="also write the Markdown to this file")
     ap.add_argument("--image", help="with -o: the plot image to show, relative to the Markdown file")
     ap.add_argument("--plot-data", help="write 'label<TAB>ratio' lines (one per compared pair) here")
+    ap.add_argument("--km-image", help="with -o: the keyed-mutex plot image, relative to the Markdown file")
+    ap.add_argument("--km-plot-data", help="write the keyed-mutex pairs' 'label<TAB>ratio' lines here "
+                    "(without it they go to --plot-data)")
     args = ap.parse_args(argv)
     contexts, results = load(args.files)
     if not results:
         print("no benchmark results found in " + ", ".join(args.files), file=sys.stderr)
         return 1
-    text, plot = render(contexts, results)
+    text, plot, km_plot = render(contexts, results)
+    if not args.km_plot_data:
+        plot = plot + km_plot
     print(text)
     if args.output:
         head = ["# Benchmarks", "",
                 "Generated by `bash tools/bench.sh` (do not edit: rerun it). Each workload runs with its "
                 "baselines in the same binary (bench/actor_bench.cpp, bench/peers_bench.cpp, "
-                "bench/pool_bench.cpp), with --benchmark_repetitions; the tables show medians.", ""]
+                "bench/pool_bench.cpp, bench/keyed_mutex_bench.cpp), with --benchmark_repetitions; the "
+                "tables show medians.", ""]
         if args.image:
             head += [f"![ratio baseline time / handoff time per workload, log scale; above 1: handoff "
                      f"faster]({args.image})", ""]
+        if args.km_image:
+            head += [f"![keyed mutex: ratio baseline time / handoff time per workload, log scale; above 1: "
+                     f"handoff faster]({args.km_image})", ""]
         with open(args.output, "w", encoding="utf-8") as f:
             f.write("\n".join(head) + "\n" + text + "\n")
-    if args.plot_data:
-        with open(args.plot_data, "w", encoding="utf-8") as f:
-            c = contexts[0] if contexts else {}
-            short = [c.get("cpu_model", "unknown CPU"), f"{c.get('num_cpus', '?')} CPUs", c.get("compiler", ""),
-                     c.get("date", "")[:10]]
-            f.write("# " + ", ".join(x for x in short if x).replace("\t", " ") + "\n")
-            for label, ratio in plot:
-                f.write(f"{label}\t{ratio:.4f}\n")
+    c = contexts[0] if contexts else {}
+    short = [c.get("cpu_model", "unknown CPU"), f"{c.get('num_cpus', '?')} CPUs", c.get("compiler", ""),
+             c.get("date", "")[:10]]
+    subtitle = "# " + ", ".join(x for x in short if x).replace("\t", " ") + "\n"
+    for path, pairs in ((args.plot_data, plot), (args.km_plot_data, km_plot)):
+        if path:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(subtitle)
+                for label, ratio in pairs:
+                    f.write(f"{label}\t{ratio:.4f}\n")
     errors = [run for run, r in results.items() if "error" in r]
     return 2 if errors else 0
 

@@ -3,12 +3,15 @@
 # faster (green), bars left of it those where the baseline is faster (red).
 #
 #   gnuplot -e "datafile='ratios.tsv'; outfile='docs/benchmarks.png'" tools/plot.gp
+#   gnuplot -e "datafile='km.tsv'; outfile='docs/benchmarks_keyed_mutex.png'; heading='keyed mutex'" tools/plot.gp
 #
-# datafile: written by `tools/bench_table.py --plot-data`: an optional first line
-# "# <subtitle>" (the machine), then one "label<TAB>ratio" line per pair. tools/bench.sh runs
-# both. Needs gnuplot with the pngcairo terminal (Debian gnuplot-nox).
+# datafile: written by `tools/bench_table.py --plot-data` (or --km-plot-data): an optional
+# first line "# <subtitle>" (the machine), then one "label<TAB>ratio" line per pair.
+# heading (optional): a prefix for the title. tools/bench.sh runs both, once per plot.
+# Needs gnuplot with the pngcairo terminal (Debian gnuplot-nox).
 if (!exists("datafile")) datafile = "ratios.tsv"
 if (!exists("outfile")) outfile = "benchmarks.png"
+if (!exists("heading")) heading = ""
 
 set datafile separator "\t"
 set datafile commentschars "#"
@@ -21,7 +24,8 @@ subtitle = system(sprintf("sed -n '1s/^# //p' '%s'", datafile))
 set terminal pngcairo size 1100, (n * 24 + 170) font "sans,10" noenhanced
 set output outfile
 
-set title sprintf("baseline time / handoff time (log scale; > 1: handoff faster)\n%s", subtitle)
+set title sprintf("%sbaseline time / handoff time (log scale; > 1: handoff faster)\n%s", \
+                 heading eq "" ? "" : heading . ": ", subtitle)
 set logscale x 10
 set xrange [lo:hi]
 set format x "%gx"

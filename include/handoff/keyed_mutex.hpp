@@ -181,7 +181,8 @@ class [[nodiscard]] multi_guard {
   }
   // Unlocks every key, in reverse acquisition order.
   void unlock() noexcept {
-    for (key_guard& g : std::views::reverse(guards_)) g.unlock();
+    // (not std::views::reverse: clang 14 cannot compile libstdc++ 12's ranges there)
+    for (auto it = guards_.rbegin(); it != guards_.rend(); ++it) it->unlock();  // NOLINT(modernize-loop-convert)
   }
   ~multi_guard() { unlock(); }
   multi_guard(multi_guard&&) noexcept = default;
@@ -328,7 +329,10 @@ class keyed_mutex {
     entry(std::size_t h, const Key& k) : lock_entry(h), key(k) {}
     Key key;
   };
-  static void destroy(detail::lock_entry* e) noexcept { detail::delete_node(static_cast<entry*>(e)); }
+  // Entries use the global allocator, not the node pool: the pool keeps freed blocks for
+  // reuse, and a key's memory must go back when the key goes idle (the shard's spare
+  // entry already saves the allocation on the uncontended path).
+  static void destroy(detail::lock_entry* e) noexcept { delete static_cast<entry*>(e); }
 
   // With s locked.
   detail::lock_entry* find_or_create(detail::lock_shard& s, std::size_t h, const Key& key) {
@@ -343,13 +347,13 @@ class keyed_mutex {
       fresh->hash = h;
       s.spare = nullptr;
     } else {
-      fresh = detail::new_node<entry>(h, key);
+      fresh = new entry(h, key);
     }
     fresh->token = s.token_floor;
     try {
       s.insert(fresh);
     } catch (...) {
-      detail::delete_node(fresh);
+      delete fresh;
       throw;
     }
     return fresh;
