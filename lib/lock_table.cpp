@@ -202,12 +202,12 @@ class lease_timer {
   std::mutex& mutex() noexcept { return mutex_; }
 
   // Schedules n at `deadline`, or moves it there if already scheduled.
-  void schedule(timer_node* n, std::int64_t deadline) {
+  void schedule(timer_node* n, std::int64_t deadline) noexcept {
     n->deadline = deadline;
     n->seq = ++seq_;
     if (n->index == timer_node::npos) {
       n->index = heap_.size();
-      heap_.push_back(n);
+      push(heap_, n);  // out of memory here would lose a lease: terminate (see push)
     }
     fix(n->index);
     if (heap_.front() == n) wake_.notify_one();
@@ -489,7 +489,7 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
     // After the push, w may be granted at any moment. A grant cancels the timeout under
     // the timer mutex, so check under it: granted before we got here, there is nothing to
     // schedule and the timer's reference (counted in by the caller) is ours to drop.
-    lease_timer& t = timer();
+    lease_timer& t = *timer_;  // started by the caller (start_timer)
     std::lock_guard lock(t.mutex());
     if (w->state.load(std::memory_order_relaxed) == waiter::waiting) {
       t.schedule(&w->timeout, deadline);
@@ -527,7 +527,7 @@ void lock_table::release(lock_entry* e) noexcept {
     if (try_grant(w)) {
       if (w->type != waiter::kind::thread) {
         if (w->timeout.owner != nullptr) {
-          lease_timer& t = timer();
+          lease_timer& t = *timer_;  // started before w was queued with a wait time
           std::lock_guard lock(t.mutex());
           if (t.cancel(&w->timeout)) release_waiter(w);  // the timer's reference
         }
@@ -560,9 +560,9 @@ lock_entry* lock_table::remove_if_unused(lock_shard& s, lock_entry* e) noexcept 
   return e;
 }
 
-void lock_table::arm_lease(lock_entry* e, std::uint64_t token, std::int64_t lease) {
+void lock_table::arm_lease(lock_entry* e, std::uint64_t token, std::int64_t lease) noexcept {
   const std::int64_t deadline = now() + lease;
-  lease_timer& t = timer();
+  lease_timer& t = *timer_;  // started by the request (start_timer)
   std::lock_guard lock(t.mutex());
   e->lease.owner = e;
   e->lease.is_lease = true;

@@ -4,6 +4,7 @@
 #include <concurrentqueue/blockingconcurrentqueue.h>
 #include <cstdint>
 #include <new>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -31,18 +32,31 @@ struct thread_pool::impl {
 thread_pool::thread_pool(std::size_t threads) : impl_(std::make_unique<impl>()) {
   if (threads == 0) threads = 1;
   impl_->workers.reserve(threads);
-  for (std::size_t i = 0; i < threads; ++i) impl_->workers.emplace_back([p = impl_.get()] { p->run(); });
+  try {
+    for (std::size_t i = 0; i < threads; ++i) impl_->workers.emplace_back([p = impl_.get()] { p->run(); });
+  } catch (...) {
+    stop();  // a joinable std::thread must not be destroyed
+    throw;
+  }
+}
+
+void thread_pool::stop() noexcept {
+  for (std::size_t i = 0; i < impl_->workers.size(); ++i) {
+    while (!impl_->queue.enqueue(work{})) std::this_thread::yield();  // stop sentinels
+  }
+  for (std::thread& t : impl_->workers) t.join();
 }
 
 thread_pool::~thread_pool() {
   for (std::uint64_t n; (n = impl_->outstanding.load(std::memory_order_acquire)) != 0;) {
     impl_->outstanding.wait(n, std::memory_order_acquire);
   }
-  for (std::size_t i = 0; i < impl_->workers.size(); ++i) impl_->queue.enqueue(work{});
-  for (std::thread& t : impl_->workers) t.join();
+  stop();
 }
 
 void thread_pool::execute(work w) {
+  // A null function is the workers' stop sentinel: it would end a worker early.
+  if (w.fn == nullptr) throw std::invalid_argument("handoff::thread_pool::execute: work without a function");
   // relaxed: the queue's own release/acquire orders the work; the count only needs to be
   // non-zero before the worker's decrement, which the enqueue below guarantees.
   impl_->outstanding.fetch_add(1, std::memory_order_relaxed);

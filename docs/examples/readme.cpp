@@ -16,21 +16,9 @@ using example::expect;
 
 namespace {
 
-// [snippet:account]
-struct account {
-  long balance = 0;
-};
-// [/snippet]
-
-// [snippet:counter]
-struct counter {
-  long n = 0;
-  void operator()(int d) { n += d; }
-};
-// [/snippet]
-
 void actor_example() {
   // [snippet:actor]
+  struct account { long balance = 0; };
   handoff::actor<account> acc;                                   // state constructed in place
   acc.post([](account& a) { a.balance += 100; });                // fire and forget, from any thread
   std::future<long> f = acc.ask([](account& a) { return a.balance; });
@@ -40,6 +28,7 @@ void actor_example() {
   expect(b == 100, "ask sees the posted deposit");
 
   // [snippet:basic_actor]
+  struct counter { long n = 0; void operator()(int d) { n += d; } };
   handoff::basic_actor<int, counter> c;
   c.send(5);
   // [/snippet]

@@ -49,7 +49,8 @@ class actor : private detail::actor_base {
  public:
   using state_type = State;
 
-  // Constructs State from args. Allocates nothing (an actor is State plus 56 bytes).
+  // Constructs State from args. Allocates nothing (an actor is sizeof(State) + 56 bytes
+  // before padding: 64 for actor<int>).
   template <class... Args>
     requires std::constructible_from<State, Args...>
   explicit actor(Args&&... args) : state_(std::forward<Args>(args)...) {}
@@ -81,8 +82,10 @@ class actor : private detail::actor_base {
   // Thread-safe. Runs f(state) once, eventually, under the actor's mutual exclusion. May
   // run f and other queued messages on the calling thread before returning (never from
   // inside a handler: there it only enqueues). Allocates a pooled node only if the actor
-  // is busy. Exceptions thrown by f go to the error hook. Throws only if building the
-  // message throws (then nothing was sent); if F's move constructor is noexcept, never.
+  // is busy, the caller is inside a handler, or F's move constructor may throw (then the
+  // node is built first). Exceptions thrown by f go to the error hook. Throws only if
+  // building the message throws (then nothing was sent); if F's move constructor is
+  // noexcept, never, and running out of memory for a node terminates.
   template <class F>
     requires std::invocable<std::decay_t<F>&, State&>
   void post(F&& f) {

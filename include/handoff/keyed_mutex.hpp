@@ -147,7 +147,7 @@ class [[nodiscard]] key_guard {
   // lease, std::invalid_argument for d <= 0.
   bool extend(std::chrono::nanoseconds d);
 
-  // The lease this guard was granted with; zero when none.
+  // The current lease length: as granted, or as last extended; zero when none.
   [[nodiscard]] std::chrono::nanoseconds lease_duration() const noexcept { return std::chrono::nanoseconds(lease_); }
 
   // Internal: a guard of a grant (keyed_mutex builds them, in place where it can).
@@ -169,7 +169,8 @@ class [[nodiscard]] key_guard {
   bool expired_ = false;                 // the lease ran out (cached once seen at unlock)
 };
 
-// Guards of several keys, acquired in one global order (see keyed_mutex::lock_all).
+// Guards of several keys, acquired in one global order (see keyed_mutex::lock_all). Like
+// key_guard: movable, one thread at a time.
 class [[nodiscard]] multi_guard {
  public:
   multi_guard() = default;
@@ -219,8 +220,9 @@ class keyed_mutex {
 
   // Thread-safe. Blocks until the key is granted (FIFO). Throws
   // std::system_error(resource_deadlock_would_occur) if this thread holds the key through
-  // a blocking lock (not reentrant); std::bad_alloc. Allocates the key's state when the
-  // key has none (pooled), and a waiter node when it must wait.
+  // a blocking lock (not reentrant); std::bad_alloc; std::system_error if the lease timer
+  // thread cannot start. Allocates the key's state when the key has none (operator new,
+  // or the shard's recycled entry), and a pooled waiter node when it must wait.
   guard lock(const Key& key) { return acquire(key, {}); }
   guard lock(const Key& key, lease l) { return acquire(key, {.lease = l.duration.count()}); }
 
@@ -248,7 +250,7 @@ class keyed_mutex {
     return acquire(key, {.mode = wait_mode::until, .deadline = steady_deadline(t), .lease = l.duration.count()});
   }
 
-  // Runs f() while holding the key (lock()), and returns its result; unlocks when f
+  // Thread-safe. Runs f() while holding the key (lock()), and returns its result; unlocks when f
   // returns or throws.
   template <class F>
     requires std::invocable<F&>
@@ -257,7 +259,7 @@ class keyed_mutex {
     return std::invoke(f);
   }
 
-  // Locks several keys without deadlock against any other lock_all (or single-key lock
+  // Thread-safe. Locks several keys without deadlock against any other lock_all (or single-key lock
   // in the same order): the keys are sorted with operator< and deduplicated, then locked
   // one by one. If a lock throws, the keys already taken are released.
   template <std::ranges::input_range Keys>
@@ -278,7 +280,7 @@ class keyed_mutex {
     return lock_all(std::vector<Key>(keys));
   }
 
-  // `co_await m.async_lock(key)` yields a guard, suspending the coroutine (never blocking
+  // Thread-safe. `co_await m.async_lock(key)` yields a guard, suspending the coroutine (never blocking
   // a thread) while the key is held; FIFO with every other waiter. With a wait time, the
   // guard does not own the lock if it timed out. The coroutine is resumed by the thread
   // that hands the key over (or the timer thread: see the overview). The key is copied.
@@ -289,7 +291,7 @@ class keyed_mutex {
     return lock_awaiter(*this, std::move(key), deadline_in(wait), 0);
   }
 
-  // Callback form: calls f(guard) once the key is granted, on this thread now if the key
+  // Thread-safe. Callback form: calls f(guard) once the key is granted, on this thread now if the key
   // is free, else on the thread that hands the key over. Exceptions thrown by f are
   // reported to stderr (the guard is released). Never blocks.
   template <class F>
@@ -317,8 +319,9 @@ class keyed_mutex {
     }
   }
 
-  // Thread-safe. Keys with live state (held, or waited for). 0 when no guard or waiter is
-  // alive. Takes each shard's lock in turn: a snapshot, not atomic across shards.
+  // Thread-safe. Keys with live state: held, waited for, or still referred to by a guard
+  // whose lease expired. 0 when no guard or waiter is alive. Takes each shard's lock in
+  // turn: a snapshot, not atomic across shards.
   [[nodiscard]] std::size_t size() const noexcept { return table_.size(); }
 
  private:
@@ -361,6 +364,7 @@ class keyed_mutex {
 
   guard acquire(const Key& key, detail::lock_request r) { return guard(&table_, acquire_grant(key, r)); }
   detail::grant acquire_grant(const Key& key, detail::lock_request r) {
+    if (r.lease != 0) table_.start_timer();
     const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
     for (;;) {
@@ -407,6 +411,7 @@ class keyed_mutex {
     [[nodiscard]] bool await_ready() const noexcept { return false; }
 
     bool await_suspend(std::coroutine_handle<> h) {
+      if (deadline_ != 0 || lease_ != 0) m_.table_.start_timer();
       auto* w = detail::new_node<detail::waiter>();
       w->type = detail::waiter::kind::coroutine;
       w->handle = h;

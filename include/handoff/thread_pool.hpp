@@ -14,7 +14,8 @@ namespace handoff {
 
 class thread_pool {
  public:
-  // Starts `threads` workers (at least one).
+  // Starts `threads` workers (at least one). Throws std::system_error if a thread cannot
+  // be started (the workers already started are stopped and joined first).
   explicit thread_pool(std::size_t threads);
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
@@ -24,13 +25,16 @@ class thread_pool {
   // destructor runs is a precondition violation.
   ~thread_pool();
 
-  // Thread-safe, never blocks. Queues `w` to run once on a worker. Throws std::bad_alloc
-  // if the queue cannot grow.
+  // Thread-safe, never blocks. Queues `w` to run once on a worker. Throws
+  // std::invalid_argument for a work item without a function, std::bad_alloc if the
+  // queue cannot grow.
   void execute(work w);
 
+  // Thread-safe: the number of workers.
   [[nodiscard]] std::size_t size() const noexcept;
 
  private:
+  void stop() noexcept;  // after the outstanding work: sentinels, then joins
   struct impl;
   std::unique_ptr<impl> impl_;
 };

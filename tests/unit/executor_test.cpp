@@ -641,3 +641,24 @@ TEST(HandOff, AnOwnerDoesNotReleaseWhileACountedMessageIsStillBeingEnqueued) {
 }
 
 }  // namespace
+
+TEST(ThreadPool, RejectsWorkWithoutAFunctionAndKeepsAllItsWorkers) {
+  // A null function is the workers' stop sentinel: accepting it would end a worker early
+  // and leave the destructor waiting for ever.
+  handoff::thread_pool pool(2);
+  EXPECT_THROW(pool.execute(handoff::work{}), std::invalid_argument);
+  std::atomic<int> ran{0};
+  std::latch both(2);
+  struct task {
+    static void run(void* p) noexcept {
+      auto* self = static_cast<std::pair<std::atomic<int>*, std::latch*>*>(p);
+      self->first->fetch_add(1);
+      self->second->arrive_and_wait();  // needs two workers at once
+    }
+  };
+  std::pair<std::atomic<int>*, std::latch*> arg{&ran, &both};
+  pool.execute(handoff::work{&task::run, &arg});
+  pool.execute(handoff::work{&task::run, &arg});
+  both.wait();
+  EXPECT_EQ(ran.load(), 2);
+}

@@ -247,9 +247,15 @@ class lock_table {
   // A guard whose lease expired lets go of the entry.
   void drop_ref(lock_entry* e) noexcept;
 
-  // Leases (durations in ns): arm after a grant with a lease; disarm (true) by the
-  // holder's unlock, which must then release; false when the timer expired the hold first.
-  void arm_lease(lock_entry* e, std::uint64_t token, std::int64_t lease);
+  // Starts the timer thread if it is not running: called before any request with a lease
+  // or a wait time changes state, so that a failure to start it (std::system_error)
+  // changes nothing.
+  void start_timer() { (void)timer(); }
+
+  // Leases (durations in ns): arm after a grant with a lease (the timer is running);
+  // disarm (true) by the holder's unlock, which must then release; false when the timer
+  // expired the hold first.
+  void arm_lease(lock_entry* e, std::uint64_t token, std::int64_t lease) noexcept;
   [[nodiscard]] bool disarm_lease(lock_entry* e, std::uint64_t token) noexcept;
   [[nodiscard]] bool extend_lease(lock_entry* e, std::uint64_t token, std::int64_t lease);
 
