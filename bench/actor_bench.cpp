@@ -59,12 +59,12 @@
 #include <utility>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "handoff/actor.hpp"
 #include "handoff/basic_actor.hpp"
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/backoff.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
-#include "bench_support.hpp"
 
 namespace {
 
@@ -323,7 +323,7 @@ std::uint64_t sum_counts(handoff::actor<State>* actors, std::size_t n) {
 }
 
 struct many_targets {
-  std::unique_ptr<handoff::actor<counter_state>[]> actors{new handoff::actor<counter_state>[many_actors]};
+  std::unique_ptr<handoff::actor<counter_state>[]> actors { new handoff::actor<counter_state>[ many_actors ] };
   std::unique_ptr<mutex_counter[]> mutexes{new mutex_counter[many_actors]};
   std::vector<std::uint32_t> index;  // uniform over [0, many_actors), a power-of-two length
   end_barrier done;
@@ -362,7 +362,8 @@ std::uint64_t actor_count(handoff::actor<counter_state>& a) {
 void bm_actor_post(benchmark::State& state, one_target& t, std::uint32_t work) {
   std::uint64_t before = 0;
   if (state.thread_index() == 0) before = actor_count(t.actor);
-  timed_loop(state, t.done, [&](benchmark::IterationCount) { t.actor.post([work](counter_state& s) { do_work(s, work); }); });
+  timed_loop(state, t.done,
+             [&](benchmark::IterationCount) { t.actor.post([work](counter_state& s) { do_work(s, work); }); });
   if (state.thread_index() == 0) check_count(state, before, actor_count(t.actor));
 }
 
@@ -402,8 +403,9 @@ void bm_many_mutexes(benchmark::State& state, many_targets& t) {
   const std::size_t offset = static_cast<std::size_t>(state.thread_index()) * 7919;
   const std::uint32_t* index = t.index.data();
   auto* mutexes = t.mutexes.get();
-  timed_loop(state, t.done,
-             [&](benchmark::IterationCount i) { mutexes[index[(static_cast<std::size_t>(i) + offset) & mask]].run(0); });
+  timed_loop(state, t.done, [&](benchmark::IterationCount i) {
+    mutexes[index[(static_cast<std::size_t>(i) + offset) & mask]].run(0);
+  });
   if (state.thread_index() == 0) check_count(state, before, t.mutex_total());
 }
 
@@ -452,8 +454,6 @@ struct int_handler {
   int n = 0;
   void operator()(int m) noexcept { n += m; }
 };
-
-
 
 // A throughput benchmark: real time, min_time_s per instance.
 template <class F>
@@ -513,7 +513,7 @@ struct mutex_chain_node {
 };
 
 struct chain_targets {
-  std::unique_ptr<handoff::actor<chain_node>[]> actors{new handoff::actor<chain_node>[chain_length]};
+  std::unique_ptr<handoff::actor<chain_node>[]> actors { new handoff::actor<chain_node>[ chain_length ] };
   std::unique_ptr<mutex_chain_node[]> mutexes{new mutex_chain_node[chain_length]};
   end_barrier done;
   chain_targets() {
@@ -536,8 +536,8 @@ struct chain_targets {
 void check_chain(benchmark::State& state, std::uint64_t before, std::uint64_t after) {
   const auto expected = static_cast<std::uint64_t>(state.iterations()) * chain_length;
   if (after - before != expected) {
-    state.SkipWithError(("chain: " + std::to_string(after - before) + " hops ran, expected " + std::to_string(expected))
-                            .c_str());
+    state.SkipWithError(
+        ("chain: " + std::to_string(after - before) + " hops ran, expected " + std::to_string(expected)).c_str());
   }
   state.SetItemsProcessed(state.iterations() * static_cast<benchmark::IterationCount>(chain_length));
 }
@@ -604,35 +604,45 @@ int main(int argc, char** argv) {
 
   // d. Bytes per idle actor.
   constexpr std::size_t idle_n = 100000;
-  add_memory("mem_idle_100k/handoff_actor", [](benchmark::State& s) { bm_idle_memory<handoff::actor<int>>(s, idle_n); });
+  add_memory("mem_idle_100k/handoff_actor",
+             [](benchmark::State& s) { bm_idle_memory<handoff::actor<int>>(s, idle_n); });
   add_memory("mem_idle_100k/handoff_basic_actor",
-      [](benchmark::State& s) { bm_idle_memory<handoff::basic_actor<int, int_handler>>(s, idle_n); });
+             [](benchmark::State& s) { bm_idle_memory<handoff::basic_actor<int, int_handler>>(s, idle_n); });
   add_memory("mem_idle_100k/mutex", [](benchmark::State& s) { bm_idle_memory<mutex_slot>(s, idle_n); });
 
   // e. Mailbox alternatives under the same protocol: 2 senders -> 1 actor, and idle bytes.
   add("mailbox_2senders/handoff_vyukov", [&](benchmark::State& s) {
-    bm_mailbox(s, mail.done, [&] { mail.vyukov.send(1); }, [&] { return mail.vyukov_n.n; });
+    bm_mailbox(
+        s, mail.done, [&] { mail.vyukov.send(1); }, [&] { return mail.vyukov_n.n; });
   })->Threads(2);
   add("mailbox_2senders/moodycamel_typed", [&](benchmark::State& s) {
-    bm_mailbox(s, mail.done, [&] { mail.moodycamel.send(1); }, [&] { return mail.moodycamel_n.n; });
+    bm_mailbox(
+        s, mail.done, [&] { mail.moodycamel.send(1); }, [&] { return mail.moodycamel_n.n; });
   })->Threads(2);
   add("mailbox_2senders/moodycamel_fn", [&](benchmark::State& s) {
     std::uint64_t* n = &mail.fn_n.n;
-    bm_mailbox(s, mail.done, [&] { mail.moodycamel_fn.send([n] { ++*n; }); }, [&] { return *n; });
+    bm_mailbox(
+        s, mail.done, [&] { mail.moodycamel_fn.send([n] { ++*n; }); }, [&] { return *n; });
   })->Threads(2);
   constexpr std::size_t mailbox_n = 10000;
   add_memory("mem_mailbox_10k/handoff_vyukov", [](benchmark::State& s) { bm_idle_memory<mini_vyukov>(s, mailbox_n); });
-  add_memory("mem_mailbox_10k/moodycamel_typed", [](benchmark::State& s) { bm_idle_memory<mini_moodycamel>(s, mailbox_n); });
-  add_memory("mem_mailbox_10k/moodycamel_fn", [](benchmark::State& s) { bm_idle_memory<mini_moodycamel_fn>(s, mailbox_n); });
+  add_memory("mem_mailbox_10k/moodycamel_typed",
+             [](benchmark::State& s) { bm_idle_memory<mini_moodycamel>(s, mailbox_n); });
+  add_memory("mem_mailbox_10k/moodycamel_fn",
+             [](benchmark::State& s) { bm_idle_memory<mini_moodycamel_fn>(s, mailbox_n); });
 
   // f. N senders -> 1024 actors, skewed (Zipf, s = 1.0). Same code as the uniform case,
   // another index sequence. 0.5 s per instance keeps the four instances under ~10 s.
   many_targets skewed;
   skewed.index = zipf_index(many_actors, 1.0, std::size_t{1} << 16, 4242);
   add("1024actors_zipf/handoff_post", [&](benchmark::State& s) { bm_many_actors(s, skewed); })
-      ->Threads(1)->Threads(2)->MinTime(0.5);
+      ->Threads(1)
+      ->Threads(2)
+      ->MinTime(0.5);
   add("1024actors_zipf/mutex", [&](benchmark::State& s) { bm_many_mutexes(s, skewed); })
-      ->Threads(1)->Threads(2)->MinTime(0.5);
+      ->Threads(1)
+      ->Threads(2)
+      ->MinTime(0.5);
 
   // g. A message forwarded through a chain of 1000 actors, against 1000 mutex-protected nodes.
   chain_targets chain;

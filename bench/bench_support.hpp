@@ -24,7 +24,7 @@ inline std::string cpu_model() {
 }
 
 inline std::string os_description() {
-  struct utsname u{};
+  struct utsname u {};
   if (uname(&u) != 0) return "unknown";
   return std::string(u.sysname) + " " + u.release + " " + u.machine;
 }

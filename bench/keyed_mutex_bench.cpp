@@ -99,17 +99,17 @@
 #include <oneapi/tbb/version.h>
 #endif
 
+#include "bench_support.hpp"
 #include "handoff/actor.hpp"
 #include "handoff/detail/backoff.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
 #include "handoff/keyed_mutex.hpp"
-#include "bench_support.hpp"
 
 namespace {
 
-constexpr double min_time_s = 0.3;         // per throughput instance and repetition
-constexpr std::size_t key_count = 1024;    // km_uncontended, km_design
+constexpr double min_time_s = 0.3;            // per throughput instance and repetition
+constexpr std::size_t key_count = 1024;       // km_uncontended, km_design
 constexpr std::size_t walk_length = 1 << 16;  // per-thread index walk (power of two)
 constexpr int max_threads = 2;
 constexpr std::size_t million = 1000000;   // km_1m_keys
@@ -334,9 +334,9 @@ struct mutex_lock {
 // which are written under the lock being measured).
 
 struct inputs {
-  std::vector<std::string> keys;                          // key_count "player:<n>", distinct
-  std::vector<std::vector<std::uint16_t>> walk;           // per thread: indexes into keys
-  std::vector<std::string> many;                          // "k:0" .. "k:999999"
+  std::vector<std::string> keys;                                            // key_count "player:<n>", distinct
+  std::vector<std::vector<std::uint16_t>> walk;                             // per thread: indexes into keys
+  std::vector<std::string> many;                                            // "k:0" .. "k:999999"
   std::unique_ptr<std::uint64_t[]> counts{new std::uint64_t[key_count]()};  // per key
   std::string hot_key = "player:42";
   alignas(64) std::uint64_t hot_count = 0;
@@ -415,7 +415,7 @@ void bm_design(benchmark::State& state, Lock* locks, inputs& in) {
 // start order, else a description of the order seen.
 std::string fifo_check(handoff::keyed_mutex<>& m) {
   const std::string key = "fifo:check";
-  std::vector<int> order;  // written under the key
+  std::vector<int> order;        // written under the key
   std::atomic<int> calling{-1};  // the last waiter that is about to call lock()
   auto holder = m.lock(key);
   std::vector<std::thread> threads;
@@ -583,7 +583,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<count_lock[]> design_b(new count_lock[key_count]);
   std::unique_ptr<actor_lock[]> design_a(new actor_lock[key_count]);
   std::unique_ptr<mutex_lock[]> design_mutex(new mutex_lock[key_count]);
-  add("km_design/handoff_count_b", [&](benchmark::State& s) { bm_design(s, design_b.get(), in); })->Threads(1)->Threads(2);
+  add("km_design/handoff_count_b", [&](benchmark::State& s) { bm_design(s, design_b.get(), in); })
+      ->Threads(1)
+      ->Threads(2);
   add("km_design/actor_msgs_a", [&](benchmark::State& s) { bm_design(s, design_a.get(), in); })->Threads(1)->Threads(2);
   add("km_design/mutex", [&](benchmark::State& s) { bm_design(s, design_mutex.get(), in); })->Threads(1)->Threads(2);
 
@@ -604,8 +606,9 @@ int main(int argc, char** argv) {
   // million entries stay in tbbmalloc, which the glibc heap of the next workload cannot use.
   const auto millions = [&](const std::string& impl, auto tag) {
     using impl_type = typename decltype(tag)::type;
-    add_once("km_1m_keys/" + impl, [&in](benchmark::State& s) { bm_million_keys<impl_type>(s, in); },
-             static_cast<benchmark::IterationCount>(million));
+    add_once(
+        "km_1m_keys/" + impl, [&in](benchmark::State& s) { bm_million_keys<impl_type>(s, in); },
+        static_cast<benchmark::IterationCount>(million));
   };
   millions("handoff", std::type_identity<handoff_impl>{});
   millions("map_mutex_cleanup", std::type_identity<map_mutex_cleanup>{});
@@ -616,8 +619,10 @@ int main(int argc, char** argv) {
 
   // 5. Bytes per live key. handoff first: its RSS delta is a cold measurement; the map's
   // RSS delta then reuses what handoff freed (its heap delta is the comparable number).
-  add_once("km_mem_live_100k/handoff", [&](benchmark::State& s) { bm_live_keys<handoff_impl>(s, in); }, 1);
-  add_once("km_mem_live_100k/map_mutex_cleanup", [&](benchmark::State& s) { bm_live_keys<map_mutex_cleanup>(s, in); }, 1);
+  add_once(
+      "km_mem_live_100k/handoff", [&](benchmark::State& s) { bm_live_keys<handoff_impl>(s, in); }, 1);
+  add_once(
+      "km_mem_live_100k/map_mutex_cleanup", [&](benchmark::State& s) { bm_live_keys<map_mutex_cleanup>(s, in); }, 1);
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

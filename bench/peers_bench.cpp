@@ -77,8 +77,8 @@
 #include <thread>
 #include <vector>
 
-#include "handoff/actor.hpp"
 #include "bench_support.hpp"
+#include "handoff/actor.hpp"
 
 namespace {
 
@@ -141,8 +141,9 @@ void one_to_one(benchmark::State& state, int threads, Send&& send, Finish&& fini
   }
   state.SetItemsProcessed(state.iterations());
   state.counters["os_threads"] = threads;
-  skip_unless(state, ran == static_cast<std::uint64_t>(state.iterations()),
-              "lost or duplicated messages: ran " + std::to_string(ran) + ", sent " + std::to_string(state.iterations()));
+  skip_unless(
+      state, ran == static_cast<std::uint64_t>(state.iterations()),
+      "lost or duplicated messages: ran " + std::to_string(ran) + ", sent " + std::to_string(state.iterations()));
 }
 
 void bm_1to1_handoff(benchmark::State& state) {
@@ -491,7 +492,8 @@ bool threadring_caf_run(caf::actor_system& sys) {
   {
     std::vector<caf::actor> ring;
     ring.reserve(threadring_actors);
-    for (int i = 0; i < threadring_actors; ++i) ring.push_back(sys.spawn(caf_ring_node, threadring_actors, &pings, &exits));
+    for (int i = 0; i < threadring_actors; ++i)
+      ring.push_back(sys.spawn(caf_ring_node, threadring_actors, &pings, &exits));
     for (int i = 0; i < threadring_actors; ++i) caf::anon_send(ring[i], ring[(i + 1) % threadring_actors]);
     caf::anon_send(ring[0], token_atom::value, threadring_hops);
   }
@@ -587,8 +589,6 @@ void bm_idle_caf(benchmark::State& state) {
   report_idle_bytes(state, per_actor);
 }
 
-
-
 template <class F>
 benchmark::internal::Benchmark* add(const std::string& name, F&& fn) {
   return benchmark::RegisterBenchmark(name.c_str(), std::forward<F>(fn))->UseRealTime();
@@ -604,16 +604,17 @@ int main(int argc, char** argv) {
 
   handoff::bench::add_machine_context();
   benchmark::AddCustomContext("parked_thread", "yes (glibc multi-threaded paths)");
-  benchmark::AddCustomContext("caf_version", std::to_string(CAF_MAJOR_VERSION) + "." + std::to_string(CAF_MINOR_VERSION) +
-                                                 "." + std::to_string(CAF_PATCH_VERSION));
+  benchmark::AddCustomContext("caf_version", std::to_string(CAF_MAJOR_VERSION) + "." +
+                                                 std::to_string(CAF_MINOR_VERSION) + "." +
+                                                 std::to_string(CAF_PATCH_VERSION));
   benchmark::AddCustomContext("boost_version", BOOST_LIB_VERSION);
   benchmark::AddCustomContext("one_to_one_messages", std::to_string(one_to_one_messages));
-  benchmark::AddCustomContext(
-      "savina_scale",
-      "pingpong N=" + std::to_string(pingpong_n) + " (Savina 40000); counting N=" + std::to_string(counting_n) +
-          " (1000000); threadring N=" + std::to_string(threadring_actors) + " R=" + std::to_string(threadring_hops) +
-          " (100, 100000); fjthroughput A=" + std::to_string(fj_actors) + " N=" + std::to_string(fj_messages) +
-          " (60, 10000)");
+  benchmark::AddCustomContext("savina_scale", "pingpong N=" + std::to_string(pingpong_n) +
+                                                  " (Savina 40000); counting N=" + std::to_string(counting_n) +
+                                                  " (1000000); threadring N=" + std::to_string(threadring_actors) +
+                                                  " R=" + std::to_string(threadring_hops) +
+                                                  " (100, 100000); fjthroughput A=" + std::to_string(fj_actors) +
+                                                  " N=" + std::to_string(fj_messages) + " (60, 10000)");
 
   // 1 sender -> 1 actor: the same fixed message count for every implementation.
   add("1sender_1actor/handoff", bm_1to1_handoff)->Iterations(one_to_one_messages);
@@ -632,14 +633,17 @@ int main(int argc, char** argv) {
     bool (*handoff_run)();
     bool (*caf_run)(caf::actor_system&);
   };
-  for (const savina_workload& w : {savina_workload{"pingpong", pingpong_msgs, pingpong_handoff_run, pingpong_caf_run},
-                                   savina_workload{"counting", counting_msgs, counting_handoff_run, counting_caf_run},
-                                   savina_workload{"threadring", threadring_msgs, threadring_handoff_run, threadring_caf_run},
-                                   savina_workload{"fjthroughput", fj_msgs, fjthroughput_handoff_run, fjthroughput_caf_run}}) {
-    add(std::string(w.name) + "/handoff", [w](benchmark::State& s) { savina(s, w.messages, 1, w.handoff_run); })
-        ->MinTime(savina_min_time_s);
-    add(std::string(w.name) + "/caf", [w](benchmark::State& s) { savina_caf(s, w.messages, w.caf_run); })
-        ->MinTime(savina_min_time_s);
+  for (const savina_workload& w :
+       {savina_workload{"pingpong", pingpong_msgs, pingpong_handoff_run, pingpong_caf_run},
+        savina_workload{"counting", counting_msgs, counting_handoff_run, counting_caf_run},
+        savina_workload{"threadring", threadring_msgs, threadring_handoff_run, threadring_caf_run},
+        savina_workload{"fjthroughput", fj_msgs, fjthroughput_handoff_run, fjthroughput_caf_run}}) {
+    add(std::string(w.name) + "/handoff", [w](benchmark::State& s) {
+      savina(s, w.messages, 1, w.handoff_run);
+    })->MinTime(savina_min_time_s);
+    add(std::string(w.name) + "/caf", [w](benchmark::State& s) {
+      savina_caf(s, w.messages, w.caf_run);
+    })->MinTime(savina_min_time_s);
   }
 
   // Bytes per idle actor (not timed: mem_ workloads show their counters only).

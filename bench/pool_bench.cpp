@@ -45,11 +45,11 @@
 #include <thread>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "handoff/actor.hpp"
 #include "handoff/actor_options.hpp"
 #include "handoff/executor.hpp"
 #include "handoff/thread_pool.hpp"
-#include "bench_support.hpp"
 
 namespace {
 
@@ -160,7 +160,6 @@ void bm_keyed_pool(benchmark::State& state, std::size_t workers) {
                                         work_ms * static_cast<double>(kp.max_key_requests()));
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,12 +167,11 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
 
   handoff::bench::add_machine_context();
-  benchmark::AddCustomContext("keyed_pool",
-                              std::to_string(requests) + " requests x " +
-                                  std::to_string(work_time.count()) +
-                                  " ms sleep over " + std::to_string(keys) +
-                                  " keys (uniform random, fixed seed); actor_options{.executor = pool, "
-                                  ".max_messages = 1}");
+  benchmark::AddCustomContext("keyed_pool", std::to_string(requests) + " requests x " +
+                                                std::to_string(work_time.count()) + " ms sleep over " +
+                                                std::to_string(keys) +
+                                                " keys (uniform random, fixed seed); actor_options{.executor = pool, "
+                                                ".max_messages = 1}");
 
   for (const std::size_t workers : {std::size_t{1}, std::size_t{3}}) {
     const std::string name =

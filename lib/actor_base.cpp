@@ -50,8 +50,7 @@ void report_to_stderr(const std::exception_ptr& e) noexcept {
   }
 }
 
-actor_base::actor_base(actor_options options)
-    : actor_base(std::make_shared<const actor_options>(std::move(options))) {}
+actor_base::actor_base(actor_options options) : actor_base(std::make_shared<const actor_options>(std::move(options))) {}
 
 actor_base::actor_base(std::shared_ptr<const actor_options> options) : options_(std::move(options)) {
   if (options_ == nullptr) return;
@@ -77,7 +76,7 @@ bool actor_base::budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns
 }
 
 actor_base::drain_cursor actor_base::start_turn(std::uint64_t ran, std::int64_t turn_start,
-                                                 drain_frame& frame) const noexcept {
+                                                drain_frame& frame) const noexcept {
   const actor_options* opt = options_.get();
   const bool budgeted = opt != nullptr && (opt->max_messages != 0 || opt->max_time.count() != 0);
   if (budgeted && turn_start == 0 && opt->max_time.count() != 0) turn_start = now_ns();
@@ -200,9 +199,9 @@ void actor_base::shut_down() noexcept {
     return;
   }
   if (try_acquire()) return;  // idle: nothing pending, and now nobody else can own it
-  // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): out of memory in a destructor that
-  // must wait for another thread has no better answer than terminate.
-  auto* marker = new destroy_marker;
+  // Out of memory in a destructor that must wait for another thread has no better answer
+  // than terminate.
+  auto* marker = new destroy_marker;  // NOLINT(bugprone-unhandled-exception-at-new)
   marker->invoke = &destroy_marker::run;
   std::future<void> done = marker->done.get_future();
   enqueue(marker);

@@ -190,6 +190,10 @@ class lease_timer {
   lease_timer(lock_table& t, bool start_thread) : table_(t) {
     if (start_thread) thread_ = std::thread([this] { run(); });
   }
+  lease_timer(const lease_timer&) = delete;
+  lease_timer& operator=(const lease_timer&) = delete;
+  lease_timer(lease_timer&&) = delete;
+  lease_timer& operator=(lease_timer&&) = delete;
   ~lease_timer() {
     {
       std::lock_guard lock(mutex_);
@@ -373,8 +377,7 @@ unsigned shard_bits_for(unsigned threads) noexcept {
 
 lock_table::lock_table(destroy_fn destroy)
     : shard_shift_(64 - shard_bits_for(std::thread::hardware_concurrency())),
-      shards_(std::make_unique<lock_shard[]>(shard_count())),
-      destroy_(destroy) {}
+      shards_(std::make_unique<lock_shard[]>(shard_count())), destroy_(destroy) {}
 
 lock_table::~lock_table() {
   timer_.reset();  // joins the timer thread before anything it might touch goes away
@@ -431,8 +434,7 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
     if (r.lease != 0) arm_lease(e, token, r.lease);
     return {e, token, r.lease};
   }
-  if (r.mode == lock_request::wait_mode::none ||
-      (r.mode == lock_request::wait_mode::until && r.deadline <= now())) {
+  if (r.mode == lock_request::wait_mode::none || (r.mode == lock_request::wait_mode::until && r.deadline <= now())) {
     s.lock.unlock();
     return {};
   }
@@ -462,8 +464,7 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   e->waiters.push(w);
   s.lock.unlock();
 
-  const bool granted =
-      wait_for_grant(w, r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline);
+  const bool granted = wait_for_grant(w, r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline);
   const std::uint64_t token = granted ? w->token : 0;  // written before the grant; racy otherwise
   release_waiter(w);
   if (!granted) return {};  // cancelled: still counted, the holder skips and uncounts it
@@ -520,8 +521,8 @@ void lock_table::release(lock_entry* e) noexcept {
       s.lock.unlock();
     }
     e->count.fetch_sub(uncounted, std::memory_order_relaxed);  // w is counted: stays >= 1
-    uncounted = 1;  // w's own, should it turn out to have given up
-    const std::uint64_t token = e->token + 1;  // tokens of skipped waiters are burnt: still monotonic
+    uncounted = 1;                                             // w's own, should it turn out to have given up
+    const std::uint64_t token = e->token + 1;                  // tokens of skipped waiters are burnt: still monotonic
     e->token = token;
     w->token = token;
     if (try_grant(w)) {
@@ -602,7 +603,8 @@ void key_guard::unlock_leased() noexcept {
 
 bool key_guard::extend(std::chrono::nanoseconds d) {
   if (lease_ == 0) throw std::logic_error("handoff::key_guard::extend: the lock has no lease");
-  if (d <= std::chrono::nanoseconds::zero()) throw std::invalid_argument("handoff::key_guard::extend: duration must be positive");
+  if (d <= std::chrono::nanoseconds::zero())
+    throw std::invalid_argument("handoff::key_guard::extend: duration must be positive");
   if (entry_ == nullptr) return false;
   if (!table_->extend_lease(entry_, token_, d.count())) return false;
   lease_ = d.count();

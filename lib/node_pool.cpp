@@ -28,10 +28,10 @@ void free_node(void* p, std::size_t) noexcept { ::operator delete(p); }
 
 namespace {
 
-constexpr std::size_t class_count = 4;       // 64, 128, 256, 512 bytes
-constexpr std::size_t max_cached = 256;      // per thread and class
-constexpr std::size_t batch = 128;           // moved to or from the central list at once
-constexpr std::size_t max_central = 1 << 16; // per class; beyond this, memory goes back to malloc
+constexpr std::size_t class_count = 4;        // 64, 128, 256, 512 bytes
+constexpr std::size_t max_cached = 256;       // per thread and class
+constexpr std::size_t batch = 128;            // moved to or from the central list at once
+constexpr std::size_t max_central = 1 << 16;  // per class; beyond this, memory goes back to malloc
 
 constexpr std::size_t class_size(std::size_t c) { return std::size_t{64} << c; }
 
@@ -102,6 +102,11 @@ HANDOFF_TLS_MODEL constinit thread_local thread_cache cache{};
 
 // Returns the thread's cached blocks to the central lists when the thread exits.
 struct cache_reaper {
+  cache_reaper() = default;
+  cache_reaper(const cache_reaper&) = delete;
+  cache_reaper& operator=(const cache_reaper&) = delete;
+  cache_reaper(cache_reaper&&) = delete;
+  cache_reaper& operator=(cache_reaper&&) = delete;
   ~cache_reaper() {
     for (std::size_t c = 0; c < class_count; ++c) cache.give_back(c, cache.size[c]);
     cache.dead = true;

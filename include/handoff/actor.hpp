@@ -87,7 +87,7 @@ class actor : private detail::actor_base {
   // building the message throws (then nothing was sent); if F's move constructor is
   // noexcept, never, and running out of memory for a node terminates.
   template <class F>
-    requires std::invocable<std::decay_t<F>&, State&>
+    requires(std::invocable<std::decay_t<F>&, State&>)
   void post(F&& f) {
     using node = post_node<std::decay_t<F>>;
     constexpr bool build_first = !std::is_nothrow_constructible_v<std::decay_t<F>, F&&>;
@@ -102,7 +102,7 @@ class actor : private detail::actor_base {
   // handler of this same actor (the answer could never be waited for); std::bad_alloc.
   // Hazard: handlers of two actors on two threads waiting on each other's ask() deadlock.
   template <class F>
-    requires std::invocable<std::decay_t<F>&, State&>
+    requires(std::invocable<std::decay_t<F>&, State&>)
   [[nodiscard]] std::future<result_of<std::decay_t<F>>> ask(F&& f) {
     if (detail::tls.top != nullptr) check_not_draining();
     auto* m = detail::new_node<ask_node<std::decay_t<F>>>(std::forward<F>(f));
@@ -124,10 +124,8 @@ class actor : private detail::actor_base {
   // (so code after co_await never runs under the actor's exclusion). The awaiter is the
   // mailbox node: no allocation. A reference returned by f is copied.
   template <class F>
-    requires std::invocable<std::decay_t<F>&, State&>
-  [[nodiscard]] auto async_ask(F&& f) {
-    return ask_awaiter<std::decay_t<F>>(*this, std::forward<F>(f));
-  }
+    requires(std::invocable<std::decay_t<F>&, State&>)
+  [[nodiscard]] auto async_ask(F&& f) { return ask_awaiter<std::decay_t<F>>(*this, std::forward<F>(f)); }
 
  private:
   template <class Fn>

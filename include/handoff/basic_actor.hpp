@@ -25,7 +25,7 @@
 namespace handoff {
 
 template <class Message, class Handler>
-  requires std::invocable<Handler&, Message&&> && std::move_constructible<Message>
+  requires(std::invocable<Handler&, Message&&>&& std::move_constructible<Message>)
 class basic_actor : private detail::actor_base {
  public:
   using message_type = Message;
@@ -57,7 +57,6 @@ class basic_actor : private detail::actor_base {
     submit<build_first>([&] { return static_cast<detail::message*>(detail::new_node<node>(std::move(m))); },
                         [&] { handler_(std::move(m)); });
   }
-
 
  private:
   struct node final : detail::message {

@@ -33,18 +33,23 @@ struct work {
 // bad_alloc) terminates the program. It must keep accepting work until every actor that
 // uses it is destroyed.
 template <class E>
-concept executor = requires(E& e, work w) { e.execute(w); };
+concept executor = requires(E& e, work w) {
+  e.execute(w);
+};
 
 // Non-owning reference to an executor; the executor must outlive every actor using it.
 class executor_ref {
  public:
   executor_ref() noexcept = default;
 
+  // (clang-format 14 splits `noexcept` off a constructor after a requires-clause)
+  // clang-format off
   template <executor E>
     requires(!std::same_as<std::remove_cvref_t<E>, executor_ref>)
   executor_ref(E& e) noexcept  // NOLINT(google-explicit-constructor): a reference wrapper
       : target_(const_cast<void*>(static_cast<const void*>(std::addressof(e)))),
         execute_([](void* t, work w) { static_cast<E*>(t)->execute(w); }) {}
+  // clang-format on
 
   // Thread-safe if the referenced executor's execute() is. Precondition: not empty.
   void execute(work w) const { execute_(target_, w); }

@@ -91,6 +91,8 @@ class lock_expired : public std::runtime_error {
 class [[nodiscard]] key_guard {
  public:
   key_guard() noexcept = default;
+  key_guard(const key_guard&) = delete;
+  key_guard& operator=(const key_guard&) = delete;
   // A moved-from guard is empty, as if default-constructed. Moving a held guard turns
   // self-deadlock detection off for this hold (see the overview).
   key_guard(key_guard&& o) noexcept
@@ -165,8 +167,8 @@ class [[nodiscard]] key_guard {
   detail::lock_table* table_ = nullptr;
   detail::lock_entry* entry_ = nullptr;  // non-null: holds a reference (and maybe the key)
   std::uint64_t token_ = 0;
-  std::int64_t lease_ = 0;               // ns
-  bool expired_ = false;                 // the lease ran out (cached once seen at unlock)
+  std::int64_t lease_ = 0;  // ns
+  bool expired_ = false;    // the lease ran out (cached once seen at unlock)
 };
 
 // Guards of several keys, acquired in one global order (see keyed_mutex::lock_all). Like
@@ -178,7 +180,8 @@ class [[nodiscard]] multi_guard {
 
   // True when every key is held (and there is at least one).
   [[nodiscard]] bool owns_lock() const noexcept {
-    return !guards_.empty() && std::all_of(guards_.begin(), guards_.end(), [](const key_guard& g) { return g.owns_lock(); });
+    return !guards_.empty() &&
+           std::all_of(guards_.begin(), guards_.end(), [](const key_guard& g) { return g.owns_lock(); });
   }
   // Unlocks every key, in reverse acquisition order.
   void unlock() noexcept {
@@ -186,6 +189,8 @@ class [[nodiscard]] multi_guard {
     for (auto it = guards_.rbegin(); it != guards_.rend(); ++it) it->unlock();  // NOLINT(modernize-loop-convert)
   }
   ~multi_guard() { unlock(); }
+  multi_guard(const multi_guard&) = delete;
+  multi_guard& operator=(const multi_guard&) = delete;
   multi_guard(multi_guard&&) noexcept = default;
   multi_guard& operator=(multi_guard&& o) noexcept {
     if (this != &o) {
@@ -228,7 +233,9 @@ class keyed_mutex {
 
   // Thread-safe, never blocks or waits in a queue: acquires only if nobody holds the key.
   guard try_lock(const Key& key) { return acquire(key, {.mode = wait_mode::none}); }
-  guard try_lock(const Key& key, lease l) { return acquire(key, {.mode = wait_mode::none, .lease = l.duration.count()}); }
+  guard try_lock(const Key& key, lease l) {
+    return acquire(key, {.mode = wait_mode::none, .lease = l.duration.count()});
+  }
 
   // Thread-safe. Waits at most `d` (or until `t`) in the key's FIFO queue; a request that
   // times out leaves the queue and is never granted. owns_lock() on the result says which.
@@ -253,18 +260,20 @@ class keyed_mutex {
   // Thread-safe. Runs f() while holding the key (lock()), and returns its result; unlocks when f
   // returns or throws.
   template <class F>
-    requires std::invocable<F&>
+    requires(std::invocable<F&>)
   decltype(auto) with_lock(const Key& key, F&& f) {
     guard g = lock(key);
     return std::invoke(f);
   }
 
-  // Thread-safe. Locks several keys without deadlock against any other lock_all (or single-key lock
-  // in the same order): the keys are sorted with operator< and deduplicated, then locked
-  // one by one. If a lock throws, the keys already taken are released.
+  // Thread-safe. Locks several keys without deadlock against any other lock_all (or
+  // single-key lock in the same order): the keys are sorted with operator< (required) and
+  // deduplicated, then locked one by one. If a lock throws, the keys already taken are
+  // released.
   template <std::ranges::input_range Keys>
-    requires std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&> && std::totally_ordered<Key>
+    requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
   multi_guard lock_all(const Keys& keys) {
+    static_assert(std::totally_ordered<Key>, "keyed_mutex::lock_all sorts the keys: Key needs operator<");
     std::vector<Key> sorted(std::ranges::begin(keys), std::ranges::end(keys));
     std::sort(sorted.begin(), sorted.end());
     sorted.erase(std::unique(sorted.begin(), sorted.end(), [this](const Key& a, const Key& b) { return eq_(a, b); }),
@@ -274,11 +283,7 @@ class keyed_mutex {
     for (const Key& k : sorted) guards.emplace_back(&table_, acquire_grant(k, {}));
     return multi_guard(std::move(guards));
   }
-  multi_guard lock_all(std::initializer_list<Key> keys)
-    requires std::totally_ordered<Key>
-  {
-    return lock_all(std::vector<Key>(keys));
-  }
+  multi_guard lock_all(std::initializer_list<Key> keys) { return lock_all(std::vector<Key>(keys)); }
 
   // Thread-safe. `co_await m.async_lock(key)` yields a guard, suspending the coroutine (never blocking
   // a thread) while the key is held; FIFO with every other waiter. With a wait time, the
@@ -295,7 +300,7 @@ class keyed_mutex {
   // is free, else on the thread that hands the key over. Exceptions thrown by f are
   // reported to stderr (the guard is released). Never blocks.
   template <class F>
-    requires std::invocable<std::decay_t<F>&, guard>
+    requires(std::invocable<std::decay_t<F>&, guard>)
   void lock_async(const Key& key, F&& f) {
     auto* w = detail::new_node<callback_waiter<std::decay_t<F>>>(std::forward<F>(f));
     w->table = &table_;
@@ -408,6 +413,7 @@ class keyed_mutex {
         : m_(m), key_(std::move(key)), deadline_(deadline), lease_(lease_ns) {}
     lock_awaiter(const lock_awaiter&) = delete;
     lock_awaiter& operator=(const lock_awaiter&) = delete;
+    ~lock_awaiter() = default;
     [[nodiscard]] bool await_ready() const noexcept { return false; }
 
     bool await_suspend(std::coroutine_handle<> h) {
@@ -465,6 +471,7 @@ class keyed_mutex {
   struct callback_waiter final : detail::waiter {
     template <class A>
       requires(!std::is_same_v<std::remove_cvref_t<A>, callback_waiter>)
+    // NOLINTNEXTLINE(bugprone-forwarding-reference-overload): constrained not to take callback_waiter
     explicit callback_waiter(A&& a) : fn(std::forward<A>(a)) {
       type = kind::callback;
       complete = &run;

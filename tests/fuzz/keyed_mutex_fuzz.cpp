@@ -40,12 +40,12 @@ using handoff::key_guard;
 using handoff::keyed_mutex;
 using handoff::detail::lock_table_access;
 
-#define FUZZ_CHECK(cond)                                                            \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
+#define FUZZ_CHECK(cond)                                                                \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
       std::fprintf(stderr, "model mismatch at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                 \
-    }                                                                               \
+      std::abort();                                                                     \
+    }                                                                                   \
   } while (0)
 
 // An eager coroutine that nobody awaits; its frame frees itself at the end.
@@ -116,12 +116,12 @@ class guard_slot {
 struct slot_model {
   enum class state { empty, pending, guard } st = state::empty;
   int key = -1;
-  std::uint64_t token = 0;       // 0: the guard never acquired
-  bool holds_ref = false;        // refers to the key's state (holder, or expired and not released)
+  std::uint64_t token = 0;  // 0: the guard never acquired
+  bool holds_ref = false;   // refers to the key's state (holder, or expired and not released)
   bool expired = false;
-  bool blocking = false;         // acquired through the blocking API (deadlock detection)
-  std::int64_t lease = 0;        // ns; 0: none
-  std::int64_t deadline = 0;     // lease deadline while holding
+  bool blocking = false;      // acquired through the blocking API (deadlock detection)
+  std::int64_t lease = 0;     // ns; 0: none
+  std::int64_t deadline = 0;  // lease deadline while holding
   std::uint64_t seq = 0;
 };
 
@@ -166,19 +166,27 @@ class harness {
   void step(unsigned op, int k, int s, unsigned arg) {
     const bool with_lease = (arg & 0x80) != 0;
     switch (op) {
-      case 0: return sync_acquire(k, s, arg, kind::try_lock, with_lease);
-      case 1: return sync_acquire(k, s, arg, kind::lock, with_lease);
-      case 2: return sync_acquire(k, s, arg, kind::try_lock_for, with_lease);
-      case 3: return async_acquire(k, s, arg);
-      case 4: return callback_acquire(k, s);
+      case 0:
+        return sync_acquire(k, s, arg, kind::try_lock, with_lease);
+      case 1:
+        return sync_acquire(k, s, arg, kind::lock, with_lease);
+      case 2:
+        return sync_acquire(k, s, arg, kind::try_lock_for, with_lease);
+      case 3:
+        return async_acquire(k, s, arg);
+      case 4:
+        return callback_acquire(k, s);
       case 5:  // unlock: keeps the token and the expired flag
         if (!is(s, slot_model::state::guard)) return;
         release_slot(s);
         guards_[s]->unlock();
         return;
-      case 6: return move_guard(s, static_cast<int>(arg % slot_count));
-      case 7: return extend(s, arg);
-      case 8: return advance(now_ + static_cast<std::int64_t>(arg % 40) * 500'000);
+      case 6:
+        return move_guard(s, static_cast<int>(arg % slot_count));
+      case 7:
+        return extend(s, arg);
+      case 8:
+        return advance(now_ + static_cast<std::int64_t>(arg % 40) * 500'000);
       case 9: {
         if (!is(s, slot_model::state::guard)) return;
         bool threw = false;
@@ -213,8 +221,10 @@ class harness {
     try {
       guards_[s].emplace([&]() -> key_guard {
         switch (how) {
-          case kind::try_lock: return with_lease ? m_.try_lock(keys[k], l) : m_.try_lock(keys[k]);
-          case kind::lock: return with_lease ? m_.lock(keys[k], l) : m_.lock(keys[k]);
+          case kind::try_lock:
+            return with_lease ? m_.try_lock(keys[k], l) : m_.try_lock(keys[k]);
+          case kind::lock:
+            return with_lease ? m_.lock(keys[k], l) : m_.lock(keys[k]);
           case kind::try_lock_for:
             return with_lease ? m_.try_lock_for(keys[k], wait, l) : m_.try_lock_for(keys[k], wait);
         }
@@ -447,7 +457,8 @@ class harness {
       }
       for (int k = 0; k < key_count; ++k) {
         for (const request& r : keys_m_[k].queue) {
-          if (r.deadline == at && (best < 0 || r.seq < best_seq)) best = r.slot, best_key = k, best_seq = r.seq, lease = false;
+          if (r.deadline == at && (best < 0 || r.seq < best_seq))
+            best = r.slot, best_key = k, best_seq = r.seq, lease = false;
         }
       }
       if (best < 0) return;

@@ -34,8 +34,8 @@ using handoff::detail::probe;
 
 struct config {
   int senders;
-  int messages;                // per sender
-  std::uint32_t budget = 0;    // max_messages; 0: none (no executor)
+  int messages;                      // per sender
+  std::uint32_t budget = 0;          // max_messages; 0: none (no executor)
   bool count_after_enqueue = false;  // the broken order
 };
 
@@ -94,7 +94,7 @@ class world {
   struct owner_state {
     bool active = false;
     bool after_inline = false;  // next step: the winner's release attempt (finish_inline)
-    bool blocked = false;  // its last step was `waiting`: needs someone else to move first
+    bool blocked = false;       // its last step was `waiting`: needs someone else to move first
     handoff::detail::drain_frame frame{};
     access::cursor cursor{};
   };
@@ -177,7 +177,7 @@ class world {
         ++s.next;
         if (!won) return {};
         if (broken) return become_owner(s.owner, false);  // its message is in the mailbox
-        log_.emplace_back(m->sender, m->seq);              // won: run it inline, then drain
+        log_.emplace_back(m->sender, m->seq);             // won: run it inline, then drain
         return become_owner(s.owner, true);
       }
       case sender::claim:
@@ -263,7 +263,8 @@ exhaustive_result explore_all(const config& c, long limit) {
 std::string explore_random(const config& c, int schedules, unsigned seed) {
   std::mt19937 rng(seed);
   for (int i = 0; i < schedules; ++i) {
-    const std::string err = world(c).run([&](int options) { return static_cast<int>(rng() % static_cast<unsigned>(options)); });
+    const std::string err =
+        world(c).run([&](int options) { return static_cast<int>(rng() % static_cast<unsigned>(options)); });
     if (!err.empty()) return "schedule " + std::to_string(i) + ": " + err;
   }
   return {};

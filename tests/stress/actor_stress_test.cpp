@@ -11,12 +11,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <latch>
-#include <tuple>
 #include <cstdlib>
+#include <latch>
 #include <memory>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -115,7 +115,7 @@ void hammer(std::vector<std::unique_ptr<handoff::actor<cell>>>& actors, int thre
 }
 
 std::vector<std::unique_ptr<handoff::actor<cell>>> make_actors(std::size_t n,
-                                                                 std::shared_ptr<const handoff::actor_options> o = {}) {
+                                                               std::shared_ptr<const handoff::actor_options> o = {}) {
   std::vector<std::unique_ptr<handoff::actor<cell>>> v;
   for (std::size_t i = 0; i < n; ++i) v.push_back(std::make_unique<handoff::actor<cell>>(o));
   return v;

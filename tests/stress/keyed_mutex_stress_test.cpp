@@ -58,7 +58,8 @@ class test_timeout {
           std::unique_lock lock(mu);
           cv.wait_for(lock, stop, limit, [] { return false; });
           if (stop.stop_requested()) return;
-          std::fprintf(stderr, "\nkeyed_mutex stress: still running after %llds: a key never became free again (granted to a "
+          std::fprintf(stderr,
+                       "\nkeyed_mutex stress: still running after %llds: a key never became free again (granted to a "
                        "waiter that gave up?) or a wake-up was lost; aborting\n",
                        static_cast<long long>(limit.count()));
           std::fflush(stderr);
@@ -95,12 +96,12 @@ struct counters {
   std::atomic<long> ops{0};
   std::atomic<long> grants{0};
   std::atomic<long> try_busy{0};
-  std::atomic<long> timeouts{0};        // try_lock_for gave up: non-owning result
+  std::atomic<long> timeouts{0};  // try_lock_for gave up: non-owning result
   std::atomic<long> leases{0};
   std::atomic<long> sleeps_past{0};
-  std::atomic<long> expired_seen{0};    // a holder saw its own lease run out
-  std::atomic<long> takeovers{0};       // the next holder came in while an expired one was inside
-  std::atomic<long> late_holders{0};    // granted, but expired before it could enter
+  std::atomic<long> expired_seen{0};  // a holder saw its own lease run out
+  std::atomic<long> takeovers{0};     // the next holder came in while an expired one was inside
+  std::atomic<long> late_holders{0};  // granted, but expired before it could enter
   std::atomic<long> async_started{0};
   std::atomic<long> async_done{0};
   std::atomic<long> async_timeouts{0};
@@ -236,7 +237,9 @@ class world {
     }
   }
 
-  std::chrono::nanoseconds short_lease(std::mt19937_64& rng) const { return std::chrono::microseconds(500 + rng() % 3500); }
+  std::chrono::nanoseconds short_lease(std::mt19937_64& rng) const {
+    return std::chrono::microseconds(500 + rng() % 3500);
+  }
 
  private:
   std::mutex mu_;
@@ -347,7 +350,8 @@ void run(const config& cfg, const char* label) {
   const double seconds = stress_seconds();
   test_timeout timeout(std::chrono::seconds(static_cast<long long>(seconds) + 120));
   auto w = std::make_unique<world>(cfg);
-  const auto deadline = steady::now() + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(seconds));
+  const auto deadline =
+      steady::now() + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(seconds));
   {
     std::vector<std::jthread> workers;
     for (int t = 0; t < cfg.threads; ++t) workers.emplace_back([&, t] { worker(*w, t, deadline); });
@@ -384,10 +388,9 @@ void run(const config& cfg, const char* label) {
       "[ %s ] %.1f s, %d threads, %zu keys: %ld operations, %ld grants (try_lock busy %ld, timed out %ld); "
       "leases %ld (slept past %ld, expiry seen %ld, taken over %ld, late holders %ld); "
       "coroutines %ld (timed out %ld); callbacks %ld; lock_all %ld\n",
-      label, seconds, cfg.threads, w->slots.size(), n.ops.load(), n.grants.load(), n.try_busy.load(),
-      n.timeouts.load(), n.leases.load(), n.sleeps_past.load(), n.expired_seen.load(), n.takeovers.load(),
-      n.late_holders.load(), n.async_done.load(), n.async_timeouts.load(), n.callbacks_done.load(),
-      n.lock_alls.load());
+      label, seconds, cfg.threads, w->slots.size(), n.ops.load(), n.grants.load(), n.try_busy.load(), n.timeouts.load(),
+      n.leases.load(), n.sleeps_past.load(), n.expired_seen.load(), n.takeovers.load(), n.late_holders.load(),
+      n.async_done.load(), n.async_timeouts.load(), n.callbacks_done.load(), n.lock_alls.load());
   std::fflush(stdout);
   testing::Test::RecordProperty("operations", std::to_string(n.ops.load()));
   testing::Test::RecordProperty("grants", std::to_string(n.grants.load()));

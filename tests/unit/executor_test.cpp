@@ -82,7 +82,8 @@ TEST(ThreadPool, RunsEveryWorkItemExactlyOnceAcrossManySubmittingThreads) {
             pool.execute(handoff::work{[](void* p) noexcept {
                                          auto* self = static_cast<item*>(p);
                                          self->runs.fetch_add(1, std::memory_order_relaxed);
-                                         if (std::this_thread::get_id() == self->submitter) self->ran_on_submitter = true;
+                                         if (std::this_thread::get_id() == self->submitter)
+                                           self->ran_on_submitter = true;
                                        },
                                        &it});
           }
@@ -118,7 +119,8 @@ TEST(ThreadPool, DestructorRunsQueuedWorkAndTheWorkItSubmitsBeforeJoining) {
   // The only worker blocks, so everything below is still queued when the gate opens.
   pool->execute(handoff::work{[](void* g) noexcept { static_cast<std::latch*>(g)->wait(); }, &gate});
   for (int i = 0; i < queued; ++i) {
-    pool->execute(handoff::work{[](void* n) noexcept { static_cast<std::atomic<int>*>(n)->fetch_add(1); }, &plain_runs});
+    pool->execute(
+        handoff::work{[](void* n) noexcept { static_cast<std::atomic<int>*>(n)->fetch_add(1); }, &plain_runs});
   }
   pool->execute(handoff::work{&chain::step, &c});
   gate.count_down();
@@ -146,12 +148,12 @@ TEST(ThreadPool, WorkSubmittedFromInsideAWorkerIsQueuedNotRunInline) {
   pool.execute(handoff::work{[](void* p) noexcept {
                                auto* self = static_cast<shared*>(p);
                                self->outer_thread = std::this_thread::get_id();
-                               self->pool->execute(handoff::work{[](void* q) noexcept {
-                                                                   auto* me = static_cast<shared*>(q);
-                                                                   me->inner.set_value({std::this_thread::get_id(),
-                                                                                        me->outer_done.load()});
-                                                                 },
-                                                                 self});
+                               self->pool->execute(handoff::work{
+                                   [](void* q) noexcept {
+                                     auto* me = static_cast<shared*>(q);
+                                     me->inner.set_value({std::this_thread::get_id(), me->outer_done.load()});
+                                   },
+                                   self});
                                self->outer_done = true;
                              },
                              &s});
@@ -579,7 +581,8 @@ TEST(ErrorHook, ExceptionsOnAnExecutorContinuationReachTheHookOnTheWorker) {
                                                .on_error =
                                                    [&](std::exception_ptr) {
                                                      hook_calls.fetch_add(1);
-                                                     if (std::this_thread::get_id() != main_thread) hook_on_worker.fetch_add(1);
+                                                     if (std::this_thread::get_id() != main_thread)
+                                                       hook_on_worker.fetch_add(1);
                                                    }},
                         0};
   a.post([&](int&) {

@@ -12,9 +12,9 @@
 
 #include <atomic>
 #include <cctype>
-#include <csignal>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -366,7 +366,7 @@ TEST_F(KeyedMutex, MoveConstructionTransfersTheHoldAndTheMovedFromGuardsUnlockDo
   EXPECT_FALSE(a.owns_lock());  // NOLINT(bugprone-use-after-move): the moved-from state is specified
   EXPECT_TRUE(b.owns_lock());
   EXPECT_EQ(b.token(), token);
-  a.unlock();  // NOLINT(bugprone-use-after-move)
+  a.unlock();                                         // NOLINT(bugprone-use-after-move)
   EXPECT_FALSE(free_elsewhere(m, std::string("k")));  // still held, by b
   b.unlock();
   EXPECT_TRUE(free_elsewhere(m, std::string("k")));
@@ -1197,7 +1197,7 @@ TEST_F(KeyedMutex, SizeCountsKeysThatAreHeldOrWaitedFor) {
   key_guard b = m.lock("b");
   EXPECT_EQ(m.size(), 2u);
   EXPECT_FALSE(m.try_lock("a").owns_lock());  // a failed try_lock leaves nothing behind
-  EXPECT_TRUE(m.try_lock("c").owns_lock());    // a temporary guard: released at once
+  EXPECT_TRUE(m.try_lock("c").owns_lock());   // a temporary guard: released at once
   EXPECT_EQ(m.size(), 2u);
   async_outcome out;
   await_lock([&m] { return m.async_lock("a"); }, &out, false);

@@ -174,7 +174,8 @@ TEST(MpscQueue, ManyProducersOneConsumerLoseNothingDuplicateNothingAndKeepPerPro
   }
   threads.clear();  // join
   EXPECT_EQ(out_of_order, 0);
-  for (int p = 0; p < producers; ++p) EXPECT_EQ(next_seq[static_cast<std::size_t>(p)], per_producer) << "producer " << p;
+  for (int p = 0; p < producers; ++p)
+    EXPECT_EQ(next_seq[static_cast<std::size_t>(p)], per_producer) << "producer " << p;
   // Quiescent now: nothing left, and looks_empty() says so.
   EXPECT_EQ(q.pop(), nullptr);
   EXPECT_TRUE(q.looks_empty());

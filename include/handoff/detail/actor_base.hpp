@@ -68,10 +68,10 @@ struct drain_frame {
 // Per-thread scheduler state; touched only by its own thread. Trivial, so that access
 // needs no TLS wrapper call on the hot path.
 struct thread_state {
-  drain_frame* top;           // innermost actor being drained; nullptr outside handlers
-  actor_base* ready_head;     // actors this thread owns and will drain next (FIFO)
+  drain_frame* top;        // innermost actor being drained; nullptr outside handlers
+  actor_base* ready_head;  // actors this thread owns and will drain next (FIFO)
   actor_base* ready_tail;
-  resumable* resume_head;     // coroutines to resume once the current drain ends (FIFO)
+  resumable* resume_head;  // coroutines to resume once the current drain ends (FIFO)
   resumable* resume_tail;
 };
 // initial-exec: a direct %fs-relative access even from the -fPIC library (the default
@@ -277,8 +277,8 @@ class actor_base {
 
   // Messages accepted and not yet run (the ownership word; see the overview above).
   std::atomic<std::uint64_t> count_{0};
-  mpsc_queue mailbox_;                 // producers: senders; consumer: the owner
-  actor_base* ready_next_ = nullptr;   // touched only by the owner (its ready-list link)
+  mpsc_queue mailbox_;                            // producers: senders; consumer: the owner
+  actor_base* ready_next_ = nullptr;              // touched only by the owner (its ready-list link)
   std::shared_ptr<const actor_options> options_;  // immutable after construction; may be null
 };
 

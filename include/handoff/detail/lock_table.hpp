@@ -49,7 +49,7 @@ class spin_lock {
  public:
   void lock() noexcept {
     // acquire; pairs with the release in unlock().
-    for (unsigned spins = 0; locked_.exchange(true, std::memory_order_acquire); ) {
+    for (unsigned spins = 0; locked_.exchange(true, std::memory_order_acquire);) {
       while (locked_.load(std::memory_order_relaxed)) backoff(spins++);
     }
   }
@@ -89,14 +89,14 @@ struct waiter : mailbox_node {
   std::atomic<std::uint32_t> state{waiting};
   std::atomic<std::uint32_t> refs{2};
   kind type = kind::thread;
-  std::uint64_t token = 0;       // written by the granter before its CAS, read after `granted`
+  std::uint64_t token = 0;  // written by the granter before its CAS, read after `granted`
   lock_entry* entry = nullptr;
   lock_table* table = nullptr;
-  timer_node timeout;            // async waits with a deadline
-  std::coroutine_handle<> handle;               // kind::coroutine
+  timer_node timeout;                                 // async waits with a deadline
+  std::coroutine_handle<> handle;                     // kind::coroutine
   void (*complete)(waiter*, bool granted) = nullptr;  // kind::callback: runs the callable
-  void (*destroy)(waiter*) noexcept = nullptr;       // frees a derived node; nullptr: a plain waiter
-  waiter* resume_next = nullptr; // this thread's completion list (see run_completions)
+  void (*destroy)(waiter*) noexcept = nullptr;        // frees a derived node; nullptr: a plain waiter
+  waiter* resume_next = nullptr;                      // this thread's completion list (see run_completions)
 };
 
 // A key's lock state. The keyed part (the Key) follows it in keyed_mutex.hpp's entry type.
@@ -104,7 +104,7 @@ struct lock_entry {
   explicit lock_entry(std::size_t h) noexcept : hash(h) {}
 
   // --- shard lock ---
-  std::size_t hash;  // the mixed hash (reset when a spare entry is reused)
+  std::size_t hash;        // the mixed hash (reset when a spare entry is reused)
   std::uint32_t refs = 0;  // guards whose lease expired and that still refer to the entry
 
   // --- hand-off protocol ---
@@ -125,7 +125,7 @@ struct lock_entry {
   // Token of the current leased hold, 0 when not leased. The guard's unlock and the timer's
   // expiry both CAS it to 0; the winner releases the key.
   std::atomic<std::uint64_t> leased{0};
-  timer_node lease;             // timer mutex
+  timer_node lease;               // timer mutex
   std::uint64_t lease_token = 0;  // timer mutex: the token `lease` expires
 };
 
@@ -182,6 +182,11 @@ struct alignas(64) lock_shard {
     --size;
     if (size * 8 < mask + 1 && mask + 1 > min_slots) shrink();  // give memory back after a burst
   }
+  lock_shard() = default;
+  lock_shard(const lock_shard&) = delete;
+  lock_shard& operator=(const lock_shard&) = delete;
+  lock_shard(lock_shard&&) = delete;
+  lock_shard& operator=(lock_shard&&) = delete;
   ~lock_shard();
 
   static constexpr std::size_t min_slots = 4;  // one cache line, kept once allocated

@@ -24,6 +24,7 @@ class mpsc_queue {
   mpsc_queue() noexcept = default;
   mpsc_queue(const mpsc_queue&) = delete;
   mpsc_queue& operator=(const mpsc_queue&) = delete;
+  ~mpsc_queue() = default;
 
   // Thread-safe, wait-free, never allocates. `n` must not be in any queue.
   void push(mailbox_node* n) noexcept { link(claim(n), n); }
