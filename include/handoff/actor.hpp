@@ -78,6 +78,8 @@ class actor : private detail::actor_base {
   //    the state after the destructor returns.
   // Two actors whose handlers, on two threads, destroy each other deadlock (not detected).
   ~actor() { shut_down(); }
+  actor(const actor&) = delete;
+  actor& operator=(const actor&) = delete;
 
   // Thread-safe. Runs f(state) once, eventually, under the actor's mutual exclusion. May
   // run f and other queued messages on the calling thread before returning (never from
@@ -131,6 +133,7 @@ class actor : private detail::actor_base {
   template <class Fn>
   struct post_node final : detail::message {
     template <class A>
+    // NOLINTNEXTLINE(bugprone-forwarding-reference-overload): nodes are never copied or moved
     explicit post_node(A&& a) : fn(std::forward<A>(a)) {
       invoke = &run;
     }
@@ -146,6 +149,7 @@ class actor : private detail::actor_base {
   template <class Fn>
   struct ask_node final : detail::message {
     template <class A>
+    // NOLINTNEXTLINE(bugprone-forwarding-reference-overload): nodes are never copied or moved
     explicit ask_node(A&& a) : fn(std::forward<A>(a)) {
       invoke = &run;
     }
@@ -182,6 +186,7 @@ class actor : private detail::actor_base {
     }
     ask_awaiter(const ask_awaiter&) = delete;
     ask_awaiter& operator=(const ask_awaiter&) = delete;
+    ~ask_awaiter() = default;
 
     [[nodiscard]] bool await_ready() const noexcept { return false; }
 

@@ -47,6 +47,8 @@ class basic_actor : private detail::actor_base {
 
   // Same destruction semantics as handoff::actor: waits for, or runs, pending messages.
   ~basic_actor() { shut_down(); }
+  basic_actor(const basic_actor&) = delete;
+  basic_actor& operator=(const basic_actor&) = delete;
 
   // Thread-safe. Delivers `m` to the handler once, under the actor's mutual exclusion; may
   // run it (and other queued messages) on the calling thread before returning. Throws only

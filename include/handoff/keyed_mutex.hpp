@@ -334,7 +334,7 @@ class keyed_mutex {
   using wait_mode = detail::lock_request::wait_mode;
 
   struct entry final : detail::lock_entry {
-    entry(std::size_t h, const Key& k) : lock_entry(h), key(k) {}
+    entry(std::size_t h, const Key& k) : lock_entry(h), key(k) {}  // NOLINT(modernize-pass-by-value): copied once
     Key key;
   };
   // Entries use the global allocator, not the node pool: the pool keeps freed blocks for

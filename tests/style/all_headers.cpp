@@ -1,0 +1,31 @@
+// Every public header in one translation unit, compiled with -Wall -Wextra -Wpedantic
+// -Werror by the test build (GCC and clang presets) and read by the style_clang_tidy test,
+// so that the headers no library source includes are checked too.
+#include <handoff/actor.hpp>
+#include <handoff/actor_options.hpp>
+#include <handoff/basic_actor.hpp>
+#include <handoff/executor.hpp>
+#include <handoff/keyed_mutex.hpp>
+#include <handoff/thread_pool.hpp>
+
+namespace {
+
+struct counter {
+  long n = 0;
+  void operator()(int d) { n += d; }
+};
+
+// Instantiates the templates so that their bodies are checked too; never called.
+[[maybe_unused]] void instantiate() {
+  handoff::actor<int> a;
+  a.post([](int& x) { ++x; });
+  (void)a.ask([](int& x) { return x; });
+  handoff::basic_actor<int, counter> b;
+  b.send(1);
+  handoff::keyed_mutex<> m;
+  auto g = m.try_lock("k");
+  auto all = m.lock_all({"a", "b"});
+  m.lock_async("k", [](handoff::key_guard) {});
+}
+
+}  // namespace
