@@ -124,7 +124,8 @@ class actor : private detail::actor_base {
   // handler, f runs inline and the coroutine does not suspend; otherwise the coroutine is
   // resumed by the thread that ran f, after that thread has finished draining the actor
   // (so code after co_await never runs under the actor's exclusion). The awaiter is the
-  // mailbox node: no allocation. A reference returned by f is copied.
+  // mailbox node: no allocation. A reference returned by f is copied. Destroying the
+  // coroutine while it is suspended here is not supported (its node is still queued).
   template <class F>
     requires(std::invocable<std::decay_t<F>&, State&>)
   [[nodiscard]] auto async_ask(F&& f) { return ask_awaiter<std::decay_t<F>>(*this, std::forward<F>(f)); }

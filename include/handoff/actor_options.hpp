@@ -27,7 +27,9 @@ struct actor_options {
 
   // Called, on the draining thread, with each exception thrown by a `post` handler
   // (exceptions from `ask` handlers travel to their future instead). Empty: print to
-  // stderr and continue. If the hook itself throws, that is printed and ignored.
+  // stderr and continue. If the hook itself throws, that is printed and ignored. A handler
+  // that destroyed its own actor and then throws is reported to stderr, not to the hook
+  // (the options went with the actor).
   std::function<void(std::exception_ptr)> on_error;
 };
 
