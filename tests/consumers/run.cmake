@@ -1,4 +1,6 @@
 # Builds and runs tests/consumers/main.cpp against handoff consumed one way:
+#   find_package      installs the already-built handoff into a scratch prefix; the project
+#                     in find_package/ finds it with find_package(handoff)
 #   add_subdirectory  the project in add_subdirectory/, with handoff's source tree vendored
 #   fetchcontent      the project in fetchcontent/, FetchContent from the source tree (no download)
 #   pkgconfig         installs the already-built handoff into a scratch prefix and compiles
@@ -9,15 +11,18 @@
 #   cmake -DWAY=<way> -DHANDOFF_SOURCE_DIR=<source dir> -DWORK_DIR=<scratch dir>
 #         -DCXX_COMPILER=<compiler> [-DCONFIG=<config>] [-DSANITIZERS=<list>]
 #         [-DGENERATOR=<generator>]
-#         [-DHANDOFF_BINARY_DIR=<handoff build dir> -DPKG_CONFIG=<pkg-config>]  (pkgconfig)
+#         [-DHANDOFF_BINARY_DIR=<handoff build dir>]  (find_package, pkgconfig)
+#         [-DPKG_CONFIG=<pkg-config>]  (pkgconfig)
 #         -P run.cmake
 cmake_minimum_required(VERSION 3.25)
 
 set(required WAY HANDOFF_SOURCE_DIR WORK_DIR CXX_COMPILER)
 if(WAY STREQUAL "pkgconfig")
   list(APPEND required HANDOFF_BINARY_DIR PKG_CONFIG)
+elseif(WAY STREQUAL "find_package")
+  list(APPEND required HANDOFF_BINARY_DIR)
 elseif(NOT WAY MATCHES "^(add_subdirectory|fetchcontent)$")
-  message(FATAL_ERROR "run.cmake: WAY must be add_subdirectory, fetchcontent or pkgconfig, not '${WAY}'")
+  message(FATAL_ERROR "run.cmake: WAY must be find_package, add_subdirectory, fetchcontent or pkgconfig, not '${WAY}'")
 endif()
 foreach(var IN LISTS required)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
@@ -47,9 +52,13 @@ if(SANITIZERS)
   set(sanitizer_flags -fsanitize=${SANITIZERS} -fno-omit-frame-pointer)
 endif()
 
-if(WAY STREQUAL "pkgconfig")
-  set(prefix "${WORK_DIR}/prefix")
+# The installed ways: into a scratch prefix of their own (tests may run in parallel).
+set(prefix "${WORK_DIR}/prefix")
+if(WAY MATCHES "^(find_package|pkgconfig)$")
   run_step("install" "${CMAKE_COMMAND}" --install "${HANDOFF_BINARY_DIR}" --prefix "${prefix}" ${config_args})
+endif()
+
+if(WAY STREQUAL "pkgconfig")
   # Only the scratch prefix: a handoff installed on the machine must not satisfy the test.
   file(GLOB pc_file "${prefix}/*/pkgconfig/handoff.pc" "${prefix}/*/*/pkgconfig/handoff.pc")
   if(NOT pc_file)
@@ -74,6 +83,7 @@ else()
   set(configure_args
     -S "${CMAKE_CURRENT_LIST_DIR}/${WAY}" -B "${consumer_build}"
     "-DHANDOFF_SOURCE_DIR=${HANDOFF_SOURCE_DIR}"
+    "-DCMAKE_PREFIX_PATH=${prefix}"
     "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
   if(GENERATOR)
     list(APPEND configure_args -G "${GENERATOR}")
@@ -82,7 +92,8 @@ else()
     list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${CONFIG}")
   endif()
   if(SANITIZERS)
-    # Instruments handoff's sources too: they are compiled in the consumer's build.
+    # The same instrumentation as handoff (whose sources are compiled in the consumer's
+    # build by add_subdirectory and FetchContent).
     list(JOIN sanitizer_flags " " flags)
     list(APPEND configure_args "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZERS}")
   endif()
