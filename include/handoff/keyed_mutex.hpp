@@ -172,27 +172,35 @@ class [[nodiscard]] key_guard {
 };
 
 // Guards of several keys, acquired in one global order (see keyed_mutex::lock_all). Like
-// key_guard: movable, one thread at a time.
-class [[nodiscard]] multi_guard {
+// the single-key guard: movable, one thread at a time. Guard is key_guard here and
+// redis::guard for handoff::redis::keyed_mutex.
+template <class Guard>
+class [[nodiscard]] basic_multi_guard {
  public:
-  multi_guard() = default;
-  explicit multi_guard(std::vector<key_guard> guards) noexcept : guards_(std::move(guards)) {}
+  basic_multi_guard() = default;
+  explicit basic_multi_guard(std::vector<Guard> guards) noexcept : guards_(std::move(guards)) {}
 
   // True when every key is held (and there is at least one).
   [[nodiscard]] bool owns_lock() const noexcept {
     return !guards_.empty() &&
-           std::all_of(guards_.begin(), guards_.end(), [](const key_guard& g) { return g.owns_lock(); });
+           std::all_of(guards_.begin(), guards_.end(), [](const Guard& g) { return g.owns_lock(); });
   }
-  // Unlocks every key, in reverse acquisition order.
+  // Unlocks every key, in reverse acquisition order. Never throws: a guard whose unlock
+  // can fail (redis::guard) has its error swallowed here, as in its destructor.
   void unlock() noexcept {
     // (not std::views::reverse: clang 14 cannot compile libstdc++ 12's ranges there)
-    for (auto it = guards_.rbegin(); it != guards_.rend(); ++it) it->unlock();  // NOLINT(modernize-loop-convert)
+    for (auto it = guards_.rbegin(); it != guards_.rend(); ++it) {  // NOLINT(modernize-loop-convert)
+      try {
+        it->unlock();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): as the guard's destructor does
+      }
+    }
   }
-  ~multi_guard() { unlock(); }
-  multi_guard(const multi_guard&) = delete;
-  multi_guard& operator=(const multi_guard&) = delete;
-  multi_guard(multi_guard&&) noexcept = default;
-  multi_guard& operator=(multi_guard&& o) noexcept {
+  ~basic_multi_guard() { unlock(); }
+  basic_multi_guard(const basic_multi_guard&) = delete;
+  basic_multi_guard& operator=(const basic_multi_guard&) = delete;
+  basic_multi_guard(basic_multi_guard&&) noexcept = default;
+  basic_multi_guard& operator=(basic_multi_guard&& o) noexcept {
     if (this != &o) {
       unlock();
       guards_ = std::move(o.guards_);
@@ -202,13 +210,14 @@ class [[nodiscard]] multi_guard {
 
   // The guards in acquisition order (sorted keys, duplicates removed).
   [[nodiscard]] std::size_t size() const noexcept { return guards_.size(); }
-  [[nodiscard]] key_guard& operator[](std::size_t i) noexcept { return guards_[i]; }
+  [[nodiscard]] Guard& operator[](std::size_t i) noexcept { return guards_[i]; }
   [[nodiscard]] auto begin() noexcept { return guards_.begin(); }
   [[nodiscard]] auto end() noexcept { return guards_.end(); }
 
  private:
-  std::vector<key_guard> guards_;
+  std::vector<Guard> guards_;
 };
+using multi_guard = basic_multi_guard<key_guard>;
 
 template <class Key = std::string, class Hash = std::hash<Key>, class Eq = std::equal_to<Key>>
 class keyed_mutex {

@@ -1,0 +1,300 @@
+// handoff::redis::keyed_mutex: the keyed mutex across processes, through one Redis server
+// (hiredis). Same guard API as handoff::keyed_mutex: lock, try_lock, try_lock_for/until,
+// leases, extend, expired/check, fencing tokens, with_lock, lock_all, co_await async_lock.
+//
+//   handoff::redis::keyed_mutex m({.host = "127.0.0.1", .port = 6379});
+//   auto g = m.lock("player:42");                      // held until unlock; watchdog-renewed
+//   auto t = m.try_lock_for("room:7", 50ms);           // FIFO wait across processes
+//   auto l = m.lock("order:9", handoff::lease{2s});    // freed by Redis at 2 s
+//   store.write(x, g.token());                         // fencing: the store rejects stale tokens
+//   auto g2 = co_await m.async_lock("player:42");      // suspends, never blocks a thread
+//
+// Per key K (names under options::prefix, all with the hash tag {K}):
+//   {K}:lock     the holder's random owner token, with the lease as its PX expiry;
+//   {K}:queue    FIFO list of waiter ids; {K}:waiters: sorted set id -> heartbeat deadline;
+//   {K}:fence    the fencing counter.
+// Every change is one Lua script, atomic on the server: acquire (drop dead waiters; grant
+// if the key is free and the caller is first in line or nobody waits, else queue or
+// refresh the caller), release and extend (compare-on-owner-token, never a plain DEL or
+// PEXPIRE), cancel (leave the queue). A release PUBLISHes the next waiter's id on its
+// process's channel; each keyed_mutex has one subscriber connection that wakes the waiter.
+// A waiter also re-checks every options::recheck_interval (in case a notification is lost,
+// and as its heartbeat: a waiter whose process died is dropped after 3 missed intervals),
+// and when the holder's lease runs out.
+//
+// Guarantees (one Redis server, no failover):
+//  - Mutual exclusion per key among all keyed_mutex instances on the server and prefix,
+//    while holders' leases have not run out (a lease ends a hold that overruns it; the
+//    watchdog keeps lease-less holds alive while this process runs).
+//  - FIFO per key among waiters (try_lock never jumps the queue); a waiter that timed out
+//    or gave up is never granted.
+//  - Fencing tokens: each grant of a key gets a token greater than every earlier grant's
+//    of that key, also after the counter expired (an hour after the key's last grant) or
+//    the server lost its data: a new counter starts at the server's clock in microseconds.
+//  - Nothing stays on the server for an idle key but its fence counter (one hour).
+// Not promised: safety across a Redis failover or with several independent servers (no
+// Redlock); that an expired holder notices before it acts (check() looks at the local
+// clock, conservatively; fencing tokens are what a downstream store can rely on).
+//
+// Errors: every Redis failure (connect, timeout, server error, lost connection) throws
+// handoff::redis::error with the server's or hiredis's message; nothing waits longer than
+// the wait asked for plus options::command_timeout. A guard's destructor never throws.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <concepts>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <ranges>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "handoff/keyed_mutex.hpp"  // lease, lock_expired, basic_multi_guard
+
+namespace handoff::redis {
+
+// A Redis failure: the message says what was being done and what Redis or hiredis said.
+class error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct options {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string unix_socket;  // when set, used instead of host:port
+  std::string username;     // ACL user (Redis 6+); empty: AUTH with the password alone
+  std::string password;     // AUTH when non-empty
+  int database = 0;         // SELECT
+  std::chrono::milliseconds connect_timeout{1000};
+  std::chrono::milliseconds command_timeout{1000};  // every command, also the watchdog's
+  std::size_t pool_size = 4;                        // command connections shared by callers
+  std::string prefix = "handoff:";                  // of every Redis key and channel
+  // lock() without a lease: the key's lease on the server, renewed by the watchdog every
+  // third of it while the guard holds (a crashed process's locks free after this long).
+  std::chrono::milliseconds watchdog_lease{30000};
+  // A waiter's fallback re-check and heartbeat period (see the overview).
+  std::chrono::milliseconds recheck_interval{1000};
+};
+
+namespace detail {
+struct client;
+struct hold;
+}  // namespace detail
+
+// The RAII guard of one key. Movable, not copyable; one thread at a time.
+class [[nodiscard]] guard {
+ public:
+  guard() noexcept;
+  guard(guard&&) noexcept;
+  guard& operator=(guard&& o);  // unlocks what this held (may throw error), then takes o's
+  guard(const guard&) = delete;
+  guard& operator=(const guard&) = delete;
+  // Unlocks; a Redis error is swallowed (the key is then freed by its lease on the server).
+  ~guard();
+
+  // True while held: acquired, not unlocked, not known to be expired.
+  [[nodiscard]] bool owns_lock() const noexcept;
+  explicit operator bool() const noexcept { return owns_lock(); }
+
+  // Releases the key (compare-on-token) and wakes the next waiter; stops the watchdog
+  // first, so that no renewal is sent after this returns. A no-op when the guard holds
+  // nothing. Throws error if Redis cannot be reached: the guard is then empty all the
+  // same, and the key is freed by its lease.
+  void unlock();
+
+  // The fencing token of this grant (see the overview); 0 if never acquired. Kept after
+  // unlock and expiry.
+  [[nodiscard]] std::uint64_t token() const noexcept;
+
+  // True once the hold is known to be over without unlock(): the lease ran out by the
+  // local clock (started before the request was sent, so never later than the server's),
+  // or the watchdog failed to renew it (the key was taken over, or Redis was unreachable
+  // for longer than the lease). Stays true.
+  [[nodiscard]] bool expired() const noexcept;
+
+  // Throws handoff::lock_expired unless owns_lock().
+  void check() const;
+
+  // Sets the key's remaining lease to `d` (at least 1 ms) from now, on the server. Returns
+  // false if the key is no longer this guard's. For a watchdog-renewed guard, `d` becomes
+  // the renewed lease. Throws std::invalid_argument for d <= 0, error on Redis failure.
+  bool extend(std::chrono::nanoseconds d);
+
+  // The lease on the server: as granted or last extended (for lock() without a lease, the
+  // watchdog's).
+  [[nodiscard]] std::chrono::nanoseconds lease_duration() const noexcept;
+
+  // The key, as given to lock. Empty for an empty guard.
+  [[nodiscard]] const std::string& key() const noexcept;
+
+  explicit guard(std::shared_ptr<detail::hold> h) noexcept;  // internal: keyed_mutex builds guards
+
+ private:
+  std::shared_ptr<detail::hold> hold_;  // shared with the watchdog while it renews
+};
+
+using multi_guard = handoff::basic_multi_guard<guard>;
+
+// One client of the keyed locks on a Redis server. Thread-safe. Owns a pool of command
+// connections, one subscriber connection and one background thread (notifications, the
+// watchdog, async waiters). Precondition of destruction: no guard or waiter of it alive.
+class keyed_mutex {
+ public:
+  using key_type = std::string;
+  using guard = redis::guard;
+
+  // Connects once to check the options (throws error if Redis cannot be reached or
+  // rejects the AUTH, std::invalid_argument for nonsensical options) and starts the
+  // background thread.
+  explicit keyed_mutex(options o = {});
+  ~keyed_mutex();
+  keyed_mutex(const keyed_mutex&) = delete;
+  keyed_mutex& operator=(const keyed_mutex&) = delete;
+
+  // Thread-safe. Blocks until granted (FIFO across processes), without polling: woken by
+  // the release's notification. Without a lease the watchdog renews the hold until
+  // unlock. Not reentrant: a second lock of a held key waits for the first to be released
+  // (or for its lease). Throws error.
+  guard lock(std::string_view key);
+  guard lock(std::string_view key, lease l);
+
+  // Thread-safe. One round trip: acquires only if the key is free and nobody waits.
+  guard try_lock(std::string_view key);
+  guard try_lock(std::string_view key, lease l);
+
+  // Thread-safe. Waits at most `d` (until `t`) in the key's queue; on timeout the request
+  // leaves the queue and is never granted: owns_lock() on the result says which.
+  template <class Rep, class Period>
+  guard try_lock_for(std::string_view key, std::chrono::duration<Rep, Period> d) {
+    return acquire(key, deadline_in(d), 0);
+  }
+  template <class Rep, class Period>
+  guard try_lock_for(std::string_view key, std::chrono::duration<Rep, Period> d, lease l) {
+    return acquire(key, deadline_in(d), l.duration.count());
+  }
+  template <class Clock, class Dur>
+  guard try_lock_until(std::string_view key, std::chrono::time_point<Clock, Dur> t) {
+    return acquire(key, deadline_in(t - Clock::now()), 0);
+  }
+  template <class Clock, class Dur>
+  guard try_lock_until(std::string_view key, std::chrono::time_point<Clock, Dur> t, lease l) {
+    return acquire(key, deadline_in(t - Clock::now()), l.duration.count());
+  }
+
+  // Thread-safe. Runs f() while holding the key (lock()) and returns its result. The key
+  // is released when f returns or throws; a release error after f threw is swallowed.
+  template <class F>
+    requires(std::invocable<F&>)
+  decltype(auto) with_lock(std::string_view key, F&& f) {
+    guard g = lock(key);
+    if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
+      std::invoke(f);
+      g.unlock();
+    } else {
+      decltype(auto) r = std::invoke(f);
+      g.unlock();
+      return r;
+    }
+  }
+
+  // Thread-safe. Locks several keys without deadlock against any other lock_all: sorted,
+  // deduplicated, locked in order; on an error the keys already taken are released.
+  template <std::ranges::input_range Keys>
+    requires(std::convertible_to<std::ranges::range_reference_t<Keys>, std::string_view>)
+  multi_guard lock_all(const Keys& keys) {
+    std::vector<std::string> sorted;
+    for (auto&& k : keys) sorted.emplace_back(std::string_view(k));
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    std::vector<guard> guards;
+    guards.reserve(sorted.size());
+    for (const std::string& k : sorted) guards.push_back(lock(k));
+    return multi_guard(std::move(guards));
+  }
+  multi_guard lock_all(std::initializer_list<std::string_view> keys) {
+    return lock_all(std::vector<std::string_view>(keys));
+  }
+
+  // Thread-safe. `co_await m.async_lock(key)` yields a guard; the coroutine is suspended
+  // (no thread blocked) while it waits and is resumed on this mutex's background thread
+  // (keep the continuation short, or hop to your executor). With a wait time the guard
+  // does not own the lock if it timed out. A Redis error is thrown from the co_await.
+  [[nodiscard]] auto async_lock(std::string key) { return awaiter(*this, std::move(key), no_deadline, 0); }
+  [[nodiscard]] auto async_lock(std::string key, lease l) {
+    return awaiter(*this, std::move(key), no_deadline, l.duration.count());
+  }
+  template <class Rep, class Period>
+  [[nodiscard]] auto async_lock(std::string key, std::chrono::duration<Rep, Period> wait) {
+    return awaiter(*this, std::move(key), deadline_in(wait), 0);
+  }
+
+  // Thread-safe. Callback form: f(guard, error) runs once, on the background thread, with
+  // the guard (empty if the wait timed out) or the Redis error that ended the request.
+  // Exceptions thrown by f are reported to stderr. Never blocks.
+  using callback = std::function<void(guard, std::exception_ptr)>;
+  void lock_async(std::string key, callback f, std::chrono::nanoseconds wait = std::chrono::nanoseconds::max(),
+                  std::chrono::nanoseconds lease = std::chrono::nanoseconds::zero());
+
+  [[nodiscard]] const options& config() const noexcept;
+
+ private:
+  static constexpr std::int64_t no_deadline = INT64_MAX;
+  // Steady-clock nanoseconds `d` from now, saturating; no_deadline stands for "for ever".
+  template <class Rep, class Period>
+  static std::int64_t deadline_in(std::chrono::duration<Rep, Period> d) {
+    using ns = std::chrono::nanoseconds;
+    const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+    if (d <= std::chrono::duration<Rep, Period>::zero()) return now;
+    if (std::chrono::duration_cast<std::chrono::duration<double, std::nano>>(d).count() >=
+        static_cast<double>(no_deadline - now)) {
+      return no_deadline - 1;
+    }
+    return now + std::chrono::duration_cast<ns>(d).count();
+  }
+  guard acquire(std::string_view key, std::int64_t deadline, std::int64_t lease_ns);
+
+  class [[nodiscard]] awaiter {
+   public:
+    awaiter(keyed_mutex& m, std::string key, std::int64_t deadline, std::int64_t lease_ns)
+        : m_(m), key_(std::move(key)), deadline_(deadline), lease_(lease_ns) {}
+    [[nodiscard]] bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) {
+      const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+      m_.lock_async(
+          std::move(key_),
+          [this, h](guard g, std::exception_ptr e) {
+            result_ = std::move(g);
+            error_ = std::move(e);
+            h.resume();
+          },
+          std::chrono::nanoseconds(deadline_ == no_deadline ? INT64_MAX : deadline_ - now),
+          std::chrono::nanoseconds(lease_));
+    }
+    guard await_resume() {
+      if (error_) std::rethrow_exception(error_);
+      return std::move(result_);
+    }
+
+   private:
+    keyed_mutex& m_;
+    std::string key_;
+    std::int64_t deadline_;
+    std::int64_t lease_;
+    guard result_;
+    std::exception_ptr error_;
+  };
+
+  std::shared_ptr<detail::client> client_;
+};
+
+}  // namespace handoff::redis

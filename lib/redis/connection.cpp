@@ -1,0 +1,165 @@
+#include "connection.hpp"
+
+#include <sys/time.h>
+
+#include <cerrno>
+#include <string>
+#include <utility>
+
+namespace handoff::redis::detail {
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  return {.tv_sec = static_cast<time_t>(ms.count() / 1000), .tv_usec = static_cast<suseconds_t>(ms.count() % 1000 * 1000)};
+}
+
+std::string describe(const redisReply* r) {
+  if (r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+    return std::string(r->str, r->len);
+  }
+  return "unexpected reply type " + std::to_string(r->type);
+}
+
+}  // namespace
+
+connection::connection(const options& o) {
+  const timeval connect_tv = to_timeval(o.connect_timeout);
+  ctx_ = o.unix_socket.empty() ? redisConnectWithTimeout(o.host.c_str(), o.port, connect_tv)
+                               : redisConnectUnixWithTimeout(o.unix_socket.c_str(), connect_tv);
+  const std::string where = o.unix_socket.empty() ? o.host + ":" + std::to_string(o.port) : o.unix_socket;
+  if (ctx_ == nullptr) throw error("handoff::redis: connect to " + where + ": out of memory");
+  if (ctx_->err != 0) {
+    std::string msg = "handoff::redis: connect to " + where + ": " + ctx_->errstr;
+    redisFree(std::exchange(ctx_, nullptr));
+    throw error(msg);
+  }
+  try {
+    if (redisSetTimeout(ctx_, to_timeval(o.command_timeout)) != REDIS_OK) fail("set timeout on " + where);
+    if (o.unix_socket.empty()) redisEnableKeepAlive(ctx_);
+    if (!o.password.empty()) {
+      if (o.username.empty()) {
+        command({"AUTH", o.password}, "AUTH");
+      } else {
+        command({"AUTH", o.username, o.password}, "AUTH");
+      }
+    }
+    if (o.database != 0) command({"SELECT", std::to_string(o.database)}, "SELECT");
+  } catch (...) {
+    redisFree(std::exchange(ctx_, nullptr));
+    throw;
+  }
+}
+
+connection::~connection() {
+  if (ctx_ != nullptr) redisFree(ctx_);
+}
+
+void connection::fail(std::string_view what) const {
+  std::string msg = "handoff::redis: ";
+  msg += what;
+  msg += ": ";
+  if (ctx_ == nullptr) {
+    msg += "not connected";
+  } else if (ctx_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    msg += "timed out";
+  } else {
+    msg += ctx_->errstr[0] != '\0' ? ctx_->errstr : "connection lost";
+  }
+  throw error(msg);
+}
+
+reply connection::send(const std::vector<std::string_view>& args, std::string_view what) {
+  if (broken()) fail(what);
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  argv.reserve(args.size());
+  lens.reserve(args.size());
+  for (std::string_view a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  reply r(static_cast<redisReply*>(redisCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data())));
+  if (r == nullptr) {
+    if (ctx_->err == 0) ctx_->err = REDIS_ERR_OTHER;  // never reuse a connection after a failure
+    fail(what);
+  }
+  return r;
+}
+
+reply connection::command(std::initializer_list<std::string_view> args, std::string_view what) {
+  reply r = send(std::vector<std::string_view>(args), what);
+  if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
+  return r;
+}
+
+void connection::load(script& s) {
+  reply loaded = command({"SCRIPT", "LOAD", s.source}, "SCRIPT LOAD");
+  s.sha = describe(loaded.get());
+}
+
+reply connection::eval(const script& s, std::initializer_list<std::string_view> keys,
+                       std::initializer_list<std::string_view> args, std::string_view what) {
+  const std::string nkeys = std::to_string(keys.size());
+  std::vector<std::string_view> argv{"EVALSHA", s.sha, nkeys};
+  argv.insert(argv.end(), keys);
+  argv.insert(argv.end(), args);
+  reply r = send(argv, what);
+  if (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("NOSCRIPT")) {
+    command({"SCRIPT", "LOAD", s.source}, what);  // same source, same SHA
+    r = send(argv, what);
+  }
+  if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
+  return r;
+}
+
+std::vector<reply> connection::read_available() {
+  if (broken() || redisBufferRead(ctx_) != REDIS_OK) fail("subscriber read");
+  std::vector<reply> out;
+  for (;;) {
+    void* raw = nullptr;
+    if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) fail("subscriber read");
+    if (raw == nullptr) return out;
+    out.emplace_back(static_cast<redisReply*>(raw));
+  }
+}
+
+pool::handle pool::take() {
+  std::unique_lock lock(mu_);
+  const bool got = cv_.wait_for(lock, o_.command_timeout, [&] { return !idle_.empty() || open_ < o_.pool_size; });
+  if (!got) {
+    throw error("handoff::redis: no free connection within the command timeout (all " + std::to_string(o_.pool_size) +
+                " busy)");
+  }
+  if (!idle_.empty()) {
+    std::unique_ptr<connection> c = std::move(idle_.back());
+    idle_.pop_back();
+    return handle(*this, std::move(c));
+  }
+  ++open_;
+  idle_.reserve(open_);  // give_back must not allocate
+  lock.unlock();
+  try {
+    return handle(*this, std::make_unique<connection>(o_));
+  } catch (...) {
+    lock.lock();
+    --open_;
+    cv_.notify_one();
+    throw;
+  }
+}
+
+void pool::give_back(std::unique_ptr<connection> c) noexcept {
+  std::unique_ptr<connection> dropped;  // closed outside the lock
+  {
+    const std::lock_guard lock(mu_);
+    if (c->broken()) {
+      dropped = std::move(c);
+      --open_;
+    } else {
+      idle_.push_back(std::move(c));
+    }
+  }
+  cv_.notify_one();
+}
+
+}  // namespace handoff::redis::detail

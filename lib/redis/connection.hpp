@@ -1,0 +1,104 @@
+// hiredis behind handoff::redis: one blocking connection (connect, AUTH, SELECT, commands
+// with a timeout, Lua scripts by SHA) and a small pool of them. Every failure becomes a
+// handoff::redis::error; a connection that failed is never reused.
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "handoff/redis/keyed_mutex.hpp"
+
+namespace handoff::redis::detail {
+
+struct reply_free {
+  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+using reply = std::unique_ptr<redisReply, reply_free>;
+
+// A Lua script and its SHA1 (as SCRIPT LOAD returns it, filled in by the first load).
+struct script {
+  std::string source;
+  std::string sha;
+};
+
+class connection {
+ public:
+  // Connects (TCP or Unix socket), sets the command timeout, AUTH and SELECT as options
+  // say. Throws error.
+  explicit connection(const options& o);
+  ~connection();
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+
+  // True once an I/O error or timeout happened: the connection must be dropped.
+  [[nodiscard]] bool broken() const noexcept { return ctx_ == nullptr || ctx_->err != 0; }
+
+  // Sends a command and waits for its reply. Throws error (prefixed by `what`) on I/O
+  // failure, timeout or an error reply.
+  reply command(std::initializer_list<std::string_view> args, std::string_view what);
+
+  // SCRIPT LOAD: sets s.sha. Done once per script, before eval() may run concurrently.
+  void load(script& s);
+
+  // EVALSHA, loading the script again if the server forgot it (restarted server, SCRIPT
+  // FLUSH). Throws error like command().
+  reply eval(const script& s, std::initializer_list<std::string_view> keys, std::initializer_list<std::string_view> args,
+             std::string_view what);
+
+  // For the subscriber: the socket, and replies read after poll() said it is readable.
+  [[nodiscard]] int fd() const noexcept { return ctx_->fd; }
+  // Reads what arrived; returns the complete replies. Throws error when the connection failed.
+  std::vector<reply> read_available();
+
+ private:
+  [[noreturn]] void fail(std::string_view what) const;
+  reply send(const std::vector<std::string_view>& args, std::string_view what);
+
+  redisContext* ctx_ = nullptr;
+};
+
+// Command connections shared by the callers of one keyed_mutex: at most options::pool_size
+// open at once; a caller takes one for one command (or script) and gives it back.
+class pool {
+ public:
+  explicit pool(const options& o) : o_(o) {}
+
+  class handle {
+   public:
+    handle(pool& p, std::unique_ptr<connection> c) : p_(p), c_(std::move(c)) {}
+    handle(const handle&) = delete;
+    handle& operator=(const handle&) = delete;
+    ~handle() { p_.give_back(std::move(c_)); }
+    connection* operator->() const noexcept { return c_.get(); }
+    connection& operator*() const noexcept { return *c_; }
+
+   private:
+    pool& p_;
+    std::unique_ptr<connection> c_;
+  };
+
+  // Thread-safe. An idle connection, a new one (connecting), or, when pool_size are in
+  // use, the next one given back; throws error if none comes back within the command
+  // timeout or the connect fails.
+  handle take();
+
+ private:
+  void give_back(std::unique_ptr<connection> c) noexcept;
+
+  const options& o_;
+  std::mutex mu_;
+  std::condition_variable cv_;                    // a connection was given back
+  std::vector<std::unique_ptr<connection>> idle_;  // guarded by mu_
+  std::size_t open_ = 0;                          // guarded by mu_: idle + taken
+};
+
+}  // namespace handoff::redis::detail
