@@ -10,7 +10,8 @@ namespace handoff::redis::detail {
 namespace {
 
 timeval to_timeval(std::chrono::milliseconds ms) {
-  return {.tv_sec = static_cast<time_t>(ms.count() / 1000), .tv_usec = static_cast<suseconds_t>(ms.count() % 1000 * 1000)};
+  return {.tv_sec = static_cast<time_t>(ms.count() / 1000),
+          .tv_usec = static_cast<suseconds_t>(ms.count() % 1000 * 1000)};
 }
 
 std::string describe(const redisReply* r) {

@@ -51,8 +51,8 @@ class connection {
 
   // EVALSHA, loading the script again if the server forgot it (restarted server, SCRIPT
   // FLUSH). Throws error like command().
-  reply eval(const script& s, std::initializer_list<std::string_view> keys, std::initializer_list<std::string_view> args,
-             std::string_view what);
+  reply eval(const script& s, std::initializer_list<std::string_view> keys,
+             std::initializer_list<std::string_view> args, std::string_view what);
 
   // For the subscriber: the socket, and replies read after poll() said it is readable.
   [[nodiscard]] int fd() const noexcept { return ctx_->fd; }
@@ -96,9 +96,9 @@ class pool {
 
   const options& o_;
   std::mutex mu_;
-  std::condition_variable cv_;                    // a connection was given back
+  std::condition_variable cv_;                     // a connection was given back
   std::vector<std::unique_ptr<connection>> idle_;  // guarded by mu_
-  std::size_t open_ = 0;                          // guarded by mu_: idle + taken
+  std::size_t open_ = 0;                           // guarded by mu_: idle + taken
 };
 
 }  // namespace handoff::redis::detail

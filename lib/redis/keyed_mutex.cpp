@@ -77,7 +77,7 @@ struct hold {
        std::int64_t valid)
       : owner_client(std::move(c)), key(k), names(owner_client_prefix(), k), owner(std::move(o)), fence(f),
         watchdog(wd), lease_ns(lease), valid_until(valid) {}
-  std::string_view owner_client_prefix() const noexcept;
+  [[nodiscard]] std::string_view owner_client_prefix() const noexcept;
 
   std::shared_ptr<client> owner_client;
   std::string key;
@@ -107,17 +107,17 @@ struct async_request;
 
 // A waiting request, found by its id when its notification arrives.
 struct waiter {
-  bool notified = false;               // guarded by client::reg_mu_
-  std::condition_variable cv;          // blocking waiters wait on it with reg_mu_
-  async_request* async = nullptr;      // set for async requests: the background thread re-checks them
+  bool notified = false;           // guarded by client::reg_mu_
+  std::condition_variable cv;      // blocking waiters wait on it with reg_mu_
+  async_request* async = nullptr;  // set for async requests: the background thread re-checks them
 };
 
 struct async_request {
   std::string key;
   std::string owner;
   std::string id;
-  std::int64_t deadline;
-  std::int64_t lease_ns;
+  std::int64_t deadline = 0;
+  std::int64_t lease_ns = 0;
   keyed_mutex::callback cb;
   std::int64_t next_check = 0;  // background thread only
   waiter w;
@@ -146,6 +146,9 @@ struct client : std::enable_shared_from_this<client> {
   [[nodiscard]] std::int64_t lease_ms(std::int64_t lease_ns) const noexcept {
     return lease_ns == 0 ? o.watchdog_lease.count() : std::max<std::int64_t>(1, (lease_ns + ms_ns - 1) / ms_ns);
   }
+  const options o;
+
+ private:
   attempt_result attempt(connection& c, const key_names& n, std::string_view owner, std::int64_t lease_ms,
                          std::string_view waiter_id, std::string_view key);
   void cancel(connection& c, const key_names& n, std::string_view waiter_id, std::string_view key);
@@ -154,12 +157,11 @@ struct client : std::enable_shared_from_this<client> {
   // When a waiter that was not granted re-checks next: a notification wakes it earlier.
   [[nodiscard]] std::int64_t next_check(std::int64_t now, std::int64_t deadline, std::int64_t pttl_ms) const noexcept;
 
-  const options o;
   pool pool_;
-  script acquire_s{scripts::prelude + std::string(scripts::acquire), {}};
-  script release_s{scripts::prelude + std::string(scripts::release), {}};
-  script extend_s{scripts::extend, {}};
-  script cancel_s{scripts::prelude + std::string(scripts::cancel), {}};
+  script acquire_script_{scripts::prelude + std::string(scripts::acquire), {}};
+  script release_script_{scripts::prelude + std::string(scripts::release), {}};
+  script extend_script_{scripts::extend, {}};
+  script cancel_script_{scripts::prelude + std::string(scripts::cancel), {}};
   const std::string id_ = random_hex128();
   const std::string channel_prefix_ = o.prefix + "notify:";
   const std::string heartbeat_ttl_ms_ = std::to_string(3 * o.recheck_interval.count());
@@ -168,7 +170,6 @@ struct client : std::enable_shared_from_this<client> {
   std::mutex reg_mu_;
   std::unordered_map<std::string, waiter*> waiters_;  // guarded by reg_mu_
 
- private:
   void run() noexcept;
   void connect_subscriber();
   void on_message(const redisReply& r);
@@ -208,7 +209,7 @@ client::client(options opts) : o(std::move(opts)), pool_(o) {
   }
   if (o.database < 0) throw std::invalid_argument("handoff::redis::options: database must be >= 0");
   bg_conn_ = std::make_unique<connection>(o);  // fails fast on a wrong address or password
-  for (script* s : {&acquire_s, &release_s, &extend_s, &cancel_s}) bg_conn_->load(*s);
+  for (script* s : {&acquire_script_, &release_script_, &extend_script_, &cancel_script_}) bg_conn_->load(*s);
   connect_subscriber();
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "handoff::redis: eventfd");
@@ -218,7 +219,9 @@ client::~client() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-void client::start() { thread_ = std::thread([this] { run(); }); }
+void client::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void client::stop() noexcept {
   stop_.store(true, std::memory_order_relaxed);  // the eventfd write/read orders it
@@ -234,7 +237,8 @@ void client::stop() noexcept {
     watch_incoming_.clear();
   }
   for (auto& r : left) {
-    complete(std::move(r), guard(), std::make_exception_ptr(error("handoff::redis: keyed_mutex destroyed while waiting")));
+    complete(std::move(r), guard(),
+             std::make_exception_ptr(error("handoff::redis: keyed_mutex destroyed while waiting")));
   }
   watched_.clear();  // the watchdog stops: those holds end with their lease
 }
@@ -249,7 +253,7 @@ void client::connect_subscriber() {
 attempt_result client::attempt(connection& c, const key_names& n, std::string_view owner, std::int64_t lease_ms,
                                std::string_view waiter_id, std::string_view key) {
   const std::string ms = std::to_string(lease_ms);
-  reply r = c.eval(acquire_s, {n.lock, n.queue, n.waiters, n.fence}, {owner, ms, waiter_id, heartbeat_ttl_ms_},
+  reply r = c.eval(acquire_script_, {n.lock, n.queue, n.waiters, n.fence}, {owner, ms, waiter_id, heartbeat_ttl_ms_},
                    "lock " + std::string(key));
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
       r->element[1]->type != REDIS_REPLY_INTEGER) {
@@ -259,7 +263,8 @@ attempt_result client::attempt(connection& c, const key_names& n, std::string_vi
 }
 
 void client::cancel(connection& c, const key_names& n, std::string_view waiter_id, std::string_view key) {
-  c.eval(cancel_s, {n.lock, n.queue, n.waiters}, {waiter_id, channel_prefix_}, "cancel wait for " + std::string(key));
+  c.eval(cancel_script_, {n.lock, n.queue, n.waiters}, {waiter_id, channel_prefix_},
+         "cancel wait for " + std::string(key));
 }
 
 std::shared_ptr<hold> client::make_hold(std::string_view key, std::string owner, std::uint64_t fence,
@@ -308,6 +313,9 @@ guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t 
     waiters_.emplace(id, &w);
   }
   struct unregister {
+    unregister(client& cl, const std::string& i) : c(cl), id(i) {}
+    unregister(const unregister&) = delete;
+    unregister& operator=(const unregister&) = delete;
     client& c;
     const std::string& id;
     ~unregister() {
@@ -353,7 +361,8 @@ void client::submit(std::unique_ptr<async_request> r) {
 
 void client::release(hold& h) {
   auto c = pool_.take();
-  c->eval(release_s, {h.names.lock, h.names.queue, h.names.waiters}, {h.owner, channel_prefix_}, "unlock " + h.key);
+  c->eval(release_script_, {h.names.lock, h.names.queue, h.names.waiters}, {h.owner, channel_prefix_},
+          "unlock " + h.key);
 }
 
 bool client::extend(hold& h, std::int64_t lease_ns) {
@@ -361,7 +370,7 @@ bool client::extend(hold& h, std::int64_t lease_ns) {
   const std::string ms = std::to_string(lease_ms(lease_ns));
   reply r = [&] {
     auto c = pool_.take();
-    return c->eval(extend_s, {h.names.lock}, {h.owner, ms}, "extend " + h.key);
+    return c->eval(extend_script_, {h.names.lock}, {h.owner, ms}, "extend " + h.key);
   }();
   const bool ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
   if (ok) {
@@ -463,7 +472,7 @@ void client::run_watchdog(std::int64_t now) {
     const std::int64_t lease = h->lease_ns.load(std::memory_order_relaxed);
     const std::int64_t sent = now_ns();
     try {
-      reply r = bg_connection().eval(extend_s, {h->names.lock}, {h->owner, std::to_string(lease_ms(lease))},
+      reply r = bg_connection().eval(extend_script_, {h->names.lock}, {h->owner, std::to_string(lease_ms(lease))},
                                      "watchdog renewal of " + h->key);
       if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
         h->valid_until.store(sent + lease, std::memory_order_relaxed);
@@ -545,10 +554,9 @@ guard::guard() noexcept = default;
 guard::guard(std::shared_ptr<detail::hold> h) noexcept : hold_(std::move(h)) {}
 guard::guard(guard&&) noexcept = default;
 
-guard& guard::operator=(guard&& o) {
+guard& guard::operator=(guard&& o) noexcept {
   if (this != &o) {
-    guard old(std::exchange(hold_, std::move(o.hold_)));
-    old.unlock();
+    const guard old(std::exchange(hold_, std::move(o.hold_)));  // ~guard unlocks
   }
   return *this;
 }
@@ -587,7 +595,8 @@ void guard::check() const {
 }
 
 bool guard::extend(std::chrono::nanoseconds d) {
-  if (d <= std::chrono::nanoseconds::zero()) throw std::invalid_argument("handoff::redis::guard::extend: d must be positive");
+  if (d <= std::chrono::nanoseconds::zero())
+    throw std::invalid_argument("handoff::redis::guard::extend: d must be positive");
   if (hold_ == nullptr) return false;
   const std::lock_guard lock(hold_->mu);
   if (hold_->released.load(std::memory_order_relaxed) || hold_->expired()) return false;
@@ -600,7 +609,8 @@ std::chrono::nanoseconds guard::lease_duration() const noexcept {
 
 const std::string& guard::key() const noexcept {
   static const std::string none;
-  return hold_ != nullptr ? hold_->key : none;
+  if (hold_ == nullptr) return none;
+  return hold_->key;
 }
 
 // ---- keyed_mutex ----
@@ -618,8 +628,10 @@ guard keyed_mutex::acquire(std::string_view key, std::int64_t deadline, std::int
   return client_->acquire(key, deadline, lease_ns);
 }
 
-void keyed_mutex::lock_async(std::string key, callback f, std::chrono::nanoseconds wait, std::chrono::nanoseconds lease) {
-  if (lease < std::chrono::nanoseconds::zero()) throw std::invalid_argument("handoff::redis::lock_async: negative lease");
+void keyed_mutex::lock_async(std::string key, callback f, std::chrono::nanoseconds wait,
+                             std::chrono::nanoseconds lease) {
+  if (lease < std::chrono::nanoseconds::zero())
+    throw std::invalid_argument("handoff::redis::lock_async: negative lease");
   auto r = std::make_unique<detail::async_request>();
   r->key = std::move(key);
   r->owner = client_->next_id();

@@ -6,6 +6,7 @@
 #include <handoff/basic_actor.hpp>
 #include <handoff/executor.hpp>
 #include <handoff/keyed_mutex.hpp>
+#include <handoff/redis/keyed_mutex.hpp>
 #include <handoff/thread_pool.hpp>
 
 namespace {
@@ -26,6 +27,11 @@ struct counter {
   auto g = m.try_lock("k");
   auto all = m.lock_all({"a", "b"});
   m.lock_async("k", [](handoff::key_guard) {});
+  handoff::redis::keyed_mutex r;
+  auto rg = r.try_lock_for("k", std::chrono::milliseconds(1), handoff::lease{std::chrono::seconds(1)});
+  auto rall = r.lock_all({"a", "b"});
+  (void)r.with_lock("k", [] { return 1; });
+  auto aw = r.async_lock("k", std::chrono::milliseconds(5));
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ class [[nodiscard]] guard {
  public:
   guard() noexcept;
   guard(guard&&) noexcept;
-  guard& operator=(guard&& o);  // unlocks what this held (may throw error), then takes o's
+  guard& operator=(guard&& o) noexcept;  // takes o's hold, then unlocks what this held as ~guard does
   guard(const guard&) = delete;
   guard& operator=(const guard&) = delete;
   // Unlocks; a Redis error is swallowed (the key is then freed by its lease on the server).
@@ -213,6 +213,7 @@ class keyed_mutex {
     requires(std::convertible_to<std::ranges::range_reference_t<Keys>, std::string_view>)
   multi_guard lock_all(const Keys& keys) {
     std::vector<std::string> sorted;
+    if constexpr (std::ranges::sized_range<Keys>) sorted.reserve(std::ranges::size(keys));
     for (auto&& k : keys) sorted.emplace_back(std::string_view(k));
     std::sort(sorted.begin(), sorted.end());
     sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
@@ -267,7 +268,7 @@ class keyed_mutex {
    public:
     awaiter(keyed_mutex& m, std::string key, std::int64_t deadline, std::int64_t lease_ns)
         : m_(m), key_(std::move(key)), deadline_(deadline), lease_(lease_ns) {}
-    [[nodiscard]] bool await_ready() const noexcept { return false; }
+    [[nodiscard]] static bool await_ready() noexcept { return false; }
     void await_suspend(std::coroutine_handle<> h) {
       const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
       m_.lock_async(
