@@ -1,5 +1,6 @@
 #include "connection.hpp"
 
+#include <poll.h>
 #include <sys/time.h>
 
 #include <cerrno>
@@ -53,6 +54,12 @@ connection::connection(const options& o) {
 
 connection::~connection() {
   if (ctx_ != nullptr) redisFree(ctx_);
+}
+
+bool connection::stale() const noexcept {
+  if (broken()) return true;
+  pollfd p{.fd = ctx_->fd, .events = POLLIN, .revents = 0};
+  return poll(&p, 1, 0) != 0;
 }
 
 void connection::fail(std::string_view what) const {
@@ -131,10 +138,11 @@ pool::handle pool::take() {
     throw error("handoff::redis: no free connection within the command timeout (all " + std::to_string(o_.pool_size) +
                 " busy)");
   }
-  if (!idle_.empty()) {
+  while (!idle_.empty()) {
     std::unique_ptr<connection> c = std::move(idle_.back());
     idle_.pop_back();
-    return handle(*this, std::move(c));
+    if (!c->stale()) return handle(*this, std::move(c));
+    --open_;  // closed by the server while idle: replaced below
   }
   ++open_;
   idle_.reserve(open_);  // give_back must not allocate

@@ -42,6 +42,11 @@ class connection {
   // True once an I/O error or timeout happened: the connection must be dropped.
   [[nodiscard]] bool broken() const noexcept { return ctx_ == nullptr || ctx_->err != 0; }
 
+  // For an idle connection (no reply pending): true if the server closed it or sent
+  // something unasked (a restart or a timeout on the server's side). One poll(), no round
+  // trip: a command on such a connection would fail after it may have run.
+  [[nodiscard]] bool stale() const noexcept;
+
   // Sends a command and waits for its reply. Throws error (prefixed by `what`) on I/O
   // failure, timeout or an error reply.
   reply command(std::initializer_list<std::string_view> args, std::string_view what);

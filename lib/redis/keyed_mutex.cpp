@@ -96,7 +96,13 @@ struct hold {
   // `released`, no renewal is in flight and none will be sent.
   std::mutex mu;
   std::atomic<bool> released{false};  // written under mu by the owner; read by the owner freely
-  std::int64_t next_renewal = 0;      // background thread only
+  std::int64_t retry_at = 0;          // background thread only: after a failed renewal
+
+  // When the watchdog renews: a third into the current lease (also after extend()).
+  [[nodiscard]] std::int64_t renewal_due() const noexcept {
+    const std::int64_t lease = lease_ns.load(std::memory_order_relaxed);
+    return std::max(retry_at, valid_until.load(std::memory_order_relaxed) - lease + lease / 3);
+  }
 
   [[nodiscard]] bool expired() const noexcept {
     return lost.load(std::memory_order_relaxed) || now_ns() >= valid_until.load(std::memory_order_relaxed);
@@ -139,6 +145,7 @@ struct client : std::enable_shared_from_this<client> {
 
   guard acquire(std::string_view key, std::int64_t deadline, std::int64_t lease_ns);
   void submit(std::unique_ptr<async_request> r);
+  void wake() noexcept;  // the background thread re-reads its inputs and schedule
   void release(hold& h);
   bool extend(hold& h, std::int64_t lease_ns);
 
@@ -224,9 +231,8 @@ void client::start() {
 }
 
 void client::stop() noexcept {
-  stop_.store(true, std::memory_order_relaxed);  // the eventfd write/read orders it
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const auto n = write(wake_fd_, &one, sizeof one);
+  stop_.store(true);
+  wake();
   if (thread_.joinable()) thread_.join();
   // Requests still waiting (a precondition violation): end them rather than leak them.
   std::vector<std::unique_ptr<async_request>> left = std::move(async_);
@@ -273,13 +279,11 @@ std::shared_ptr<hold> client::make_hold(std::string_view key, std::string owner,
   const std::int64_t lease = wd ? o.watchdog_lease.count() * ms_ns : lease_ns;
   auto h = std::make_shared<hold>(shared_from_this(), key, std::move(owner), fence, lease, wd, sent_at + lease);
   if (wd) {
-    h->next_renewal = sent_at + lease / 3;
     {
       const std::lock_guard lock(in_mu_);
       watch_incoming_.push_back(h);
     }
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto n = write(wake_fd_, &one, sizeof one);
+    wake();
   }
   return h;
 }
@@ -355,6 +359,10 @@ void client::submit(std::unique_ptr<async_request> r) {
     const std::lock_guard lock(in_mu_);
     incoming_.push_back(std::move(r));
   }
+  wake();
+}
+
+void client::wake() noexcept {
   const std::uint64_t one = 1;
   [[maybe_unused]] const auto n = write(wake_fd_, &one, sizeof one);
 }
@@ -376,6 +384,7 @@ bool client::extend(hold& h, std::int64_t lease_ns) {
   if (ok) {
     h.lease_ns.store(lease_ns, std::memory_order_relaxed);
     h.valid_until.store(sent + lease_ns, std::memory_order_relaxed);
+    if (h.watchdog) wake();  // the next renewal moved
   } else {
     h.lost.store(true, std::memory_order_relaxed);
   }
@@ -383,7 +392,7 @@ bool client::extend(hold& h, std::int64_t lease_ns) {
 }
 
 connection& client::bg_connection() {
-  if (bg_conn_ == nullptr || bg_conn_->broken()) {
+  if (bg_conn_ == nullptr || bg_conn_->stale()) {
     bg_conn_.reset();
     bg_conn_ = std::make_unique<connection>(o);
   }
@@ -463,7 +472,7 @@ void client::run_async(std::int64_t now) {
 
 void client::run_watchdog(std::int64_t now) {
   for (auto& h : watched_) {
-    if (h->next_renewal > now) continue;
+    if (h->renewal_due() > now) continue;
     const std::lock_guard lock(h->mu);
     if (h->released.load(std::memory_order_relaxed) || h->expired()) {  // unlocked, or renewals came too late
       h.reset();
@@ -476,22 +485,23 @@ void client::run_watchdog(std::int64_t now) {
                                      "watchdog renewal of " + h->key);
       if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
         h->valid_until.store(sent + lease, std::memory_order_relaxed);
+        h->retry_at = 0;
       } else {
         h->lost.store(true, std::memory_order_relaxed);  // taken over: stop renewing
         h.reset();
         continue;
       }
     } catch (const error&) {
-      // Unreachable: try again at the next period; expired() turns true if it stays so.
+      // Unreachable: try again a third of a lease later; expired() turns true if it stays so.
+      h->retry_at = now_ns() + lease / 3;
     }
-    h->next_renewal = now_ns() + lease / 3;
   }
   std::erase(watched_, nullptr);
 }
 
 void client::run() noexcept {
   for (;;) {
-    if (stop_.load(std::memory_order_relaxed)) return;
+    if (stop_.load()) return;
     std::int64_t now = now_ns();
     if (sub_ == nullptr && now >= sub_retry_at_) {
       try {
@@ -525,7 +535,7 @@ void client::run() noexcept {
     now = now_ns();
     std::int64_t next = now + 1000 * ms_ns;
     for (const auto& r : async_) next = std::min(next, r->next_check);
-    for (const auto& h : watched_) next = std::min(next, h->next_renewal);
+    for (const auto& h : watched_) next = std::min(next, h->renewal_due());
     if (sub_ == nullptr) next = std::min(next, sub_retry_at_);
     pollfd fds[2] = {{.fd = wake_fd_, .events = POLLIN, .revents = 0},
                      {.fd = sub_ != nullptr ? sub_->fd() : -1, .events = POLLIN, .revents = 0}};
