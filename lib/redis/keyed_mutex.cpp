@@ -31,6 +31,7 @@ namespace {
 
 std::int64_t now_ns() noexcept { return std::chrono::steady_clock::now().time_since_epoch().count(); }
 constexpr std::int64_t ms_ns = 1'000'000;
+constexpr std::int64_t max_sleep = 1000 * ms_ns;  // of the background thread
 
 std::string random_hex128() {
   std::random_device rd;
@@ -283,7 +284,9 @@ std::shared_ptr<hold> client::make_hold(std::string_view key, std::string owner,
       const std::lock_guard lock(in_mu_);
       watch_incoming_.push_back(h);
     }
-    wake();
+    // The background thread wakes at least every max_sleep and picks the hold up then;
+    // only an earlier first renewal needs it now (not the common 30 s lease).
+    if (h->renewal_due() - now_ns() < 2 * max_sleep) wake();
   }
   return h;
 }
@@ -472,6 +475,10 @@ void client::run_async(std::int64_t now) {
 
 void client::run_watchdog(std::int64_t now) {
   for (auto& h : watched_) {
+    if (h->released.load(std::memory_order_relaxed)) {  // unlocked: forget it (owner-written, any order)
+      h.reset();
+      continue;
+    }
     if (h->renewal_due() > now) continue;
     const std::lock_guard lock(h->mu);
     if (h->released.load(std::memory_order_relaxed) || h->expired()) {  // unlocked, or renewals came too late
@@ -533,7 +540,7 @@ void client::run() noexcept {
     }
 
     now = now_ns();
-    std::int64_t next = now + 1000 * ms_ns;
+    std::int64_t next = now + max_sleep;
     for (const auto& r : async_) next = std::min(next, r->next_check);
     for (const auto& h : watched_) next = std::min(next, h->renewal_due());
     if (sub_ == nullptr) next = std::min(next, sub_retry_at_);

@@ -29,14 +29,27 @@ end
 // try_lock, which never queues), waiter heartbeat ttl ms.
 // Grants when the key is free and the caller is first in line (or nobody waits): returns
 // {1, fencing token}. Otherwise queues the waiter (or refreshes its heartbeat) and
-// returns {0, the lock's PTTL}. A new fence counter starts at the server clock in µs, so
-// that tokens stay increasing after the counter expired or the data was lost: each grant
-// takes far longer than 1 µs, so no earlier token is above the clock.
+// returns {0, the lock's PTTL}. The uncontended path (no queue) is SET NX and INCR.
+// A fence counter starts at the server clock in µs and expires an hour after it started:
+// each grant takes far longer than 1 µs, so no token it gave is above the clock when a
+// new counter starts (after expiry or lost data), and tokens keep increasing.
 inline constexpr const char* acquire = R"lua(
-local t = redis.call('TIME')
-local now = now_ms(t)
-drop_dead(KEYS[2], KEYS[3], now)
+local function grant()
+  local fence = redis.call('INCR', KEYS[4])
+  if fence == 1 then
+    local t = redis.call('TIME')
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('SET', KEYS[4], string.format('%.0f', fence), 'PX', 3600000)
+  end
+  return {1, fence}
+end
 local me = ARGV[3]
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return grant() end
+  if me == '' then return {0, redis.call('PTTL', KEYS[1])} end
+end
+local now = now_ms(redis.call('TIME'))
+drop_dead(KEYS[2], KEYS[3], now)
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local head = redis.call('LINDEX', KEYS[2], 0)
   if (not head) or head == me then
@@ -44,13 +57,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], me)
     end
-    if redis.call('EXISTS', KEYS[4]) == 0 then
-      redis.call('SET', KEYS[4], string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2])))
-    end
-    local fence = redis.call('INCR', KEYS[4])
-    redis.call('PEXPIRE', KEYS[4], 3600000)
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return {1, fence}
+    return grant()
   end
 end
 if me ~= '' then
@@ -68,6 +76,7 @@ return {0, redis.call('PTTL', KEYS[1])}
 inline constexpr const char* release = R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2]) == 0 then return 1 end
 drop_dead(KEYS[2], KEYS[3], now_ms(redis.call('TIME')))
 notify_head(KEYS[2], ARGV[2])
 return 1

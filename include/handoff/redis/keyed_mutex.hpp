@@ -71,10 +71,10 @@ class error : public std::runtime_error {
 struct options {
   std::string host = "127.0.0.1";
   int port = 6379;
-  std::string unix_socket;  // when set, used instead of host:port
-  std::string username;     // ACL user (Redis 6+); empty: AUTH with the password alone
-  std::string password;     // AUTH when non-empty
-  int database = 0;         // SELECT
+  std::string unix_socket{};  // when set, used instead of host:port
+  std::string username{};     // ACL user (Redis 6+); empty: AUTH with the password alone
+  std::string password{};     // AUTH when non-empty
+  int database = 0;           // SELECT
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds command_timeout{1000};  // every command, also the watchdog's
   std::size_t pool_size = 4;                        // command connections shared by callers
