@@ -376,17 +376,8 @@ class lease_timer {
 
 // --- the table --------------------------------------------------------------------------
 
-namespace {
-unsigned shard_bits_for(unsigned threads) noexcept {
-  unsigned bits = 4;  // 16 shards
-  while (bits < 8 && (std::size_t{1} << bits) < std::size_t{4} * threads) ++bits;
-  return bits;
-}
-}  // namespace
-
 lock_table::lock_table(destroy_fn destroy)
-    : shard_shift_(64 - shard_bits_for(std::thread::hardware_concurrency())),
-      shards_(std::make_unique<lock_shard[]>(shard_count())), destroy_(destroy) {}
+    : shard_shift_(64 - shard_bits), shards_(std::make_unique<lock_shard[]>(shard_count())), destroy_(destroy) {}
 
 lock_table::~lock_table() {
   timer_.reset();  // joins the timer thread before anything it might touch goes away
