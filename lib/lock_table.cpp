@@ -158,18 +158,25 @@ void complete_waiter(waiter* w) noexcept {
 // --- shards -----------------------------------------------------------------------------
 
 void lock_shard::resize(std::size_t capacity) {
-  auto* to = new table_slot[capacity]();
-  for (std::size_t i = 0; slots != nullptr && i <= mask; ++i) {
-    if (slots[i].entry != nullptr) place(to, capacity - 1, slots[i].entry);
+  table_slot* const from = slots;
+  const std::size_t from_mask = mask;
+  table_slot* to = inline_table;
+  if (capacity > inline_slots) to = new table_slot[capacity]();  // else from a heap table: inline_table is empty
+  for (std::size_t i = 0; i <= from_mask; ++i) {
+    if (from[i].entry != nullptr) place(to, capacity - 1, from[i].entry);
   }
-  delete[] slots;
+  if (from != inline_table) {
+    delete[] from;
+  } else {
+    std::fill_n(inline_table, inline_slots, table_slot{0, nullptr});  // unused until a shrink refills it
+  }
   slots = to;
   mask = capacity - 1;
 }
 
 void lock_shard::shrink() noexcept {
   std::size_t capacity = mask + 1;
-  while (capacity > min_slots && size * 8 < capacity) capacity /= 2;
+  while (capacity > inline_slots && std::size_t{size} * 8 < capacity) capacity /= 2;
   try {
     resize(capacity);
   } catch (const std::bad_alloc&) {
@@ -177,7 +184,9 @@ void lock_shard::shrink() noexcept {
   }
 }
 
-lock_shard::~lock_shard() { delete[] slots; }
+lock_shard::~lock_shard() {
+  if (slots != inline_table) delete[] slots;
+}
 
 // --- the lease timer --------------------------------------------------------------------
 
@@ -367,17 +376,8 @@ class lease_timer {
 
 // --- the table --------------------------------------------------------------------------
 
-namespace {
-unsigned shard_bits_for(unsigned threads) noexcept {
-  unsigned bits = 4;  // 16 shards
-  while (bits < 8 && (std::size_t{1} << bits) < std::size_t{4} * threads) ++bits;
-  return bits;
-}
-}  // namespace
-
 lock_table::lock_table(destroy_fn destroy)
-    : shard_shift_(64 - shard_bits_for(std::thread::hardware_concurrency())),
-      shards_(std::make_unique<lock_shard[]>(shard_count())), destroy_(destroy) {}
+    : shard_shift_(64 - shard_bits), shards_(std::make_unique<lock_shard[]>(shard_count())), destroy_(destroy) {}
 
 lock_table::~lock_table() {
   timer_.reset();  // joins the timer thread before anything it might touch goes away
@@ -387,9 +387,6 @@ lock_table::~lock_table() {
                  "they would refer to freed memory\n",
                  live);
     std::terminate();
-  }
-  for (std::size_t i = 0; i < shard_count(); ++i) {
-    if (shards_[i].spare != nullptr) destroy_(shards_[i].spare);
   }
 }
 
@@ -515,7 +512,7 @@ void lock_table::release(lock_entry* e) noexcept {
         e->count.store(0, std::memory_order_relaxed);  // == uncounted: nobody else is counted
         lock_entry* dead = remove_if_unused(s, e);
         s.lock.unlock();
-        if (dead != nullptr) destroy_(dead);
+        if (dead != nullptr) recycle(dead);
         return;
       }
       s.lock.unlock();
@@ -547,18 +544,53 @@ void lock_table::drop_ref(lock_entry* e) noexcept {
   --e->refs;
   lock_entry* dead = e->count.load(std::memory_order_relaxed) == 0 ? remove_if_unused(s, e) : nullptr;
   s.lock.unlock();
-  if (dead != nullptr) destroy_(dead);
+  if (dead != nullptr) recycle(dead);
 }
 
 lock_entry* lock_table::remove_if_unused(lock_shard& s, lock_entry* e) noexcept {
   if (e->refs != 0) return nullptr;
   s.token_floor = std::max(s.token_floor, e->token);
   s.erase(e);
-  if (s.spare == nullptr) {
-    s.spare = e;
-    return nullptr;
-  }
   return e;
+}
+
+// --- the per-thread entry cache ---------------------------------------------------------
+
+HANDOFF_TLS_MODEL constinit thread_local entry_cache cached_entry{};
+
+namespace {
+// Frees the thread's cached entry when the thread exits.
+struct entry_reaper {
+  entry_reaper() = default;
+  entry_reaper(const entry_reaper&) = delete;
+  entry_reaper& operator=(const entry_reaper&) = delete;
+  entry_reaper(entry_reaper&&) = delete;
+  entry_reaper& operator=(entry_reaper&&) = delete;
+  ~entry_reaper() {
+    entry_cache& c = cached_entry;
+    if (c.entry != nullptr) c.destroy(std::exchange(c.entry, nullptr));
+    c.dead = true;
+  }
+};
+
+// Registers the reaper on the thread's first cached entry (a cold path).
+void arm_entry_reaper() noexcept {
+  static thread_local entry_reaper reaper;
+  (void)reaper;
+  cached_entry.reaper_armed = true;
+}
+}  // namespace
+
+void lock_table::recycle(lock_entry* e) noexcept {
+  entry_cache& c = cached_entry;
+  if (c.dead) return destroy_(e);
+  if (c.entry != nullptr) {
+    if (c.destroy == destroy_) return destroy_(e);  // one is enough
+    c.destroy(c.entry);                             // another key type: keep the newest
+  }
+  if (!c.reaper_armed) arm_entry_reaper();
+  c.entry = e;
+  c.destroy = destroy_;
 }
 
 void lock_table::arm_lease(lock_entry* e, std::uint64_t token, std::int64_t lease) noexcept {

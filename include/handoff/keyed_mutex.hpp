@@ -236,7 +236,7 @@ class keyed_mutex {
   // std::system_error(resource_deadlock_would_occur) if this thread holds the key through
   // a blocking lock (not reentrant); std::bad_alloc; std::system_error if the lease timer
   // thread cannot start. Allocates the key's state when the key has none (operator new,
-  // or the shard's recycled entry), and a pooled waiter node when it must wait.
+  // or this thread's recycled entry), and a pooled waiter node when it must wait.
   guard lock(const Key& key) { return acquire(key, {}); }
   guard lock(const Key& key, lease l) { return acquire(key, {.lease = l.duration.count()}); }
 
@@ -347,8 +347,8 @@ class keyed_mutex {
     Key key;
   };
   // Entries use the global allocator, not the node pool: the pool keeps freed blocks for
-  // reuse, and a key's memory must go back when the key goes idle (the shard's spare
-  // entry already saves the allocation on the uncontended path).
+  // reuse, and a key's memory must go back when the key goes idle (the thread's cached
+  // entry, detail::cached_entry, already saves the allocation on the uncontended path).
   static void destroy(detail::lock_entry* e) noexcept { delete static_cast<entry*>(e); }
 
   // With s locked.
@@ -356,13 +356,15 @@ class keyed_mutex {
     detail::lock_entry* e = s.find(h, [&](detail::lock_entry* x) { return eq_(static_cast<entry*>(x)->key, key); });
     if (e != nullptr) return e;
     entry* fresh;
-    if (s.spare != nullptr && std::is_copy_assignable_v<Key>) {
-      // A removed entry: its protocol state is already idle (count 0, empty mailbox, no
-      // lease, no holder); only the key, hash and token floor change.
-      fresh = static_cast<entry*>(s.spare);
-      if constexpr (std::is_copy_assignable_v<Key>) fresh->key = key;  // a throw leaves it spare
+    detail::entry_cache& c = detail::cached_entry;
+    if (std::is_copy_assignable_v<Key> && c.entry != nullptr && c.destroy == &destroy) {
+      // This thread's last removed entry (of this key type): its protocol state is idle
+      // (count 0, empty mailbox, no lease, no holder); only the key, hash and token floor
+      // change.
+      fresh = static_cast<entry*>(c.entry);
+      if constexpr (std::is_copy_assignable_v<Key>) fresh->key = key;  // a throw leaves it cached
       fresh->hash = h;
-      s.spare = nullptr;
+      c.entry = nullptr;
     } else {
       fresh = new entry(h, key);
     }

@@ -1229,6 +1229,39 @@ TEST_F(KeyedMutex, LocksAndReleasesAHundredThousandDistinctKeysAndKeepsNoState) 
   EXPECT_EQ(m.size(), 0u);
 }
 
+// A thread keeps the last entry it removed for its next new key (detail::cached_entry).
+// Under ASan this also checks that an entry is reused only by its own key type, outlives
+// the mutex it came from safely, and is freed when its thread exits.
+TEST_F(KeyedMutex, ARecycledEntryServesAnyMutexOfItsKeyTypeWithTheRightKeyAndToken) {
+  keyed_mutex<> b;
+  keyed_mutex<int> ints;
+  std::uint64_t first = 0;
+  {
+    keyed_mutex<> a;
+    first = a.lock("player:1").token();  // unlocked: its entry is now this thread's
+    key_guard g = b.lock("player:2");    // a's old entry, now b's "player:2"
+    EXPECT_EQ(a.size(), 0u);
+    EXPECT_EQ(b.size(), 1u);
+    EXPECT_FALSE(free_elsewhere(b, std::string("player:2")));
+    EXPECT_TRUE(free_elsewhere(b, std::string("player:1")));
+  }  // a is gone; b's entry (and this thread's cache) must not refer to it
+  EXPECT_GT(b.lock("player:1").token(), 0u);
+  key_guard i = ints.lock(7);  // another key type: a fresh entry, never the cached string one
+  EXPECT_FALSE(free_elsewhere(ints, 7));
+  i.unlock();                                 // the int entry replaces the string one in the cache
+  EXPECT_GT(b.lock("player:2").token(), 0u);  // a string entry again: allocated
+  key_guard again = b.lock("player:2");
+  const std::uint64_t t = again.token();
+  again.unlock();
+  EXPECT_GT(b.lock("player:2").token(), t);  // tokens still rise across recycled entries
+  EXPECT_GT(first, 0u);
+  std::thread([&] {
+    for (int k = 0; k < 3; ++k) EXPECT_TRUE(b.lock("t:" + std::to_string(k)).owns_lock());
+  }).join();  // the thread's cached entry is freed at its exit (LeakSanitizer checks)
+  EXPECT_EQ(b.size(), 0u);
+  EXPECT_EQ(ints.size(), 0u);
+}
+
 TEST_F(KeyedMutex, IntKeysWithACollidingHashAreStillIndependentLocks) {
   struct one_hash {
     std::size_t operator()(int) const noexcept { return 7; }  // every key collides
