@@ -127,6 +127,7 @@ struct async_request {
   std::int64_t lease_ns = 0;
   keyed_mutex::callback cb;
   std::int64_t next_check = 0;  // background thread only
+  bool queued = false;          // background thread only: `id` is in the key's queue
   waiter w;
 };
 
@@ -448,14 +449,17 @@ void client::run_async(std::int64_t now) {
     const key_names n(o.prefix, r->key);
     try {
       connection& c = bg_connection();
-      const bool queue = r->deadline > now;
+      // Once queued, attempts carry the id up to the last one (which may still be granted),
+      // and a request that then gives up leaves the queue. wait 0: one try, never queued.
+      const bool queue = r->queued || r->deadline > now;
       const std::int64_t sent = now_ns();
       const attempt_result a = attempt(c, n, r->owner, lease_ms(r->lease_ns), queue ? r->id : "", r->key);
+      r->queued = queue && !a.granted;
       if (a.granted) {
         guard g(make_hold(r->key, r->owner, static_cast<std::uint64_t>(a.value), r->lease_ns, sent));
         done.emplace_back(std::move(r), std::pair{std::move(g), nullptr});
-      } else if (!queue || now_ns() >= r->deadline) {
-        if (queue) {
+      } else if (now_ns() >= r->deadline) {
+        if (r->queued) {
           try {
             cancel(c, n, r->id, r->key);
           } catch (const error&) {  // as in acquire(): not granted, dropped by its heartbeat

@@ -64,9 +64,11 @@ end
 if me ~= '' then
   if not redis.call('ZSCORE', KEYS[3], me) then redis.call('RPUSH', KEYS[2], me) end
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), me)
-  -- The queue lives as long as its latest heartbeat: every other deadline is earlier.
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
-  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  -- The queue lives as long as its latest heartbeat deadline. Clients may use different
+  -- heartbeats: an expiry is only ever pushed later, never shortened.
+  local ttl = tonumber(ARGV[4])
+  if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+  if redis.call('PTTL', KEYS[3]) < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
 end
 return {0, redis.call('PTTL', KEYS[1])}
 )lua";
