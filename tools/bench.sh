@@ -4,17 +4,18 @@
 # CAF 0.17, the Savina micro-benchmarks, idle-actor memory; pool_bench: per-key
 # serialization over a handoff::thread_pool of 1 and 3 workers; keyed_mutex_bench:
 # handoff::keyed_mutex against a map of std::mutex with cleanup, a striped mutex array and
-# tbb::concurrent_hash_map accessors, the FIFO check and the per-key memory), then print the
-# comparison table and regenerate docs/benchmarks.md and its plots docs/benchmarks.png and
-# docs/benchmarks_keyed_mutex.png.
+# tbb::concurrent_hash_map accessors, the FIFO check and the per-key memory; redis_bench, when
+# hiredis is found: handoff::redis::keyed_mutex against the SET NX polling lock, on a
+# redis-server it starts on loopback), then print the comparison table and regenerate
+# docs/benchmarks.md and its plots docs/benchmarks.png and docs/benchmarks_keyed_mutex.png.
 #
 #   bash tools/bench.sh [extra benchmark flags, given to every binary, e.g. --benchmark_filter=mailbox]
 #
 # Works from any directory. On a fresh Debian 12 machine, run as root: missing Debian
 # packages are installed first by tools/deps.sh (checked with dpkg; apt-get update once,
-# then apt-get install --no-install-recommends). Takes about 4-5 minutes on 2 cores
+# then apt-get install --no-install-recommends). Takes about 5-6 minutes on 2 cores
 # (3 repetitions of every benchmark; the table shows medians).
-# Output: build/release/bench/{actor,peers,pool,keyed_mutex}_bench.json (raw results), the
+# Output: build/release/bench/{actor,peers,pool,keyed_mutex,redis}_bench.json (raw results), the
 # Markdown table on stdout (tools/bench_table.py), and, for a full run (no extra flags),
 # docs/benchmarks.md with the same table, the machine, and docs/benchmarks.png and
 # docs/benchmarks_keyed_mutex.png (gnuplot, tools/plot.gp: the ratios as bars, log scale). A
@@ -27,11 +28,19 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash tools/deps.sh
 
 cmake --preset release
-cmake --build --preset release -j"$(nproc)" --target actor_bench peers_bench pool_bench keyed_mutex_bench
+benches=(actor_bench peers_bench pool_bench keyed_mutex_bench)
+# redis_bench exists when CMake found hiredis (tools/deps.sh installs it and redis-server).
+hiredis_found() { grep -q '^HANDOFF_HAS_REDIS:INTERNAL=ON$' build/release/CMakeCache.txt; }
+if hiredis_found; then
+  benches+=(redis_bench)
+else
+  echo "handoff: hiredis not found: redis_bench is skipped"
+fi
+cmake --build --preset release -j"$(nproc)" --target "${benches[@]}"
 
 start=$SECONDS
 outs=()
-for bench in actor_bench peers_bench pool_bench keyed_mutex_bench; do
+for bench in "${benches[@]}"; do
   out=build/release/bench/$bench.json
   rm -f "$out"
   build/release/bench/$bench --benchmark_repetitions=3 --benchmark_display_aggregates_only=true \

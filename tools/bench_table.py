@@ -31,6 +31,9 @@ Naming convention (what bench/*.cpp must follow):
   * Workloads whose name starts with "km_" (bench/keyed_mutex_bench.cpp) get their own
     section, "Keyed mutex": the same time table (time per lock/unlock), then their counters,
     and, with --km-plot-data, their own plot data.
+  * Workloads whose name starts with "redis_" (bench/redis_bench.cpp) get their own section,
+    "Redis keyed mutex": the time table with lock/unlocks per second, then their counters.
+    Their ratios go to no plot.
   * Workloads in SPEEDUP_TARGETS compare two handoff impls with each other (a worker pool
     of 1 and of 3 workers): speed-up = slow impl time / fast impl time, in its own table.
   * Counters (state.counters, other than items/bytes per second) are printed per workload
@@ -87,6 +90,7 @@ COUNTER_TARGETS = {
 # (workload prefix, counter) -> (min value for handoff impls, description)
 COUNTER_MIN_TARGETS = {
     ("km_hotkey", "fifo_ok"): (1.0, "FIFO grant order checked"),
+    ("redis_hotkey", "fifo_ok"): (1.0, "FIFO grant order across clients checked"),
 }
 KM_PREFIX = "km_"
 KM_NOTE = ("Keys are std::string (\"player:123\"); time is wall-clock per lock/unlock, all threads together. "
@@ -101,6 +105,25 @@ KM_NOTE = ("Keys are std::string (\"player:123\"); time is wall-clock per lock/u
            "km_mem_live_100k, bytes_per_live_key is the RSS delta, a cold measurement for handoff (it runs "
            "first); map_mutex_cleanup's reuses memory handoff freed: compare heap_bytes_per_live_key. "
            "See bench/keyed_mutex_bench.cpp.")
+
+REDIS_PREFIX = "redis_"
+REDIS_NOTE = ("handoff::redis::keyed_mutex against the polling lock of redis-plus-plus's RedMutex and most "
+              "hand-rolled code: SET key token NX PX 30000, on failure sleep 100 ms (poll_100ms, RedMutex's "
+              "default) or 1 ms (poll_1ms) and retry, release by a compare-and-delete Lua script; raw hiredis. "
+              "handoff = lock() without a lease (the watchdog renews it), handoff_lease = lock(key, lease{30s}), "
+              "the baseline's PX. Every thread has its own client (its own keyed_mutex or hiredis connection), "
+              "like separate processes. Time is wall-clock per lock/unlock, all threads together; ops/s = "
+              "lock/unlocks per second. redis_uncontended: 1 thread, 1024 random keys; redis_hotkey: 2, 4 or 8 "
+              "threads on one key, critical section ++count (checked); redis_64keys: 8 threads over 64 keys. "
+              "Counters: handoff_p50/p99_us = from the holder's unlock call to the next holder's grant, for "
+              "grants whose lock() started before that unlock; wait_* = how long lock() took; same_holder_pct "
+              "= grants to the thread that held the key last (a polling lock lets the releaser re-take the key: "
+              "high throughput, unbounded waits for the others); fifo_ok = FIFO grant order across 5 clients "
+              "checked on every redis_hotkey/handoff call. **Loopback caveat:** redis-server, the clients and "
+              "their background threads share the machine's cores, so a round trip is tens of microseconds of "
+              "system calls and scheduling, and on 2 cores the contended rows measure CPU time per operation as "
+              "much as waiting; over a network every figure grows by the network's round trips. "
+              "See bench/redis_bench.cpp and docs/redis.md.")
 
 TIME_UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 GB_SUFFIX = re.compile(r"^(min_time:.*|min_warmup_time:.*|iterations:\d+|repeats:\d+|real_time|manual_time|process_time)$")
@@ -215,10 +238,21 @@ def is_memory(workload):
     return base.startswith("mem_") or base.startswith(KM_PREFIX + "mem_")
 
 
-def time_table(out, plot, by_workload):
-    """Appends the time comparison rows of by_workload to out, the ratios to plot."""
-    out.append("| Benchmark | handoff | handoff median | baseline | baseline median | ratio | target |")
-    out.append("|---|---|---:|---|---:|---:|---|")
+def time_table(out, plot, by_workload, ops=False):
+    """Appends the time comparison rows of by_workload to out, the ratios to plot. With ops,
+    each time is followed by its operations per second (items_per_second)."""
+    if ops:
+        out.append("| Benchmark | handoff | handoff median | ops/s | baseline | baseline median | ops/s | ratio | "
+                   "target |")
+        out.append("|---|---|---:|---:|---|---:|---:|---:|---|")
+    else:
+        out.append("| Benchmark | handoff | handoff median | baseline | baseline median | ratio | target |")
+        out.append("|---|---|---:|---|---:|---:|---|")
+
+    def cells(r):
+        """The time cell, and with ops its ops/s cell."""
+        t = fmt_ns(r.get("time"))
+        return f"{t} | {fmt_num(r.get('items_per_second'))}" if ops else t
     for workload, impls in by_workload.items():
         if is_memory(workload) or workload.split("/")[0] in SPEEDUP_TARGETS:
             continue
@@ -232,7 +266,7 @@ def time_table(out, plot, by_workload):
                 ht, bt = hr.get("time"), br.get("time")
                 if "error" in hr or "error" in br:
                     err = hr.get("error") or br.get("error")
-                    out.append(f"| {workload} | {h} | {fmt_ns(ht)} | {b} | {fmt_ns(bt)} | n/a | ERROR: {err} |")
+                    out.append(f"| {workload} | {h} | {cells(hr)} | {b} | {cells(br)} | n/a | ERROR: {err} |")
                     continue
                 ratio = bt / ht if ht and bt else None
                 target = ""
@@ -242,11 +276,12 @@ def time_table(out, plot, by_workload):
                 if ratio is not None:
                     plot.append((plot_label(workload, h, b), ratio))
                 ratio_s = f"{ratio:.2f}" if ratio is not None else "n/a"
-                out.append(f"| {workload} | {h} | {fmt_ns(ht)} | {b} | {fmt_ns(bt)} | {ratio_s} | {target} |")
+                out.append(f"| {workload} | {h} | {cells(hr)} | {b} | {cells(br)} | {ratio_s} | {target} |")
         if not ours or not theirs:
             for i, (run, r) in impls.items():
                 note = "ERROR: " + r["error"] if "error" in r else "(no pair)"
-                out.append(f"| {workload} | {i} | {fmt_ns(r.get('time'))} | | | | {note} |")
+                empty = "| | | | " if ops else "| | | "
+                out.append(f"| {workload} | {i} | {cells(r)} {empty}{note} |")
     out.append("")
 
 
@@ -307,9 +342,15 @@ def render(contexts, results):
 
     by_workload = OrderedDict()
     km_workload = OrderedDict()  # the keyed mutex's workloads: their own section
+    redis_workload = OrderedDict()  # handoff::redis's: their own section
     for run, r in results.items():
         workload, impl = split_name(run)
-        target = km_workload if workload.startswith(KM_PREFIX) else by_workload
+        if workload.startswith(KM_PREFIX):
+            target = km_workload
+        elif workload.startswith(REDIS_PREFIX):
+            target = redis_workload
+        else:
+            target = by_workload
         target.setdefault(workload, OrderedDict())[impl] = (run, r)
 
     # Time comparison.
@@ -389,6 +430,22 @@ def render(contexts, results):
         out.append("")
         time_table(out, km_plot, km_workload)
         counter_tables(out, km_workload)
+
+    # The keyed mutex over Redis: its time table with ops/s, then its counters.
+    if redis_workload:
+        out.append("### Redis keyed mutex")
+        out.append("")
+        out.append(REDIS_NOTE)
+        redis_context = next((c for c in contexts if "redis_server" in c), None)
+        if redis_context:
+            line = f"Redis {redis_context['redis_server']}."
+            if "load_avg" in redis_context:
+                line += (f" This binary started at {redis_context.get('date', '?')}, load avg "
+                         + ", ".join(f"{x:.2f}" for x in redis_context["load_avg"]) + ".")
+            out.append(line)
+        out.append("")
+        time_table(out, [], redis_workload, ops=True)
+        counter_tables(out, redis_workload)
     return "\n".join(out), plot, km_plot
 
 
@@ -421,8 +478,8 @@ def main(argv):
         head = ["# Benchmarks", "",
                 "Generated by `bash tools/bench.sh` (do not edit: rerun it). Each workload runs with its "
                 "baselines in the same binary (bench/actor_bench.cpp, bench/peers_bench.cpp, "
-                "bench/pool_bench.cpp, bench/keyed_mutex_bench.cpp), with --benchmark_repetitions; the "
-                "tables show medians.", ""]
+                "bench/pool_bench.cpp, bench/keyed_mutex_bench.cpp, bench/redis_bench.cpp), with "
+                "--benchmark_repetitions; the tables show medians.", ""]
         if args.image:
             head += [f"![ratio baseline time / handoff time per workload, log scale; above 1: handoff "
                      f"faster]({args.image})", ""]

@@ -1,0 +1,556 @@
+// Redis keyed-mutex benchmarks: handoff::redis::keyed_mutex against the polling lock that
+// most Redis lock code uses, all in this one binary (STYLE rule 11), against one
+// redis-server that the binary starts on loopback (tests/redis/redis_server.hpp).
+//
+// Every benchmark is registered as "<workload>/<impl>"; impls starting with "handoff" are
+// ours, every other impl of the same workload (and thread count) is a baseline, and
+// tools/bench_table.py prints ratio = baseline time / handoff time (> 1: handoff faster)
+// in its "Redis keyed mutex" section. Each benchmark thread has its own client (its own
+// keyed_mutex, or its own hiredis connection): like separate processes sharing the server.
+//
+// Implementations:
+//   handoff     handoff::redis::keyed_mutex::lock(key) (no lease: the watchdog renews the
+//               default 30 s lease), released by the guard's destructor. FIFO waiting,
+//               woken by the release's notification (2 round trips when uncontended).
+//   handoff_lease  lock(key, handoff::lease{30s}), as the baseline's PX 30000 (no
+//               watchdog). redis_uncontended only.
+//   poll_100ms  The usual lock: `SET key token NX PX 30000` to acquire; on failure sleep
+//               and try again; release with a compare-and-delete Lua script (EVALSHA of
+//               `if GET == token then DEL`). redis-plus-plus's RedMutex polls like this,
+//               every 100 ms by default (RedMutexOptions::retry_delay). Raw hiredis, one
+//               connection per client.
+//   poll_1ms    The same, polling every 1 ms: a baseline tuned for latency (it costs the
+//               server a failed SET per waiter per millisecond).
+//
+// Workloads (time: wall-clock per lock/unlock, all threads together; items_per_second is
+// lock/unlocks per second):
+//   redis_uncontended  threads:1; 1024 keys "player:<random>", visited in a pre-generated
+//                      random order. Under the lock: ++count[key], checked at the end
+//                      (sum == lock/unlocks).
+//   redis_hotkey       threads:2, 4 and 8, each with its own client, all locking one key;
+//                      the critical section is ++count (non-atomic: checked at the end, the
+//                      mutual-exclusion check).
+//   redis_64keys       threads:8 over 64 keys "room:<n>", each thread its own random order.
+//                      Same check.
+// Google Benchmark gives every thread the same number of iterations and stops the clock
+// when the last one is done. A lock that lets its releaser take the key straight back (the
+// polling lock: its waiters are asleep) lets one thread run through its share while the
+// others sleep, a convoy-free serial run: its contended throughput is close to one
+// thread's, and the price shows in same_holder_pct and wait_max_ms.
+// Counters (contended workloads; all threads' samples together, thread 0 reports them):
+//   handoff_p50_us, handoff_p99_us  hand-off latency: from the moment the holder calls
+//                      unlock to the moment the next holder's lock() returns, over the
+//                      grants whose lock() call started before that unlock (a waiter was
+//                      there to take the key over). Both clocks are one process's
+//                      steady_clock: the same clock.
+//   wait_p50_us, wait_p99_us, wait_max_ms  how long lock() took, over every call.
+//   same_holder_pct    grants that went to the thread that held the key last. A polling
+//                      lock's releaser takes the key back while its waiters sleep; under
+//                      FIFO it happens only when nobody was queued yet (another client
+//                      slow to call lock() again: with 2 clients on a loaded machine).
+//   fifo_ok            handoff only (redis_hotkey), checked on every call before the timed
+//                      loop: a client holds "fifo:check", 4 more clients (threads) call
+//                      lock() 20 ms apart, the holder unlocks; the grants must come in call
+//                      order, and the key's lock, queue and waiter set must be gone from the
+//                      server afterwards. 1, or a SkipWithError.
+//
+// Caveat: loopback. The server, the clients and the benchmark threads share the machine's
+// cores; a round trip here is tens of microseconds of system calls and scheduling, not of
+// network. On a real network every figure grows by the network's round trips.
+#include <benchmark/benchmark.h>
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "bench_support.hpp"
+#include "handoff/redis/keyed_mutex.hpp"
+#include "redis_server.hpp"  // tests/redis: a private redis-server on a free loopback port
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr double min_time_s = 0.5;            // per instance and repetition
+constexpr std::size_t key_count = 1024;       // redis_uncontended
+constexpr std::size_t room_count = 64;        // redis_64keys
+constexpr std::size_t walk_length = 1 << 14;  // per-thread index walk (power of two)
+constexpr int max_threads = 8;
+constexpr int fifo_waiters = 4;
+constexpr auto fifo_gap = 20ms;
+constexpr const char* poll_lease_ms = "30000";  // the baseline's PX, as handoff's watchdog lease
+
+std::int64_t now_ns() noexcept { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+
+// ---------------------------------------------------------------------------------------
+// The baseline: SET NX PX, sleep and retry, compare-and-delete. One hiredis connection,
+// used by one thread.
+
+struct reply_free {
+  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+using reply = std::unique_ptr<redisReply, reply_free>;
+
+class raw_connection {
+ public:
+  explicit raw_connection(int port) : ctx_(redisConnect("127.0.0.1", port)) {
+    if (ctx_ == nullptr || ctx_->err != 0) {
+      const std::string msg = ctx_ != nullptr ? ctx_->errstr : "out of memory";
+      if (ctx_ != nullptr) redisFree(ctx_);
+      throw std::runtime_error("redis_bench: connect: " + msg);
+    }
+  }
+  ~raw_connection() { redisFree(ctx_); }
+  raw_connection(const raw_connection&) = delete;
+  raw_connection& operator=(const raw_connection&) = delete;
+
+  // Sends one command, returns its reply; throws on I/O failure or an error reply.
+  reply command(std::initializer_list<std::string_view> args) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (std::string_view a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    reply r(static_cast<redisReply*>(redisCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data())));
+    if (r == nullptr) throw std::runtime_error(std::string("redis_bench: ") + ctx_->errstr);
+    if (r->type == REDIS_REPLY_ERROR) throw std::runtime_error("redis_bench: " + std::string(r->str, r->len));
+    return r;
+  }
+
+ private:
+  redisContext* ctx_;
+};
+
+class polling_lock {
+  static constexpr const char* release_script =
+      "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+
+ public:
+  class guard {
+   public:
+    guard(polling_lock& owner, std::string key, std::string token)
+        : owner_(&owner), key_(std::move(key)), token_(std::move(token)) {}
+    guard(guard&& o) noexcept
+        : owner_(std::exchange(o.owner_, nullptr)), key_(std::move(o.key_)), token_(std::move(o.token_)) {}
+    guard(const guard&) = delete;
+    guard& operator=(const guard&) = delete;
+    guard& operator=(guard&&) = delete;
+    // A failed release leaves the baseline's numbers meaningless: end the run.
+    ~guard() {
+      if (owner_ == nullptr) return;
+      try {
+        owner_->unlock(key_, token_);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "redis_bench: poll lock release failed: %s\n", e.what());
+        std::abort();
+      }
+    }
+
+   private:
+    polling_lock* owner_;
+    std::string key_;
+    std::string token_;
+  };
+
+  polling_lock(int port, std::chrono::microseconds poll, int client_id)
+      : c_(port), poll_(poll), id_("poll" + std::to_string(client_id) + ":") {
+    reply r = c_.command({"SCRIPT", "LOAD", release_script});
+    sha_.assign(r->str, r->len);
+  }
+
+  guard lock(const std::string& key) {
+    std::string k = "poll:" + key;
+    std::string token = id_ + std::to_string(++seq_);  // unique per grant, like a random token
+    for (;;) {
+      reply r = c_.command({"SET", k, token, "NX", "PX", poll_lease_ms});
+      if (r->type == REDIS_REPLY_STATUS) return guard(*this, std::move(k), std::move(token));  // "OK"
+      std::this_thread::sleep_for(poll_);  // nil: held by someone else
+    }
+  }
+
+ private:
+  void unlock(const std::string& key, const std::string& token) { c_.command({"EVALSHA", sha_, "1", key, token}); }
+
+  raw_connection c_;
+  std::chrono::microseconds poll_;
+  std::string id_;
+  std::string sha_;
+  std::uint64_t seq_ = 0;
+};
+
+// handoff's client, with the same lock(const std::string&) shape.
+class handoff_lock {
+  static handoff::redis::options options_for(int port) {
+    handoff::redis::options o;  // (g++ 12's -Wextra warns about designated initializers that leave fields out)
+    o.port = port;
+    return o;
+  }
+
+ public:
+  explicit handoff_lock(int port) : m_(options_for(port)) {}
+  handoff::redis::guard lock(const std::string& key) { return m_.lock(key); }
+  // With a lease instead of the watchdog: the baseline's PX 30000.
+  handoff::redis::guard lock_leased(const std::string& key) { return m_.lock(key, handoff::lease{30s}); }
+  handoff::redis::keyed_mutex& mutex() { return m_; }
+
+ private:
+  handoff::redis::keyed_mutex m_;
+};
+
+// handoff_lock::lock_leased as lock().
+struct leased {
+  handoff_lock& h;
+  handoff::redis::guard lock(const std::string& key) { return h.lock_leased(key); }
+};
+
+// ---------------------------------------------------------------------------------------
+// Shared inputs and per-run statistics.
+
+struct inputs {
+  std::vector<std::string> keys;                            // key_count "player:<n>", distinct
+  std::vector<std::string> rooms;                           // room_count "room:<n>"
+  std::vector<std::vector<std::uint16_t>> walk, room_walk;  // per thread: indexes
+  std::string hot_key = "player:42";
+  // Counted under the lock being measured (the mutual-exclusion check).
+  std::vector<std::uint64_t> counts = std::vector<std::uint64_t>(key_count);
+  std::vector<std::uint64_t> room_counts = std::vector<std::uint64_t>(room_count);
+  std::uint64_t hot_count = 0;
+
+  inputs() {
+    std::mt19937 rng(20240601);
+    std::uniform_int_distribution<std::uint32_t> id(0, 999999);
+    std::unordered_set<std::string> seen;
+    while (keys.size() < key_count) {
+      std::string k = "player:" + std::to_string(id(rng));
+      if (seen.insert(k).second) keys.push_back(std::move(k));
+    }
+    for (std::size_t i = 0; i < room_count; ++i) rooms.push_back("room:" + std::to_string(i));
+    const auto make_walks = [&rng](std::size_t n) {
+      std::uniform_int_distribution<std::uint16_t> pick(0, static_cast<std::uint16_t>(n - 1));
+      std::vector<std::vector<std::uint16_t>> w(max_threads, std::vector<std::uint16_t>(walk_length));
+      for (auto& v : w) {
+        for (auto& i : v) i = pick(rng);
+      }
+      return w;
+    };
+    walk = make_walks(key_count);
+    room_walk = make_walks(room_count);
+  }
+};
+
+std::uint64_t sum(const std::vector<std::uint64_t>& v) {
+  std::uint64_t s = 0;
+  for (std::uint64_t x : v) s += x;
+  return s;
+}
+
+void check_total(benchmark::State& state, std::uint64_t before, std::uint64_t after) {
+  if (state.thread_index() != 0 || state.error_occurred()) return;
+  const auto expected = before + static_cast<std::uint64_t>(state.max_iterations) * state.threads();
+  if (after != expected) {
+    state.SkipWithError(("mutual exclusion broken: " + std::to_string(after - before) + " increments, expected " +
+                         std::to_string(expected - before))
+                            .c_str());
+  }
+}
+
+// Who released a key last, and when (steady ns, taken just before its unlock call).
+// Relaxed: measurement only; each value stands alone.
+struct alignas(64) release_mark {
+  std::atomic<std::int64_t> at{0};
+  std::atomic<int> holder{-1};
+};
+
+// One contended run's samples, per thread: each thread touches only its own slot inside
+// the loop; thread 0 clears them before the loop and reads them after it (Google
+// Benchmark's start and stop barriers order those with every thread's loop).
+struct contention_stats {
+  struct alignas(64) per_thread {
+    std::vector<std::int64_t> handoff_ns, wait_ns;
+    std::uint64_t same_holder = 0, grants = 0;
+  };
+  std::vector<per_thread> threads = std::vector<per_thread>(max_threads);
+  std::vector<release_mark> marks = std::vector<release_mark>(std::max(key_count, room_count));
+
+  void reset() {
+    for (auto& t : threads) t = per_thread{};
+    for (auto& m : marks) {
+      m.at.store(0, std::memory_order_relaxed);
+      m.holder.store(-1, std::memory_order_relaxed);
+    }
+  }
+
+  static double percentile_us(std::vector<std::int64_t>& v, double p) {
+    if (v.empty()) return 0;
+    const auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+    return static_cast<double>(v[i]) / 1e3;
+  }
+
+  void report(benchmark::State& state) {
+    std::vector<std::int64_t> handoff;
+    std::vector<std::int64_t> wait;
+    std::uint64_t same = 0;
+    std::uint64_t grants = 0;
+    for (auto& t : threads) {
+      handoff.insert(handoff.end(), t.handoff_ns.begin(), t.handoff_ns.end());
+      wait.insert(wait.end(), t.wait_ns.begin(), t.wait_ns.end());
+      same += t.same_holder;
+      grants += t.grants;
+    }
+    state.counters["handoff_p50_us"] = percentile_us(handoff, 0.5);
+    state.counters["handoff_p99_us"] = percentile_us(handoff, 0.99);
+    state.counters["wait_p50_us"] = percentile_us(wait, 0.5);
+    state.counters["wait_p99_us"] = percentile_us(wait, 0.99);
+    state.counters["wait_max_ms"] =
+        wait.empty() ? 0 : static_cast<double>(*std::max_element(wait.begin(), wait.end())) / 1e6;
+    state.counters["same_holder_pct"] =
+        grants == 0 ? 0 : 100.0 * static_cast<double>(same) / static_cast<double>(grants);
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Benchmarks.
+
+template <class Impl>
+void bm_uncontended(benchmark::State& state, Impl& impl, inputs& in) {
+  const std::uint64_t before = sum(in.counts);
+  const std::uint16_t* walk = in.walk[0].data();
+  std::size_t i = 0;
+  for (auto _ : state) {
+    try {
+      const std::uint16_t k = walk[i++ & (walk_length - 1)];
+      auto g = impl.lock(in.keys[k]);
+      ++in.counts[k];
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+  check_total(state, before, sum(in.counts));
+}
+
+// One contended loop: thread t locks keys[walk[t][i]] with its own client clients[t].
+template <class Impl>
+void contended_loop(benchmark::State& state, Impl& impl, const std::vector<std::string>& keys,
+                    const std::vector<std::uint16_t>* walk, std::uint64_t* counts, contention_stats& stats) {
+  const int me = state.thread_index();
+  auto& mine = stats.threads[static_cast<std::size_t>(me)];
+  std::size_t i = 0;
+  for (auto _ : state) {
+    try {
+      const std::size_t k = walk != nullptr ? (*walk)[i++ & (walk_length - 1)] : 0;
+      release_mark& mark = stats.marks[k];
+      const std::int64_t t0 = now_ns();
+      auto g = impl.lock(keys[k]);
+      const std::int64_t t1 = now_ns();
+      if (mark.at.load(std::memory_order_relaxed) > t0) {
+        mine.handoff_ns.push_back(t1 - mark.at.load(std::memory_order_relaxed));  // waited across that unlock
+      }
+      if (mark.holder.load(std::memory_order_relaxed) == me) ++mine.same_holder;
+      ++mine.grants;
+      mine.wait_ns.push_back(t1 - t0);
+      ++counts[k];
+      mark.holder.store(me, std::memory_order_relaxed);
+      mark.at.store(now_ns(), std::memory_order_relaxed);
+    } catch (const std::exception& e) {  // the guard's unlock is in the try
+      state.SkipWithError(e.what());
+      break;
+    }
+  }
+}
+
+// The FIFO check (see the overview). Returns an empty string when the grants came in call
+// order and the server keeps nothing for the key, else what was seen.
+std::string fifo_check(std::vector<std::unique_ptr<handoff_lock>>& clients, int port) {
+  const std::string key = "fifo:check";
+  std::vector<int> order;        // written under the key
+  std::atomic<int> calling{-1};  // the last waiter that is about to call lock()
+  auto holder = clients[0]->lock(key);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < fifo_waiters; ++i) {
+    threads.emplace_back([&clients, &key, &order, &calling, i] {
+      calling.store(i, std::memory_order_release);
+      auto g = clients[static_cast<std::size_t>(i) + 1]->lock(key);
+      order.push_back(i);
+    });
+    // Wait until the thread runs, then give it fifo_gap to reach the queue on the server.
+    while (calling.load(std::memory_order_acquire) != i) std::this_thread::yield();
+    std::this_thread::sleep_for(fifo_gap);
+  }
+  holder.unlock();
+  for (auto& t : threads) t.join();
+  bool ok = order.size() == static_cast<std::size_t>(fifo_waiters);
+  for (int i = 0; ok && i < fifo_waiters; ++i) ok = order[static_cast<std::size_t>(i)] == i;
+  raw_connection c(port);
+  const std::string base = clients[0]->mutex().config().prefix + "{" + key + "}:";
+  const long long left = c.command({"EXISTS", base + "lock", base + "queue", base + "waiters"})->integer;
+  if (ok && left == 0) return {};
+  std::string seen = "FIFO violated: grant order";
+  for (int i : order) seen += ' ' + std::to_string(i);
+  seen += " (expected 0.." + std::to_string(fifo_waiters - 1) + "), keys left on the server: " + std::to_string(left);
+  return seen;
+}
+
+template <class Impl>
+void bm_hotkey(benchmark::State& state, std::vector<std::unique_ptr<Impl>>& clients, inputs& in,
+               contention_stats& stats, std::vector<std::unique_ptr<handoff_lock>>* fifo_clients, int port) {
+  std::uint64_t before = 0;
+  if (state.thread_index() == 0) {
+    if (fifo_clients != nullptr) {
+      if (const std::string error = fifo_check(*fifo_clients, port); !error.empty()) {
+        state.SkipWithError(error.c_str());
+      } else {
+        state.counters["fifo_ok"] = 1;
+      }
+    }
+    stats.reset();
+    before = in.hot_count;
+  }
+  const std::vector<std::string> key{in.hot_key};
+  contended_loop(state, *clients[static_cast<std::size_t>(state.thread_index())], key, nullptr, &in.hot_count, stats);
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) {
+    stats.report(state);
+    check_total(state, before, in.hot_count);
+  }
+}
+
+template <class Impl>
+void bm_rooms(benchmark::State& state, std::vector<std::unique_ptr<Impl>>& clients, inputs& in,
+              contention_stats& stats) {
+  std::uint64_t before = 0;
+  if (state.thread_index() == 0) {
+    stats.reset();
+    before = sum(in.room_counts);
+  }
+  const auto t = static_cast<std::size_t>(state.thread_index());
+  contended_loop(state, *clients[t], in.rooms, &in.room_walk[t], in.room_counts.data(), stats);
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) {
+    stats.report(state);
+    check_total(state, before, sum(in.room_counts));
+  }
+}
+
+template <class F>
+benchmark::internal::Benchmark* add(const std::string& name, F&& fn) {
+  return benchmark::RegisterBenchmark(name.c_str(), std::forward<F>(fn))->UseRealTime()->MinTime(min_time_s);
+}
+
+std::string server_version(int port) {
+  raw_connection c(port);
+  reply r = c.command({"INFO", "server"});
+  const std::string info(r->str, r->len);
+  const std::string field = "redis_version:";
+  const auto at = info.find(field);
+  if (at == std::string::npos) return "unknown";
+  const auto end = info.find_first_of("\r\n", at);
+  return info.substr(at + field.size(), end - at - field.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  handoff::bench::parked_thread idle;  // see parked_thread: before anything is measured
+
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+
+  try {
+    handoff::test::redis_server server;  // stopped when main returns
+    const int port = server.port();
+    raw_connection(port).command({"FLUSHALL"});
+
+    handoff::bench::add_machine_context();
+    benchmark::AddCustomContext("parked_thread", "yes (glibc multi-threaded lock paths)");
+    benchmark::AddCustomContext("redis_server", server_version(port) +
+                                                    " on TCP 127.0.0.1 (loopback, same machine), started by the "
+                                                    "benchmark with --save \"\" --appendonly no");
+    benchmark::AddCustomContext("redis_keys", std::to_string(key_count) +
+                                                  " keys \"player:<random>\" for redis_uncontended, one key for "
+                                                  "redis_hotkey, " +
+                                                  std::to_string(room_count) + " keys \"room:<n>\" for redis_64keys");
+
+    inputs in;
+    contention_stats stats;
+
+    // One client per benchmark thread (like one process each), a fresh set per workload
+    // (as keyed_mutex_bench gives each workload its own instances), and the FIFO check's
+    // own five.
+    struct client_set {
+      std::vector<std::unique_ptr<handoff_lock>> handoff;
+      std::vector<std::unique_ptr<polling_lock>> poll1;
+      std::vector<std::unique_ptr<polling_lock>> poll100;
+    };
+    int next_id = 0;  // the polling clients' token prefixes
+    const auto make_set = [&](int n) {
+      client_set c;
+      for (int t = 0; t < n; ++t) {
+        c.handoff.push_back(std::make_unique<handoff_lock>(port));
+        c.poll1.push_back(std::make_unique<polling_lock>(port, 1ms, next_id++));
+        c.poll100.push_back(std::make_unique<polling_lock>(port, 100ms, next_id++));
+      }
+      return c;
+    };
+    client_set unc = make_set(1);
+    client_set hot = make_set(max_threads);
+    client_set rooms = make_set(max_threads);
+    std::vector<std::unique_ptr<handoff_lock>> fifo_clients;
+    for (int t = 0; t <= fifo_waiters; ++t) fifo_clients.push_back(std::make_unique<handoff_lock>(port));
+
+    // 1. Uncontended lock/unlock over 1024 keys, one client.
+    add("redis_uncontended/handoff", [&](benchmark::State& s) { bm_uncontended(s, *unc.handoff[0], in); });
+    add("redis_uncontended/handoff_lease", [&](benchmark::State& s) {
+      leased l{*unc.handoff[0]};
+      bm_uncontended(s, l, in);
+    });
+    add("redis_uncontended/poll_1ms", [&](benchmark::State& s) { bm_uncontended(s, *unc.poll1[0], in); });
+    add("redis_uncontended/poll_100ms", [&](benchmark::State& s) { bm_uncontended(s, *unc.poll100[0], in); });
+
+    // 2. One hot key, 2, 4 and 8 clients (with the FIFO check for handoff).
+    const auto hotkey = [&](const std::string& impl, auto& clients, auto* fifo) {
+      add("redis_hotkey/" + impl,
+          [&clients, &in, &stats, fifo, port](benchmark::State& s) { bm_hotkey(s, clients, in, stats, fifo, port); })
+          ->Threads(2)
+          ->Threads(4)
+          ->Threads(8);
+    };
+    hotkey("handoff", hot.handoff, &fifo_clients);
+    hotkey("poll_1ms", hot.poll1, static_cast<decltype(&fifo_clients)>(nullptr));
+    hotkey("poll_100ms", hot.poll100, static_cast<decltype(&fifo_clients)>(nullptr));
+
+    // 3. 8 clients over 64 keys.
+    const auto many = [&](const std::string& impl, auto& clients) {
+      add("redis_64keys/" + impl, [&clients, &in, &stats](benchmark::State& s) {
+        bm_rooms(s, clients, in, stats);
+      })->Threads(8);
+    };
+    many("handoff", rooms.handoff);
+    many("poll_1ms", rooms.poll1);
+    many("poll_100ms", rooms.poll100);
+
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "redis_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
