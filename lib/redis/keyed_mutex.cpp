@@ -147,7 +147,7 @@ struct client : std::enable_shared_from_this<client> {
 
   guard acquire(std::string_view key, std::int64_t deadline, std::int64_t lease_ns);
   void submit(std::unique_ptr<async_request> r);
-  void wake() noexcept;  // the background thread re-reads its inputs and schedule
+  void wake() const noexcept;  // the background thread re-reads its inputs and schedule
   void release(hold& h);
   bool extend(hold& h, std::int64_t lease_ns);
 
@@ -366,7 +366,7 @@ void client::submit(std::unique_ptr<async_request> r) {
   wake();
 }
 
-void client::wake() noexcept {
+void client::wake() const noexcept {
   const std::uint64_t one = 1;
   [[maybe_unused]] const auto n = write(wake_fd_, &one, sizeof one);
 }

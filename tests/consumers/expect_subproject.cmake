@@ -1,6 +1,6 @@
 # handoff_expect_subproject(<handoff source dir>): fails the configure step unless handoff,
 # added as a subproject, kept to its library: options off, no tests, benchmarks, examples or
-# install rules added, and `handoff` the only target it defines.
+# install rules added, and its targets only `handoff` and (when hiredis is found) `handoff_redis`.
 function(handoff_expect_subproject dir)
   foreach(option HANDOFF_BUILD_TESTS HANDOFF_BUILD_BENCHMARKS HANDOFF_INSTALL)
     if(${option})
@@ -9,9 +9,11 @@ function(handoff_expect_subproject dir)
   endforeach()
   get_directory_property(subdirs DIRECTORY ${dir} SUBDIRECTORIES)
   get_directory_property(targets DIRECTORY ${dir} BUILDSYSTEM_TARGETS)
-  if(subdirs OR NOT targets STREQUAL "handoff")
+  set(extra ${targets})
+  list(REMOVE_ITEM extra handoff handoff_redis)
+  if(subdirs OR extra OR NOT "handoff" IN_LIST targets)
     message(FATAL_ERROR "handoff as a subproject added directories [${subdirs}] and targets [${targets}]; "
-                        "expected no directories and the target handoff only")
+                        "expected no directories and the targets handoff (and handoff_redis) only")
   endif()
   message(STATUS "handoff subproject: library only (no tests, benchmarks or install rules)")
 endfunction()
