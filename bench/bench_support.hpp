@@ -1,10 +1,12 @@
 // What every benchmark binary shares: the machine description recorded next to its
-// results, and the parked thread that keeps glibc on its multi-threaded paths.
+// results, the parked thread that keeps glibc on its multi-threaded paths, and the
+// mutual-exclusion check of the lock benchmarks.
 #pragma once
 
 #include <benchmark/benchmark.h>
 #include <sys/utsname.h>
 
+#include <cstdint>
 #include <fstream>
 #include <future>
 #include <string>
@@ -66,5 +68,17 @@ class parked_thread {
   std::promise<void> stop_;
   std::thread thread_;
 };
+
+// Thread 0, after the timed loop: fails the benchmark unless a counter incremented once
+// per iteration under the lock by every thread went from `before` to exactly `after`.
+inline void check_total(benchmark::State& state, std::uint64_t before, std::uint64_t after) {
+  if (state.thread_index() != 0 || state.error_occurred()) return;
+  const auto expected = before + static_cast<std::uint64_t>(state.max_iterations) * state.threads();
+  if (after != expected) {
+    state.SkipWithError(("mutual exclusion broken: " + std::to_string(after - before) + " increments, expected " +
+                         std::to_string(expected - before))
+                            .c_str());
+  }
+}
 
 }  // namespace handoff::bench

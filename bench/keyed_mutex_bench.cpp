@@ -108,6 +108,8 @@
 
 namespace {
 
+using handoff::bench::check_total;
+
 constexpr double min_time_s = 0.3;            // per throughput instance and repetition
 constexpr std::size_t key_count = 1024;       // km_uncontended, km_design
 constexpr std::size_t walk_length = 1 << 16;  // per-thread index walk (power of two)
@@ -364,16 +366,6 @@ struct inputs {
     return sum;
   }
 };
-
-void check_total(benchmark::State& state, std::uint64_t before, std::uint64_t after) {
-  if (state.thread_index() != 0 || state.error_occurred()) return;
-  const auto expected = before + static_cast<std::uint64_t>(state.max_iterations) * state.threads();
-  if (after != expected) {
-    state.SkipWithError(("mutual exclusion broken: " + std::to_string(after - before) + " increments, expected " +
-                         std::to_string(expected - before))
-                            .c_str());
-  }
-}
 
 // ---------------------------------------------------------------------------------------
 // Benchmarks. Google Benchmark's start and stop barriers (inside the loop machinery) order

@@ -83,6 +83,8 @@
 
 namespace {
 
+using handoff::bench::check_total;
+
 using namespace std::chrono_literals;
 
 constexpr double min_time_s = 0.5;            // per instance and repetition
@@ -257,16 +259,6 @@ std::uint64_t sum(const std::vector<std::uint64_t>& v) {
   std::uint64_t s = 0;
   for (std::uint64_t x : v) s += x;
   return s;
-}
-
-void check_total(benchmark::State& state, std::uint64_t before, std::uint64_t after) {
-  if (state.thread_index() != 0 || state.error_occurred()) return;
-  const auto expected = before + static_cast<std::uint64_t>(state.max_iterations) * state.threads();
-  if (after != expected) {
-    state.SkipWithError(("mutual exclusion broken: " + std::to_string(after - before) + " increments, expected " +
-                         std::to_string(expected - before))
-                            .c_str());
-  }
 }
 
 // Who released a key last, and when (steady ns, taken just before its unlock call).

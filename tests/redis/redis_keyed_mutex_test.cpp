@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "../unit/test_support.hpp"
+#include "../unit/test_timeout.hpp"
 #include "redis_server.hpp"
 
 #ifndef HANDOFF_REDIS_LOCK_HELPER
@@ -57,37 +58,11 @@ using handoff::redis::keyed_mutex;
 using handoff::redis::options;
 using handoff::test::fire_and_forget;
 using handoff::test::redis_server;
+using handoff::test::test_timeout;
 using steady = std::chrono::steady_clock;
 using redis_error = handoff::redis::error;
 
 // --- helpers ----------------------------------------------------------------------------
-
-// Aborts the process, naming the test, if the test is still running after `limit`: a hang
-// fails with a message instead of blocking a direct run of the binary (ctest has its own
-// TIMEOUT as well).
-class test_timeout {
- public:
-  explicit test_timeout(std::chrono::seconds limit)
-      : name_(current_test_name()), thread_([this, limit](std::stop_token stop) {
-          std::mutex mu;
-          std::condition_variable_any cv;
-          std::unique_lock lock(mu);
-          cv.wait_for(lock, stop, limit, [] { return false; });
-          if (stop.stop_requested()) return;
-          std::fprintf(stderr, "\n%s: still running after %llds: hung, aborting\n", name_.c_str(),
-                       static_cast<long long>(limit.count()));
-          std::fflush(stderr);
-          std::abort();
-        }) {}
-
- private:
-  static std::string current_test_name() {
-    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-    return info != nullptr ? std::string(info->test_suite_name()) + "." + info->name() : "redis test";
-  }
-  std::string name_;
-  std::jthread thread_;  // last: started once name_ exists
-};
 
 // Polls pred every 5 ms until it holds or `limit` passes; returns its last value.
 template <class Pred>

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "test_support.hpp"
+#include "test_timeout.hpp"
 
 namespace {
 
@@ -44,36 +45,10 @@ using handoff::keyed_mutex;
 using handoff::lease;
 using handoff::test::fire_and_forget;
 using handoff::test::run_threads;
+using handoff::test::test_timeout;
 using steady = std::chrono::steady_clock;
 
 // --- helpers ----------------------------------------------------------------------------
-
-// Aborts the process, naming the test, if the test is still running after `limit`: a lost
-// wake-up fails here, with a message, instead of hanging a direct run of the binary (ctest
-// has its own TIMEOUT as well).
-class test_timeout {
- public:
-  explicit test_timeout(std::chrono::seconds limit)
-      : name_(current_test_name()), thread_([this, limit](std::stop_token stop) {
-          std::mutex mu;
-          std::condition_variable_any cv;
-          std::unique_lock lock(mu);
-          cv.wait_for(lock, stop, limit, [] { return false; });
-          if (stop.stop_requested()) return;
-          std::fprintf(stderr, "\n%s: still running after %llds: hung (lost wake-up?), aborting\n", name_.c_str(),
-                       static_cast<long long>(limit.count()));
-          std::fflush(stderr);
-          std::abort();
-        }) {}
-
- private:
-  static std::string current_test_name() {
-    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-    return info != nullptr ? std::string(info->test_suite_name()) + "." + info->name() : "keyed_mutex test";
-  }
-  std::string name_;
-  std::jthread thread_;  // last: started once name_ exists
-};
 
 // Every test in this file runs under a 60 s timeout (sanitizer builds included).
 class KeyedMutex : public testing::Test {
