@@ -29,7 +29,7 @@
 //  - FIFO per key among waiters (try_lock never jumps the queue); a waiter that timed out
 //    or gave up is never granted.
 //  - Fencing tokens: each grant of a key gets a token greater than every earlier grant's
-//    of that key, also after the counter expired (an hour after the key's last grant) or
+//    of that key, also after the counter expired (an hour after it started) or
 //    the server lost its data: a new counter starts at the server's clock in microseconds.
 //  - Nothing stays on the server for an idle key but its fence counter (one hour).
 // Not promised: safety across a Redis failover or with several independent servers (no
