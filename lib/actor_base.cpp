@@ -40,13 +40,13 @@ std::int64_t now_ns() noexcept {
       .count();
 }
 
-void report_to_stderr(const std::exception_ptr& e) noexcept {
+void report_to_stderr(const std::exception_ptr& e, const char* source) noexcept {
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {
-    std::fprintf(stderr, "handoff: exception thrown by an actor handler: %s\n", ex.what());
+    std::fprintf(stderr, "handoff: exception thrown by %s: %s\n", source, ex.what());
   } catch (...) {
-    std::fprintf(stderr, "handoff: exception thrown by an actor handler (not a std::exception)\n");
+    std::fprintf(stderr, "handoff: exception thrown by %s (not a std::exception)\n", source);
   }
 }
 

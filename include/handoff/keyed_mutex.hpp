@@ -503,7 +503,7 @@ class keyed_mutex {
     try {
       f(std::move(g));
     } catch (...) {
-      detail::report_to_stderr(std::current_exception());
+      detail::report_to_stderr(std::current_exception(), "a keyed_mutex::lock_async callback");
     }
   }
 

@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "connection.hpp"
+#include "handoff/detail/actor_base.hpp"
 #include "scripts.hpp"
 
 namespace handoff::redis {
@@ -42,16 +43,6 @@ std::string random_hex128() {
     for (int j = 0; j < 8; ++j, v >>= 4U) s += digits[v & 0xFU];
   }
   return s;
-}
-
-void report(const std::exception_ptr& e) noexcept {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    std::fprintf(stderr, "handoff::redis: lock_async callback threw: %s\n", x.what());
-  } catch (...) {
-    std::fprintf(stderr, "handoff::redis: lock_async callback threw a non-std exception\n");
-  }
 }
 
 }  // namespace
@@ -438,7 +429,7 @@ void client::complete(std::unique_ptr<async_request> r, guard g, std::exception_
   try {
     r->cb(std::move(g), std::move(e));
   } catch (...) {
-    report(std::current_exception());
+    handoff::detail::report_to_stderr(std::current_exception(), "a redis::keyed_mutex::lock_async callback");
   }
 }
 

@@ -92,7 +92,7 @@ void schedule_resume(resumable* r) noexcept;
 // steady_clock in nanoseconds; never 0.
 std::int64_t now_ns() noexcept;
 // Prints an exception that has no hook to go to.
-void report_to_stderr(const std::exception_ptr& e) noexcept;
+void report_to_stderr(const std::exception_ptr& e, const char* source = "an actor handler") noexcept;
 // Node memory for messages; recycled per thread, so steady-state sends do not call malloc.
 [[nodiscard]] void* allocate_node(std::size_t size);
 void free_node(void* p, std::size_t size) noexcept;
