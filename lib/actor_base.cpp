@@ -35,21 +35,6 @@ struct destroy_marker final : message {
 
 }  // namespace
 
-std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-void report_to_stderr(const std::exception_ptr& e, const char* source) noexcept {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    std::fprintf(stderr, "handoff: exception thrown by %s: %s\n", source, ex.what());
-  } catch (...) {
-    std::fprintf(stderr, "handoff: exception thrown by %s (not a std::exception)\n", source);
-  }
-}
-
 actor_base::actor_base(actor_options options) : actor_base(std::make_shared<const actor_options>(std::move(options))) {}
 
 actor_base::actor_base(std::shared_ptr<const actor_options> options) : options_(std::move(options)) {
@@ -61,11 +46,11 @@ actor_base::actor_base(std::shared_ptr<const actor_options> options) : options_(
 }
 
 void actor_base::report_error(const std::exception_ptr& e) noexcept {
-  if (options_ == nullptr || !options_->on_error) return report_to_stderr(e);
+  if (options_ == nullptr || !options_->on_error) return report_to_stderr(e, handler_source);
   try {
     options_->on_error(e);
   } catch (...) {
-    report_to_stderr(std::current_exception());
+    report_to_stderr(std::current_exception(), "an actor's on_error hook");
   }
 }
 
@@ -97,7 +82,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
       keep = m->invoke(m, this, true);
     } catch (...) {
       if (c.frame->destroyed) {
-        report_to_stderr(std::current_exception());
+        report_to_stderr(std::current_exception(), handler_source);
       } else {
         report_error(std::current_exception());
       }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/clock.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/keyed_mutex.hpp"
 
@@ -36,8 +37,6 @@ std::int64_t to_ns(std::chrono::steady_clock::time_point t) noexcept {
 // --- blocking waits ---------------------------------------------------------------------
 
 namespace {
-
-constexpr std::int64_t no_deadline = 0;
 
 #if defined(__linux__)
 // Sleeps while *word == expected, until woken or `deadline` (CLOCK_MONOTONIC ns, which is
@@ -291,7 +290,9 @@ class lease_timer {
       }
       const std::int64_t now = steady_ns();
       if (heap_.front()->deadline > now) {
-        wake_.wait_for(lock, std::chrono::nanoseconds(heap_.front()->deadline - now));
+        // wait_until on the absolute deadline: a wait_for of (deadline - now) would overflow
+        // inside the standard library for a deadline far in the future.
+        wake_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(heap_.front()->deadline)));
         continue;
       }
       while (!heap_.empty() && heap_.front()->deadline <= now) {
@@ -479,11 +480,11 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
   }
   w->entry = e;
   w->table = this;
-  if (deadline != 0) w->timeout.owner = w;  // before the push: the granter reads it
+  if (deadline != no_deadline) w->timeout.owner = w;  // before the push: the granter reads it
   e->count.fetch_add(1, std::memory_order_relaxed);
   e->waiters.push(w);
   s.lock.unlock();
-  if (deadline != 0) {
+  if (deadline != no_deadline) {
     // After the push, w may be granted at any moment. A grant cancels the timeout under
     // the timer mutex, so check under it: granted before we got here, there is nothing to
     // schedule and the timer's reference (counted in by the caller) is ours to drop.
@@ -594,14 +595,14 @@ void lock_table::recycle(lock_entry* e) noexcept {
 }
 
 void lock_table::arm_lease(lock_entry* e, std::uint64_t token, std::int64_t lease) noexcept {
-  const std::int64_t deadline = now() + lease;
+  const std::int64_t deadline = add_saturating(now(), lease);  // no_deadline: a lease that never runs out
   lease_timer& t = *timer_;  // started by the request (start_timer)
   std::lock_guard lock(t.mutex());
   e->lease.owner = e;
   e->lease.is_lease = true;
   e->lease_token = token;
   e->leased.store(token, std::memory_order_relaxed);  // read by the holder and under this mutex
-  t.schedule(&e->lease, deadline);
+  if (deadline != no_deadline) t.schedule(&e->lease, deadline);
 }
 
 bool lock_table::disarm_lease(lock_entry* e, std::uint64_t token) noexcept {
@@ -614,11 +615,15 @@ bool lock_table::disarm_lease(lock_entry* e, std::uint64_t token) noexcept {
 }
 
 bool lock_table::extend_lease(lock_entry* e, std::uint64_t token, std::int64_t lease) {
-  const std::int64_t deadline = now() + lease;
+  const std::int64_t deadline = add_saturating(now(), lease);
   lease_timer& t = *timer_;
   std::lock_guard lock(t.mutex());
   if (e->leased.load(std::memory_order_relaxed) != token) return false;
-  t.schedule(&e->lease, deadline);
+  if (deadline == no_deadline) {
+    (void)t.cancel(&e->lease);  // never runs out now
+  } else {
+    t.schedule(&e->lease, deadline);
+  }
   return true;
 }
 

@@ -65,26 +65,16 @@
 #include <vector>
 
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/clock.hpp"
 #include "handoff/detail/lock_table.hpp"
+#include "handoff/detail/report.hpp"
+#include "handoff/lease.hpp"
+#include "handoff/multi_guard.hpp"
 
 namespace handoff {
 namespace detail {
 struct lock_table_access;
 }
-
-// A lease: the lock is released automatically this long after it is granted.
-struct lease {
-  explicit lease(std::chrono::nanoseconds d) : duration(d) {
-    if (d <= std::chrono::nanoseconds::zero()) throw std::invalid_argument("handoff::lease: duration must be positive");
-  }
-  std::chrono::nanoseconds duration;
-};
-
-// Thrown by key_guard::check() when the guard no longer holds its key.
-class lock_expired : public std::runtime_error {
- public:
-  lock_expired() : std::runtime_error("handoff: the lock is no longer held (lease expired or unlocked)") {}
-};
 
 // The RAII guard of one key. Movable, not copyable; not thread-safe itself (use one guard
 // from one thread at a time), but it may be moved to and unlocked on another thread.
@@ -171,52 +161,6 @@ class [[nodiscard]] key_guard {
   bool expired_ = false;    // the lease ran out (cached once seen at unlock)
 };
 
-// Guards of several keys, acquired in one global order (see keyed_mutex::lock_all). Like
-// the single-key guard: movable, one thread at a time. Guard is key_guard here and
-// redis::guard for handoff::redis::keyed_mutex.
-template <class Guard>
-class [[nodiscard]] basic_multi_guard {
- public:
-  basic_multi_guard() = default;
-  explicit basic_multi_guard(std::vector<Guard> guards) noexcept : guards_(std::move(guards)) {}
-
-  // True when every key is held (and there is at least one).
-  [[nodiscard]] bool owns_lock() const noexcept {
-    return !guards_.empty() &&
-           std::all_of(guards_.begin(), guards_.end(), [](const Guard& g) { return g.owns_lock(); });
-  }
-  // Unlocks every key, in reverse acquisition order. Never throws: a guard whose unlock
-  // can fail (redis::guard) has its error swallowed here, as in its destructor.
-  void unlock() noexcept {
-    // (not std::views::reverse: clang 14 cannot compile libstdc++ 12's ranges there)
-    for (auto it = guards_.rbegin(); it != guards_.rend(); ++it) {  // NOLINT(modernize-loop-convert)
-      try {
-        it->unlock();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): as the guard's destructor does
-      }
-    }
-  }
-  ~basic_multi_guard() { unlock(); }
-  basic_multi_guard(const basic_multi_guard&) = delete;
-  basic_multi_guard& operator=(const basic_multi_guard&) = delete;
-  basic_multi_guard(basic_multi_guard&&) noexcept = default;
-  basic_multi_guard& operator=(basic_multi_guard&& o) noexcept {
-    if (this != &o) {
-      unlock();
-      guards_ = std::move(o.guards_);
-    }
-    return *this;
-  }
-
-  // The guards in acquisition order (sorted keys, duplicates removed).
-  [[nodiscard]] std::size_t size() const noexcept { return guards_.size(); }
-  [[nodiscard]] Guard& operator[](std::size_t i) noexcept { return guards_[i]; }
-  [[nodiscard]] auto begin() noexcept { return guards_.begin(); }
-  [[nodiscard]] auto end() noexcept { return guards_.end(); }
-
- private:
-  std::vector<Guard> guards_;
-};
 using multi_guard = basic_multi_guard<key_guard>;
 
 template <class Key = std::string, class Hash = std::hash<Key>, class Eq = std::equal_to<Key>>
@@ -271,8 +215,7 @@ class keyed_mutex {
   template <class F>
     requires(std::invocable<F&>)
   decltype(auto) with_lock(const Key& key, F&& f) {
-    guard g = lock(key);
-    return std::invoke(f);
+    return detail::run_locked(lock(key), f);
   }
 
   // Thread-safe. Locks several keys without deadlock against any other lock_all (or
@@ -282,15 +225,10 @@ class keyed_mutex {
   template <std::ranges::input_range Keys>
     requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
   multi_guard lock_all(const Keys& keys) {
-    static_assert(std::totally_ordered<Key>, "keyed_mutex::lock_all sorts the keys: Key needs operator<");
-    std::vector<Key> sorted(std::ranges::begin(keys), std::ranges::end(keys));
-    std::sort(sorted.begin(), sorted.end());
-    sorted.erase(std::unique(sorted.begin(), sorted.end(), [this](const Key& a, const Key& b) { return eq_(a, b); }),
-                 sorted.end());
-    std::vector<guard> guards;
-    guards.reserve(sorted.size());  // built in place, never moved: detection stays on
-    for (const Key& k : sorted) guards.emplace_back(&table_, acquire_grant(k, {}));
-    return multi_guard(std::move(guards));
+    // Built in place, never moved: self-deadlock detection stays on for each key.
+    return detail::lock_in_order<Key, guard>(keys, eq_, [this](std::vector<guard>& out, const Key& k) {
+      out.emplace_back(&table_, acquire_grant(k, {}));
+    });
   }
   multi_guard lock_all(std::initializer_list<Key> keys) { return lock_all(std::vector<Key>(keys)); }
 
@@ -298,8 +236,10 @@ class keyed_mutex {
   // a thread) while the key is held; FIFO with every other waiter. With a wait time, the
   // guard does not own the lock if it timed out. The coroutine is resumed by the thread
   // that hands the key over (or the timer thread: see the overview). The key is copied.
-  [[nodiscard]] auto async_lock(Key key) { return lock_awaiter(*this, std::move(key), 0, 0); }
-  [[nodiscard]] auto async_lock(Key key, lease l) { return lock_awaiter(*this, std::move(key), 0, l.duration.count()); }
+  [[nodiscard]] auto async_lock(Key key) { return lock_awaiter(*this, std::move(key), detail::no_deadline, 0); }
+  [[nodiscard]] auto async_lock(Key key, lease l) {
+    return lock_awaiter(*this, std::move(key), detail::no_deadline, l.duration.count());
+  }
   template <class Rep, class Period>
   [[nodiscard]] auto async_lock(Key key, std::chrono::duration<Rep, Period> wait) {
     return lock_awaiter(*this, std::move(key), deadline_in(wait), 0);
@@ -324,7 +264,7 @@ class keyed_mutex {
       detail::delete_node(w);
       throw;
     }
-    if (table_.acquire_or_enqueue(s, e, w, 0)) {
+    if (table_.acquire_or_enqueue(s, e, w, detail::no_deadline)) {
       // Free: run f here. Only this thread knows w, so it holds the only reference.
       w->refs.store(1, std::memory_order_relaxed);
       w->entry = e;
@@ -399,23 +339,14 @@ class keyed_mutex {
     }
   }
 
-  // Deadlines are steady_clock nanoseconds (the table's clock), saturating.
+  // Deadlines on the table's clock (detail/clock.hpp: saturating, no_deadline = never).
   template <class Rep, class Period>
-  std::int64_t deadline_in(std::chrono::duration<Rep, Period> d) const {
-    using ns = std::chrono::nanoseconds;
-    constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
-    const std::int64_t now = table_.now();
-    if (d <= std::chrono::duration<Rep, Period>::zero()) return now;
-    if (d >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(ns(max - now))) return max;
-    return now + std::chrono::ceil<ns>(d).count();
+  std::int64_t deadline_in(std::chrono::duration<Rep, Period> d) const noexcept {
+    return detail::deadline_after(table_.now(), d);
   }
   template <class Clock, class Dur>
-  std::int64_t steady_deadline(std::chrono::time_point<Clock, Dur> t) const {
-    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
-      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-    } else {
-      return deadline_in(t - Clock::now());
-    }
+  std::int64_t steady_deadline(std::chrono::time_point<Clock, Dur> t) const noexcept {
+    return detail::deadline_at(table_.now(), t);
   }
 
   class [[nodiscard]] lock_awaiter {
@@ -428,12 +359,12 @@ class keyed_mutex {
     [[nodiscard]] bool await_ready() const noexcept { return false; }
 
     bool await_suspend(std::coroutine_handle<> h) {
-      if (deadline_ != 0 || lease_ != 0) m_.table_.start_timer();
+      if (deadline_ != detail::no_deadline || lease_ != 0) m_.table_.start_timer();
       auto* w = detail::new_node<detail::waiter>();
       w->type = detail::waiter::kind::coroutine;
       w->handle = h;
       w->table = &m_.table_;
-      if (deadline_ != 0) w->refs.store(3, std::memory_order_relaxed);  // + the timer's
+      if (deadline_ != detail::no_deadline) w->refs.store(3, std::memory_order_relaxed);  // + the timer's
       const std::size_t hash = detail::mix_hash(m_.hash_(key_));
       detail::lock_shard& s = m_.table_.shard_for(hash);
       s.lock.lock();

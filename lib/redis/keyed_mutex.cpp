@@ -23,14 +23,14 @@
 #include <unordered_map>
 
 #include "connection.hpp"
-#include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/report.hpp"
 #include "scripts.hpp"
 
 namespace handoff::redis {
 namespace detail {
 namespace {
 
-std::int64_t now_ns() noexcept { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+using handoff::detail::now_ns;
 constexpr std::int64_t ms_ns = 1'000'000;
 constexpr std::int64_t max_sleep = 1000 * ms_ns;  // of the background thread
 

@@ -37,7 +37,9 @@
 #include <utility>
 
 #include "handoff/actor_options.hpp"
+#include "handoff/detail/clock.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
+#include "handoff/detail/report.hpp"
 
 namespace handoff::detail {
 
@@ -89,10 +91,8 @@ void run_ready() noexcept;
 // Appends a coroutine to this thread's resume list; called by the thread draining the
 // actor that answered it, which resumes it once that drain is over.
 void schedule_resume(resumable* r) noexcept;
-// steady_clock in nanoseconds; never 0.
-std::int64_t now_ns() noexcept;
-// Prints an exception that has no hook to go to.
-void report_to_stderr(const std::exception_ptr& e, const char* source = "an actor handler") noexcept;
+// The source named when a handler's exception has no hook to go to.
+inline constexpr const char* handler_source = "an actor handler";
 // Node memory for messages; recycled per thread, so steady-state sends do not call malloc.
 [[nodiscard]] void* allocate_node(std::size_t size);
 void free_node(void* p, std::size_t size) noexcept;
@@ -191,7 +191,7 @@ class actor_base {
       run();
     } catch (...) {
       if (frame.destroyed) {
-        report_to_stderr(std::current_exception());
+        report_to_stderr(std::current_exception(), handler_source);
       } else {
         report_error(std::current_exception());
       }

@@ -260,7 +260,7 @@ class lock_table {
 
   // Async forms, with s locked and e in the table; unlock s. w is a fresh waiter of the
   // given kind (handle or complete set). True: acquired now (w unused, freed by the
-  // caller); false: w queued, completed later through its kind. `deadline` 0: no timeout.
+  // caller); false: w queued, completed later through its kind. `deadline`: no_deadline for none.
   bool acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline);
 
   // The holder's release of e (its unlock, or the lease timer's expiry). Hands the key to

@@ -58,7 +58,9 @@
 #include <utility>
 #include <vector>
 
-#include "handoff/keyed_mutex.hpp"  // lease, lock_expired, basic_multi_guard
+#include "handoff/detail/clock.hpp"
+#include "handoff/lease.hpp"
+#include "handoff/multi_guard.hpp"
 
 namespace handoff::redis {
 
@@ -184,11 +186,11 @@ class keyed_mutex {
   }
   template <class Clock, class Dur>
   guard try_lock_until(std::string_view key, std::chrono::time_point<Clock, Dur> t) {
-    return acquire(key, deadline_in(t - Clock::now()), 0);
+    return acquire(key, handoff::detail::deadline_at(handoff::detail::now_ns(), t), 0);
   }
   template <class Clock, class Dur>
   guard try_lock_until(std::string_view key, std::chrono::time_point<Clock, Dur> t, lease l) {
-    return acquire(key, deadline_in(t - Clock::now()), l.duration.count());
+    return acquire(key, handoff::detail::deadline_at(handoff::detail::now_ns(), t), l.duration.count());
   }
 
   // Thread-safe. Runs f() while holding the key (lock()) and returns its result. The key
@@ -196,15 +198,7 @@ class keyed_mutex {
   template <class F>
     requires(std::invocable<F&>)
   decltype(auto) with_lock(std::string_view key, F&& f) {
-    guard g = lock(key);
-    if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
-      std::invoke(f);
-      g.unlock();
-    } else {
-      decltype(auto) r = std::invoke(f);
-      g.unlock();
-      return r;
-    }
+    return handoff::detail::run_locked(lock(key), f);
   }
 
   // Thread-safe. Locks several keys without deadlock against any other lock_all: sorted,
@@ -212,15 +206,8 @@ class keyed_mutex {
   template <std::ranges::input_range Keys>
     requires(std::convertible_to<std::ranges::range_reference_t<Keys>, std::string_view>)
   multi_guard lock_all(const Keys& keys) {
-    std::vector<std::string> sorted;
-    if constexpr (std::ranges::sized_range<Keys>) sorted.reserve(std::ranges::size(keys));
-    for (auto&& k : keys) sorted.emplace_back(std::string_view(k));
-    std::sort(sorted.begin(), sorted.end());
-    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-    std::vector<guard> guards;
-    guards.reserve(sorted.size());
-    for (const std::string& k : sorted) guards.push_back(lock(k));
-    return multi_guard(std::move(guards));
+    return handoff::detail::lock_in_order<std::string, guard>(
+        keys, std::equal_to<>(), [this](std::vector<guard>& out, const std::string& k) { out.push_back(lock(k)); });
   }
   multi_guard lock_all(std::initializer_list<std::string_view> keys) {
     return lock_all(std::vector<std::string_view>(keys));
@@ -249,18 +236,10 @@ class keyed_mutex {
   [[nodiscard]] const options& config() const noexcept;
 
  private:
-  static constexpr std::int64_t no_deadline = INT64_MAX;
-  // Steady-clock nanoseconds `d` from now, saturating; no_deadline stands for "for ever".
+  static constexpr std::int64_t no_deadline = handoff::detail::no_deadline;
   template <class Rep, class Period>
-  static std::int64_t deadline_in(std::chrono::duration<Rep, Period> d) {
-    using ns = std::chrono::nanoseconds;
-    const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-    if (d <= std::chrono::duration<Rep, Period>::zero()) return now;
-    if (std::chrono::duration_cast<std::chrono::duration<double, std::nano>>(d).count() >=
-        static_cast<double>(no_deadline - now)) {
-      return no_deadline - 1;
-    }
-    return now + std::chrono::duration_cast<ns>(d).count();
+  static std::int64_t deadline_in(std::chrono::duration<Rep, Period> d) noexcept {
+    return handoff::detail::deadline_after(handoff::detail::now_ns(), d);
   }
   guard acquire(std::string_view key, std::int64_t deadline, std::int64_t lease_ns);
 
