@@ -1,4 +1,4 @@
-// The drain loop, the ready lists and the destructor protocol (see detail/actor_base.hpp).
+// The drain loop and the destructor protocol (see detail/actor_base.hpp).
 #include "handoff/detail/actor_base.hpp"
 
 #include <chrono>
@@ -10,8 +10,6 @@
 #include "handoff/detail/backoff.hpp"
 
 namespace handoff::detail {
-
-HANDOFF_TLS_MODEL constinit thread_local thread_state tls{};
 
 namespace {
 
@@ -75,7 +73,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
     if (c.uncounted == 0 || !try_release(c.uncounted)) opt->executor.execute(work{&resume, this});
     return drain_status::done;
   }
-  if (auto* m = static_cast<message*>(mailbox_.pop())) {
+  if (auto* m = static_cast<message*>(core_.pop())) {
     c.idle_spins = 0;
     bool keep = true;
     try {
@@ -119,29 +117,10 @@ void actor_base::drain(std::uint64_t ran, std::int64_t turn_start) noexcept {
 void actor_base::drain_now(std::uint64_t ran, std::int64_t turn_start) noexcept {
   const bool top_level = tls.top == nullptr;
   drain(ran, turn_start);
-  if (top_level) run_ready();
+  if (top_level) run_queued();
 }
 
-void actor_base::push_ready() noexcept {
-  ready_next_ = nullptr;
-  if (tls.ready_tail != nullptr) {
-    tls.ready_tail->ready_next_ = this;
-  } else {
-    tls.ready_head = this;
-  }
-  tls.ready_tail = this;
-}
-
-bool actor_base::unlink_ready() noexcept {
-  actor_base* prev = nullptr;
-  for (actor_base* a = tls.ready_head; a != nullptr; prev = a, a = a->ready_next_) {
-    if (a != this) continue;
-    (prev != nullptr ? prev->ready_next_ : tls.ready_head) = ready_next_;
-    if (tls.ready_tail == this) tls.ready_tail = prev;
-    return true;
-  }
-  return false;
-}
+void actor_base::push_ready() noexcept { enqueue_runnable(queue_entry(), &ready_next_); }
 
 void actor_base::defer(message* m) noexcept {
   enqueue(m);
@@ -158,15 +137,15 @@ void actor_base::check_not_draining() const {
 }
 
 void actor_base::help_if_ready_here() noexcept {
-  // Only a thread inside a drain (or resuming a coroutine from one) has a ready list.
-  if (tls.top != nullptr && unlink_ready()) drain(0, 0);
+  // Only a thread inside a drain (or running a task from its queue) queues anything.
+  run_before_blocking();
 }
 
 void actor_base::resume(void* a) noexcept {
   auto* self = static_cast<actor_base*>(a);
   if (tls.top != nullptr) return self->push_ready();  // an executor that runs work inline
   self->drain(0, 0);
-  run_ready();
+  run_queued();
 }
 
 void actor_base::shut_down() noexcept {
@@ -180,7 +159,7 @@ void actor_base::shut_down() noexcept {
   if (own_handler) {
     // Destroyed by one of its own handlers, which is still running: the messages behind
     // it cannot run any more. Destroying them breaks their ask() promises.
-    while (auto* m = static_cast<message*>(mailbox_.pop())) m->invoke(m, this, false);
+    while (auto* m = static_cast<message*>(core_.pop())) m->invoke(m, this, false);
     return;
   }
   if (try_acquire()) return;  // idle: nothing pending, and now nobody else can own it
@@ -192,39 +171,6 @@ void actor_base::shut_down() noexcept {
   enqueue(marker);
   help_if_ready_here();  // owned by this very thread: run its messages now
   done.wait();
-}
-
-void run_ready() noexcept {
-  for (;;) {
-    if (actor_base* a = tls.ready_head) {
-      tls.ready_head = a->ready_next_;
-      if (tls.ready_head == nullptr) tls.ready_tail = nullptr;
-      a->drain(0, 0);
-      continue;
-    }
-    if (resumable* r = tls.resume_head) {
-      tls.resume_head = r->next;
-      if (tls.resume_head == nullptr) tls.resume_tail = nullptr;
-      // A sentinel frame: sends from the resumed coroutine join the ready lists instead
-      // of recursing into run_ready() (a million waiting coroutines must not nest).
-      drain_frame sentinel{nullptr, nullptr, false};
-      tls.top = &sentinel;
-      r->handle.resume();
-      tls.top = nullptr;
-      continue;
-    }
-    return;
-  }
-}
-
-void schedule_resume(resumable* r) noexcept {
-  r->next = nullptr;
-  if (tls.resume_tail != nullptr) {
-    tls.resume_tail->next = r;
-  } else {
-    tls.resume_head = r;
-  }
-  tls.resume_tail = r;
 }
 
 }  // namespace handoff::detail

@@ -71,7 +71,7 @@ class actor : private detail::actor_base {
   //  - idle: returns at once;
   //  - busy on another thread or an executor: blocks until every message sent before the
   //    destructor started has run;
-  //  - owned by this thread but not running (queued on its ready list by a nested send):
+  //  - owned by this thread but not running (queued on its run queue by a nested send):
   //    runs those messages here first;
   //  - from one of its own handlers: the messages still queued are destroyed without
   //    running (their ask() futures report broken_promise), and the handler must not touch
@@ -232,7 +232,7 @@ class actor : private detail::actor_base {
       } else {
         self->error_ = std::make_exception_ptr(std::future_error(std::future_errc::broken_promise));
       }
-      detail::schedule_resume(&self->waiter_);
+      detail::schedule(&self->waiter_);  // runs after this drain (the owner is inside it)
       return true;
     }
 

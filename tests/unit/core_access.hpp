@@ -16,11 +16,11 @@ struct actor_core_access {
   static bool try_release(actor_base& a, std::uint64_t n) { return a.try_release(n); }
   static void enqueue(actor_base& a, message* m) { a.enqueue(m); }
   static void drain_now(actor_base& a, std::uint64_t ran) { a.drain_now(ran); }
-  static std::uint64_t count(const actor_base& a) { return a.count_.load(); }
+  static std::uint64_t count(const actor_base& a) { return a.core_.pending(); }
   // The two halves of a mailbox push, and one pop, as the owner would do it.
-  static mailbox_node* claim(actor_base& a, message* m) { return a.mailbox_.claim(m); }
+  static mailbox_node* claim(actor_base& a, message* m) { return a.core_.mailbox().claim(m); }
   static void link(mailbox_node* prev, message* m) { mpsc_queue::link(prev, m); }
-  static mailbox_node* pop(actor_base& a) { return a.mailbox_.pop(); }
+  static mailbox_node* pop(actor_base& a) { return a.core_.pop(); }
   // The winner's release attempt after its inline message (false: drain from `uncounted`).
   static bool try_release_inline(actor_base& a, std::uint64_t& uncounted) { return a.try_release_inline(uncounted); }
   // The owner's drain, one step at a time.

@@ -21,10 +21,12 @@
 // per round and cannot fail spuriously (a weak CAS could, and its failure path would
 // subtract the count to 0 while the owner is still draining).
 //
+// The count and the mailbox are the shared hand-off primitive (detail/ownership.hpp).
+//
 // Nested sends: a thread that wins an actor while it is already draining one (inside a
 // handler) does not recurse: it enqueues the message and appends the actor to its
-// thread-local ready list, drained after the current actor. Coroutines resumed by
-// `async_ask` wait on a second thread-local list, resumed after the drain too.
+// per-thread run queue (detail/run_queue.hpp), drained after the current actor, as are
+// the coroutines resumed by `async_ask` and the keyed mutex's granted waiters.
 #pragma once
 
 #include <atomic>
@@ -39,7 +41,9 @@
 #include "handoff/actor_options.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
+#include "handoff/detail/ownership.hpp"
 #include "handoff/detail/report.hpp"
+#include "handoff/detail/run_queue.hpp"
 
 namespace handoff::detail {
 
@@ -53,44 +57,15 @@ struct message : mailbox_node {
   invoke_fn invoke = nullptr;
 };
 
-// A coroutine waiting to be resumed after the current drain (async_ask).
-struct resumable {
-  resumable* next = nullptr;
+// A coroutine resumed from the run queue (async_ask's answer).
+struct resumable : task {
+  resumable() noexcept { run = &resume_handle; }
   std::coroutine_handle<> handle;
+
+ private:
+  static void resume_handle(task* t) noexcept { static_cast<resumable*>(t)->handle.resume(); }
 };
 
-// One actor this thread is draining; frames form a stack through `parent` (nesting
-// happens only when ask() or an actor's destructor drains an idle target inline).
-struct drain_frame {
-  actor_base* actor;
-  drain_frame* parent;
-  bool destroyed;  // the actor was destroyed by one of its own handlers: stop touching it
-};
-
-// Per-thread scheduler state; touched only by its own thread. Trivial, so that access
-// needs no TLS wrapper call on the hot path.
-struct thread_state {
-  drain_frame* top;        // innermost actor being drained; nullptr outside handlers
-  actor_base* ready_head;  // actors this thread owns and will drain next (FIFO)
-  actor_base* ready_tail;
-  resumable* resume_head;  // coroutines to resume once the current drain ends (FIFO)
-  resumable* resume_tail;
-};
-// initial-exec: a direct %fs-relative access even from the -fPIC library (the default
-// model there calls __tls_get_addr on every access). The state is a few words, well within
-// the static TLS space glibc reserves for libraries loaded with dlopen.
-#if defined(__GNUC__)
-#define HANDOFF_TLS_MODEL [[gnu::tls_model("initial-exec")]]
-#else
-#define HANDOFF_TLS_MODEL
-#endif
-HANDOFF_TLS_MODEL extern constinit thread_local thread_state tls;
-
-// Runs the ready lists until both are empty. Top level only (tls.top == nullptr).
-void run_ready() noexcept;
-// Appends a coroutine to this thread's resume list; called by the thread draining the
-// actor that answered it, which resumes it once that drain is over.
-void schedule_resume(resumable* r) noexcept;
 // The source named when a handler's exception has no hook to go to.
 inline constexpr const char* handler_source = "an actor handler";
 // Node memory for messages; recycled per thread, so steady-state sends do not call malloc.
@@ -143,19 +118,17 @@ class actor_base {
   // Counts one message. True: the caller became the owner (the 0 -> 1 hand-off).
   // acquire; pairs with the release in try_release()/hand_off(): everything the previous
   // owner's handlers wrote is visible to the handlers this thread runs.
-  [[nodiscard]] bool try_acquire() noexcept { return count_.fetch_add(1, std::memory_order_acquire) == 0; }
+  [[nodiscard]] bool try_acquire() noexcept { return core_.try_acquire(); }
 
   // Owner only. Uncounts `ran` messages that were run; true if that released the actor.
   // release; pairs with the acquire in try_acquire() of the next owner.
-  [[nodiscard]] bool try_release(std::uint64_t ran) noexcept {
-    return count_.fetch_sub(ran, std::memory_order_release) == ran;
-  }
+  [[nodiscard]] bool try_release(std::uint64_t ran) noexcept { return core_.try_release(ran); }
 
   // Loser of the hand-off: hand the (already counted) message to the owner.
-  void enqueue(message* m) noexcept { mailbox_.push(m); }
+  void enqueue(message* m) noexcept { core_.enqueue(m); }
 
   // Winner of the hand-off while this thread is inside a handler: no recursion, the
-  // actor joins this thread's ready list with `m` in its mailbox.
+  // actor joins this thread's run queue with `m` in its mailbox.
   void defer(message* m) noexcept;
 
   // Sends one message: counts it, then either hands it to the owner or, having become the
@@ -198,7 +171,7 @@ class actor_base {
     }
     tls.top = nullptr;
     if (!frame.destroyed) return finish_inline(turn_start);
-    if (tls.ready_head != nullptr || tls.resume_head != nullptr) run_ready();
+    if (tls.head != 0) run_queued();
   }
 
   // Owner only, after the winner ran its own message inline at top level: release if
@@ -206,14 +179,14 @@ class actor_base {
   void finish_inline(std::int64_t turn_start) noexcept {
     std::uint64_t uncounted = 1;
     if (!try_release_inline(uncounted)) return drain_now(uncounted, turn_start);
-    if (tls.ready_head != nullptr || tls.resume_head != nullptr) run_ready();
+    if (tls.head != 0) run_queued();
   }
 
   // Owner only: the uncontended release after one inline message. False: still owned, and
   // `uncounted` says how many run messages the drain must still subtract (1, or 0 when
   // the failed release already subtracted it).
   [[nodiscard]] bool try_release_inline(std::uint64_t& uncounted) noexcept {
-    if (!mailbox_.looks_empty()) return false;
+    if (!core_.looks_empty()) return false;
     if (try_release(1)) return true;
     uncounted = 0;
     return false;
@@ -221,15 +194,16 @@ class actor_base {
 
   // Owner only: drain (having already run `ran` uncounted messages in a turn that began
   // at `turn_start`, 0: now) until released, handed off or destroyed; at top level, then
-  // run the ready lists.
+  // run the run queue.
   void drain_now(std::uint64_t ran, std::int64_t turn_start = 0) noexcept;
 
   // Called before counting an ask(): throws std::system_error(resource_deadlock_would_occur)
   // if this thread is draining this actor, where waiting for the answer could never end.
   void check_not_draining() const;
 
-  // After enqueueing into a busy actor from inside a handler: if the owner is this very
-  // thread (the actor is on its ready list), drain it now so that the caller may wait.
+  // After enqueueing into a busy actor from inside a handler, where the caller may block
+  // on the answer: if the owner is this very thread (the actor is on its run queue), or
+  // anything else waits on this thread's queue, run it now (run_before_blocking).
   void help_if_ready_here() noexcept;
 
   // Destructor protocol (see actor.hpp): runs or waits for pending messages, or, when
@@ -245,7 +219,7 @@ class actor_base {
   static void resume(void* a) noexcept;
 
  private:
-  friend void run_ready() noexcept;
+  friend bool run_next(drain_frame* parent) noexcept;
   friend struct actor_core_access;  // tests
 
   template <class Make>
@@ -272,13 +246,13 @@ class actor_base {
   drain_status drain_step(drain_cursor& c) noexcept;
   void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
   void push_ready() noexcept;
-  [[nodiscard]] bool unlink_ready() noexcept;
+  // The run-queue entry of an actor: its address, tagged (see run_queue.hpp).
+  [[nodiscard]] std::uintptr_t queue_entry() noexcept { return reinterpret_cast<std::uintptr_t>(this) | 1U; }
   [[nodiscard]] bool budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns) const noexcept;
 
-  // Messages accepted and not yet run (the ownership word; see the overview above).
-  std::atomic<std::uint64_t> count_{0};
-  mpsc_queue mailbox_;                            // producers: senders; consumer: the owner
-  actor_base* ready_next_ = nullptr;              // touched only by the owner (its ready-list link)
+  // The ownership word (messages accepted and not yet run) and the mailbox: see above.
+  ownership core_;
+  std::uintptr_t ready_next_ = 0;                 // touched only by the owner (its run-queue link)
   std::shared_ptr<const actor_options> options_;  // immutable after construction; may be null
 };
 

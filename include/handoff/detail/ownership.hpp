@@ -1,0 +1,101 @@
+// The hand-off primitive: an ownership word and a mailbox. Both the actor (actor_base)
+// and the keyed mutex's per-key entry (lock_entry) are built from it.
+//
+// `count` is the number of requests accepted and not yet finished; the mailbox holds the
+// requests that found the word owned. The protocol:
+//
+//   acquire:  prev = count.fetch_add(1)     prev == 0: the caller owns (the 0 -> 1 hand-off)
+//                                           else: it must enqueue its request, after counting
+//   consume:  the owner pops requests; pop() may find the mailbox empty while the count
+//             says a request is on its way (counted, not linked yet): the owner waits for
+//             it or retries later, and never releases early, because
+//   release:  count.fetch_sub(X) == X       X = requests the owner consumed (its own
+//             included); false: more were counted meanwhile, the owner keeps them.
+//
+// Counting before enqueueing is what makes it safe: the owner can never consume a request
+// that is not counted, so its subtraction can never take away a count that another
+// sender's fetch_add still needs to see as pending. Releasing by fetch_sub cannot fail
+// spuriously (a weak CAS could, and its failure path would subtract to 0 while the owner
+// still consumes).
+//
+// Serialized use: a caller whose acquirers and final release are already serialized by a
+// lock it holds (the keyed mutex's table shard) uses the *_serialized forms: the same
+// transitions without the read-modify-write where the lock makes it unnecessary. Hand-offs
+// between owners (uncount) still subtract atomically, outside that lock.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "handoff/detail/assert.hpp"
+#include "handoff/detail/mpsc_queue.hpp"
+
+namespace handoff::detail {
+
+class ownership {
+ public:
+  ownership() noexcept = default;
+  ownership(const ownership&) = delete;
+  ownership& operator=(const ownership&) = delete;
+
+  // Counts one request. True: the caller became the owner.
+  // acquire; pairs with the release in try_release(): everything the previous owner
+  // wrote is visible to the new one.
+  [[nodiscard]] bool try_acquire() noexcept { return count_.fetch_add(1, std::memory_order_acquire) == 0; }
+
+  // try_acquire() for a caller holding the lock that serializes every acquirer and the
+  // final release: relaxed, that lock orders the owners.
+  [[nodiscard]] bool try_acquire_serialized() noexcept {
+    if (count_.load(std::memory_order_relaxed) == 0) {
+      count_.store(1, std::memory_order_relaxed);
+      return true;
+    }
+    count_.fetch_add(1, std::memory_order_relaxed);  // the owner subtracts concurrently
+    return false;
+  }
+
+  // After losing try_acquire(): hands the (already counted) request to the owner.
+  void enqueue(mailbox_node* n) noexcept { mailbox_.push(n); }
+
+  // Owner only. The oldest request, or nullptr when none is linked yet (see above).
+  [[nodiscard]] mailbox_node* pop() noexcept { return mailbox_.pop(); }
+  // Owner only. True when pop() would return nullptr now (two loads, no write).
+  [[nodiscard]] bool looks_empty() const noexcept { return mailbox_.looks_empty(); }
+
+  // Owner only. Uncounts `consumed` requests; true if that released the word.
+  // release; pairs with the acquire in try_acquire() of the next owner.
+  [[nodiscard]] bool try_release(std::uint64_t consumed) noexcept {
+    const std::uint64_t before = count_.fetch_sub(consumed, std::memory_order_release);
+    HANDOFF_ASSERT(before >= consumed);
+    return before == consumed;
+  }
+
+  // Owner only, handing ownership to a request it popped (still counted): uncounts what
+  // it consumed before; never reaches 0. Relaxed: the hand-off itself (the waiter's state)
+  // publishes the owner's writes.
+  void uncount(std::uint64_t consumed) noexcept {
+    [[maybe_unused]] const std::uint64_t before = count_.fetch_sub(consumed, std::memory_order_relaxed);
+    HANDOFF_ASSERT(before > consumed);
+  }
+
+  // Owner only, under the serializing lock, with the mailbox found empty there: every
+  // counted request was consumed (acquirers count and enqueue under the same lock), so the
+  // count is exactly `consumed`: release.
+  void release_serialized([[maybe_unused]] std::uint64_t consumed) noexcept {
+    HANDOFF_ASSERT(count_.load(std::memory_order_relaxed) == consumed);
+    count_.store(0, std::memory_order_relaxed);
+  }
+
+  // Requests accepted and not finished; exact only for the owner under the serializing
+  // lock, a snapshot otherwise.
+  [[nodiscard]] std::uint64_t pending() const noexcept { return count_.load(std::memory_order_relaxed); }
+
+  // Tests: the mailbox, to drive its push in two steps.
+  [[nodiscard]] mpsc_queue& mailbox() noexcept { return mailbox_; }
+
+ private:
+  std::atomic<std::uint64_t> count_{0};  // the ownership word: see the overview
+  mpsc_queue mailbox_;                   // producers: losers of try_acquire; consumer: the owner
+};
+
+}  // namespace handoff::detail
