@@ -108,15 +108,8 @@ bool wait_for_grant(waiter* w, std::int64_t deadline) noexcept {
   }
 }
 
-// Completions waiting to run on this thread (coroutines to resume, callbacks to call).
-struct completion_list {
-  waiter* head;
-  waiter* tail;
-  bool running;
-};
-constinit thread_local completion_list completions{};
-
-void run_completion(waiter* w) noexcept {
+void run_completion(task* t) noexcept {
+  auto* w = static_cast<waiter*>(t);
   const bool granted = w->state.load(std::memory_order_acquire) == waiter::granted;
   if (w->type == waiter::kind::coroutine) {
     w->handle.resume();  // await_resume reads the outcome and drops the requester's reference
@@ -135,23 +128,8 @@ void release_waiter(waiter* w) noexcept {
 }
 
 void complete_waiter(waiter* w) noexcept {
-  completion_list& c = completions;
-  w->resume_next = nullptr;
-  if (c.tail != nullptr) {
-    c.tail->resume_next = w;
-  } else {
-    c.head = w;
-  }
-  c.tail = w;
-  if (c.running) return;  // the outer call runs it when the current completion returns
-  c.running = true;
-  while (c.head != nullptr) {
-    waiter* next = c.head;
-    c.head = next->resume_next;
-    if (c.head == nullptr) c.tail = nullptr;
-    run_completion(next);
-  }
-  c.running = false;
+  w->run = &run_completion;
+  schedule(w);
 }
 
 // --- shards -----------------------------------------------------------------------------
@@ -462,6 +440,7 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   e->waiters.push(w);
   s.lock.unlock();
 
+  run_before_blocking();  // inside a handler: what this thread owns through its queue runs first
   const bool granted = wait_for_grant(w, r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline);
   const std::uint64_t token = granted ? w->token : 0;  // written before the grant; racy otherwise
   release_waiter(w);

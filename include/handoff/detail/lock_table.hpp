@@ -40,6 +40,7 @@
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/backoff.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
+#include "handoff/detail/run_queue.hpp"
 
 namespace handoff::detail {
 
@@ -76,7 +77,8 @@ class lock_table;
 // A lock request that found its key held. Allocated from the node pool; shared by the
 // requester and the holder that pops it (and the timer, for an async wait with a
 // deadline), each holding one of `refs`.
-struct waiter : mailbox_node {
+// As a task: its entry in the run queue of the thread that completes it.
+struct waiter : task, mailbox_node {
   // state encodings: the winner of the CAS out of waiting/sleeping decides the outcome.
   enum : std::uint32_t {
     waiting = 0,    // queued, requester running (spinning or about to suspend)
@@ -96,7 +98,6 @@ struct waiter : mailbox_node {
   std::coroutine_handle<> handle;                     // kind::coroutine
   void (*complete)(waiter*, bool granted) = nullptr;  // kind::callback: runs the callable
   void (*destroy)(waiter*) noexcept = nullptr;        // frees a derived node; nullptr: a plain waiter
-  waiter* resume_next = nullptr;                      // this thread's completion list (see run_completions)
 };
 
 // A key's lock state. The keyed part (the Key) follows it in keyed_mutex.hpp's entry type.
@@ -337,7 +338,8 @@ class lock_table {
 };
 
 // Completes a waiter that was granted or timed out: resumes its coroutine or runs its
-// callback, on this thread, after any completion already running here (no recursion).
+// callback through this thread's run queue: at once at top level, else after the work
+// running on this thread (a handler, a coroutine, another completion) returns.
 void complete_waiter(waiter* w) noexcept;
 // Drops one reference to a waiter node, freeing it with the last.
 void release_waiter(waiter* w) noexcept;

@@ -1,0 +1,315 @@
+// Where code runs: one test per row of the table in docs/runtime.md. Actors, async_ask
+// coroutines and the keyed mutex's coroutine and callback waiters share one per-thread run
+// queue: what becomes runnable while a handler, a coroutine or a callback runs on a thread
+// runs after it returns, FIFO, in constant stack.
+#include <handoff/actor.hpp>
+#include <handoff/keyed_mutex.hpp>
+#include <handoff/thread_pool.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <latch>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+#include "test_timeout.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using handoff::test::fire_and_forget;
+using handoff::test::test_timeout;
+
+TEST(where_code_runs, a_send_to_an_idle_actor_runs_on_the_sending_thread_before_post_returns) {
+  test_timeout limit{30s};
+  handoff::actor<int> a{0};
+  std::thread::id ran_on;
+  a.post([&](int& s) {
+    ran_on = std::this_thread::get_id();
+    s = 1;
+  });
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(a.ask([](int& s) { return s; }).get(), 1);
+}
+
+TEST(where_code_runs, a_send_to_a_busy_actor_runs_on_the_owner_thread_and_the_sender_returns_at_once) {
+  test_timeout limit{30s};
+  handoff::actor<int> a{0};
+  std::latch entered{1};
+  std::latch release{1};
+  std::thread::id owner_id;
+  std::jthread owner([&] {
+    owner_id = std::this_thread::get_id();
+    a.post([&](int&) {
+      entered.count_down();
+      release.wait();
+    });
+  });
+  entered.wait();
+  std::atomic<bool> ran{false};
+  std::thread::id ran_on;
+  a.post([&](int&) {
+    ran_on = std::this_thread::get_id();
+    ran.store(true);
+  });
+  EXPECT_FALSE(ran.load()) << "the sender ran a message of a busy actor";
+  release.count_down();
+  owner.join();
+  EXPECT_TRUE(ran.load());
+  EXPECT_EQ(ran_on, owner_id);
+}
+
+TEST(where_code_runs, a_send_from_a_handler_to_an_idle_actor_runs_on_the_same_thread_after_the_handler_returns) {
+  test_timeout limit{30s};
+  handoff::actor<int> a{0};
+  handoff::actor<int> b{0};
+  std::vector<std::string> order;
+  std::thread::id b_ran_on;
+  a.post([&](int&) {
+    b.post([&](int&) {
+      order.emplace_back("b");
+      b_ran_on = std::this_thread::get_id();
+    });
+    order.emplace_back("a returns");
+  });
+  ASSERT_EQ(order, (std::vector<std::string>{"a returns", "b"}));
+  EXPECT_EQ(b_ran_on, std::this_thread::get_id());
+}
+
+TEST(where_code_runs, runnable_work_runs_in_fifo_order_across_actors_and_keyed_waiters) {
+  test_timeout limit{30s};
+  handoff::actor<int> a{0};
+  handoff::actor<int> b{0};
+  handoff::actor<int> c{0};
+  handoff::keyed_mutex<> locks;
+  auto held = locks.lock("k");
+  std::vector<std::string> order;
+  locks.lock_async("k", [&](handoff::key_guard) { order.emplace_back("callback"); });
+  a.post([&, g = std::move(held)](int&) mutable {
+    b.post([&](int&) { order.emplace_back("b"); });
+    g.unlock();  // grants the callback: queued behind b
+    c.post([&](int&) { order.emplace_back("c"); });
+    order.emplace_back("a");
+  });
+  EXPECT_EQ(order, (std::vector<std::string>{"a", "b", "callback", "c"}));
+  EXPECT_EQ(locks.size(), 0U);
+}
+
+TEST(where_code_runs, an_async_ask_coroutine_resumes_on_the_answering_thread_after_its_drain) {
+  test_timeout limit{30s};
+  handoff::actor<int> a{0};
+  std::latch entered{1};
+  std::latch release{1};
+  std::thread::id owner_id;
+  std::jthread owner([&] {
+    owner_id = std::this_thread::get_id();
+    a.post([&](int&) {
+      entered.count_down();
+      release.wait();
+    });
+  });
+  entered.wait();
+  struct observed {
+    std::atomic<bool> later_message_ran{false};
+    std::atomic<bool> resumed_after_drain{false};
+    std::atomic<bool> resumed{false};
+    std::thread::id resumed_on;
+  } o;
+  // A coroutine lambda without captures: its parameters live in the frame.
+  [](handoff::actor<int>& a, observed& o) -> fire_and_forget {
+    const int v = co_await a.async_ask([](int& s) { return s + 5; });
+    o.resumed_after_drain.store(o.later_message_ran.load());  // queued behind the answer
+    o.resumed_on = std::this_thread::get_id();
+    o.resumed.store(v == 5);
+  }(a, o);
+  a.post([&](int&) { o.later_message_ran.store(true); });
+  release.count_down();
+  owner.join();
+  EXPECT_TRUE(o.resumed.load());
+  EXPECT_EQ(o.resumed_on, owner_id);
+  EXPECT_TRUE(o.resumed_after_drain.load()) << "resumed before the owner finished draining";
+}
+
+// The two compositions: a keyed waiter granted inside an actor's handler runs after the
+// handler returns and the actor is released, so it may ask that same actor.
+TEST(where_code_runs, a_keyed_coroutine_granted_inside_a_handler_resumes_after_it_and_may_ask_that_actor) {
+  test_timeout limit{30s};
+  handoff::keyed_mutex<> locks;
+  handoff::actor<int> room{0};
+  auto held = locks.lock("k");
+  struct observed {
+    std::atomic<bool> in_handler{false};
+    std::atomic<bool> resumed_in_handler{true};
+    std::atomic<int> asked{-1};
+    std::atomic<bool> threw{false};
+  } o;
+  [](handoff::keyed_mutex<>& locks, handoff::actor<int>& room, observed& o) -> fire_and_forget {
+    auto g = co_await locks.async_lock("k");
+    o.resumed_in_handler.store(o.in_handler.load());
+    try {
+      o.asked.store(room.ask([](int& s) { return s; }).get());
+    } catch (...) {
+      o.threw.store(true);
+    }
+  }(locks, room, o);
+  room.post([&, g = std::move(held)](int& s) mutable {
+    o.in_handler.store(true);
+    g.unlock();
+    s = 7;
+    o.in_handler.store(false);
+  });
+  EXPECT_FALSE(o.resumed_in_handler.load());
+  EXPECT_FALSE(o.threw.load()) << "ask() from the resumed coroutine threw";
+  EXPECT_EQ(o.asked.load(), 7);
+  EXPECT_EQ(locks.size(), 0U);
+}
+
+TEST(where_code_runs, a_lock_async_callback_granted_inside_a_handler_runs_after_it_and_may_ask_that_actor) {
+  test_timeout limit{30s};
+  handoff::keyed_mutex<> locks;
+  handoff::actor<int> room{0};
+  auto held = locks.lock("k");
+  std::atomic<bool> in_handler{false};
+  std::atomic<bool> ran_in_handler{true};
+  std::atomic<int> asked{-1};
+  locks.lock_async("k", [&](handoff::key_guard g) {
+    ran_in_handler.store(in_handler.load());
+    EXPECT_TRUE(g.owns_lock());
+    asked.store(room.ask([](int& s) { return s; }).get());
+  });
+  room.post([&, g = std::move(held)](int& s) mutable {
+    in_handler.store(true);
+    g.unlock();
+    s = 9;
+    in_handler.store(false);
+  });
+  EXPECT_FALSE(ran_in_handler.load());
+  EXPECT_EQ(asked.load(), 9);
+  EXPECT_EQ(locks.size(), 0U);
+}
+
+TEST(where_code_runs, a_keyed_waiter_granted_by_an_unlock_at_top_level_runs_inside_that_unlock) {
+  test_timeout limit{30s};
+  handoff::keyed_mutex<> locks;
+  auto held = locks.lock("k");
+  std::thread::id ran_on;
+  bool ran = false;
+  locks.lock_async("k", [&](handoff::key_guard g) {
+    ran = g.owns_lock();
+    ran_on = std::this_thread::get_id();
+  });
+  EXPECT_FALSE(ran);
+  held.unlock();
+  EXPECT_TRUE(ran) << "the callback did not run before unlock() returned";
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+}
+
+TEST(where_code_runs, a_chain_of_granted_callbacks_runs_in_constant_stack) {
+  test_timeout limit{60s};
+  handoff::keyed_mutex<int> locks;
+  constexpr int chain = 200'000;  // nested on one stack, this would overflow it
+  auto first = locks.lock(0);
+  int granted = 0;
+  for (int i = 0; i < chain; ++i) {
+    locks.lock_async(0, [&](handoff::key_guard g) {
+      if (g.owns_lock()) ++granted;
+    });  // each releases at its end, granting the next from inside this callback
+  }
+  first.unlock();
+  EXPECT_EQ(granted, chain);
+  EXPECT_EQ(locks.size(), 0U);
+}
+
+TEST(where_code_runs, a_blocked_lock_wakes_on_its_own_thread) {
+  test_timeout limit{30s};
+  handoff::keyed_mutex<> locks;
+  auto held = locks.lock("k");
+  std::atomic<bool> got{false};
+  std::thread::id waiter_id;
+  std::thread::id woke_on;
+  std::jthread waiter([&] {
+    waiter_id = std::this_thread::get_id();
+    auto g = locks.lock("k");
+    woke_on = std::this_thread::get_id();
+    got.store(g.owns_lock());
+  });
+  while (locks.size() == 0) std::this_thread::yield();  // the waiter has at least looked the key up
+  std::this_thread::sleep_for(20ms);
+  held.unlock();
+  waiter.join();
+  EXPECT_TRUE(got.load());
+  EXPECT_EQ(woke_on, waiter_id);
+}
+
+TEST(where_code_runs, an_actor_whose_budget_is_spent_continues_on_its_executor) {
+  test_timeout limit{30s};
+  handoff::thread_pool pool(1);
+  handoff::actor<int> a{handoff::actor_options{.executor = pool, .max_messages = 1, .max_time = {}, .on_error = {}}, 0};
+  std::latch entered{1};
+  std::latch release{1};
+  std::promise<std::thread::id> second_ran_on;
+  std::jthread owner([&] {
+    a.post([&](int&) {
+      entered.count_down();
+      release.wait();
+    });
+  });
+  entered.wait();
+  a.post([&](int&) { second_ran_on.set_value(std::this_thread::get_id()); });
+  const auto owner_id = owner.get_id();
+  release.count_down();
+  const std::thread::id ran_on = second_ran_on.get_future().get();
+  owner.join();
+  EXPECT_NE(ran_on, owner_id) << "the owner kept draining past its budget";
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+// A handler of A posts to an idle actor J: this thread now owns J only through its run
+// queue. If it then blocked on K.ask() while K's handler, on another thread, waits on
+// J.ask(), nothing could finish: the thread runs J first, before blocking.
+TEST(where_code_runs, a_handler_about_to_block_on_ask_first_runs_the_actors_it_owns_through_its_queue) {
+  test_timeout limit{30s};
+  handoff::actor<int> a{0};
+  handoff::actor<int> j{0};
+  handoff::actor<int> k{0};
+  std::latch k_running{1};
+  std::latch j_owned{1};
+  std::atomic<int> k_saw{-1};
+  std::jthread other([&] {
+    k.post([&](int&) {
+      k_running.count_down();
+      j_owned.wait();
+      k_saw.store(j.ask([](int& s) { return s; }).get());  // J is owned by the first thread
+    });
+  });
+  k_running.wait();
+  int answer = 0;
+  a.post([&](int&) {
+    j.post([](int& s) { s = 42; });  // J idle: this thread owns it through its queue
+    j_owned.count_down();
+    answer = k.ask([](int&) { return 1; }).get();  // K is busy on the other thread
+  });
+  other.join();
+  EXPECT_EQ(answer, 1);
+  EXPECT_EQ(k_saw.load(), 42);
+}
+
+TEST(where_code_runs, destroying_an_actor_owned_through_the_queue_runs_its_messages_first) {
+  test_timeout limit{30s};
+  handoff::actor<int> a{0};
+  int ran = 0;
+  a.post([&](int&) {
+    auto j = std::make_unique<handoff::actor<int>>(0);
+    j->post([&](int&) { ++ran; });  // queued on this thread, not running
+    j.reset();                      // must run it here, not leave it stranded
+    EXPECT_EQ(ran, 1);
+  });
+  EXPECT_EQ(ran, 1);
+}
+
+}  // namespace
