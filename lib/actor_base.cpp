@@ -136,11 +136,6 @@ void actor_base::check_not_draining() const {
   }
 }
 
-void actor_base::help_if_ready_here() noexcept {
-  // Only a thread inside a drain (or running a task from its queue) queues anything.
-  run_before_blocking();
-}
-
 void actor_base::resume(void* a) noexcept {
   auto* self = static_cast<actor_base*>(a);
   if (tls.top != nullptr) return self->push_ready();  // an executor that runs work inline
@@ -169,7 +164,7 @@ void actor_base::shut_down() noexcept {
   marker->invoke = &destroy_marker::run;
   std::future<void> done = marker->done.get_future();
   enqueue(marker);
-  help_if_ready_here();  // owned by this very thread: run its messages now
+  run_before_blocking();  // owned by this very thread through its queue: run its messages now
   done.wait();
 }
 

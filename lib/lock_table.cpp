@@ -270,7 +270,8 @@ class lease_timer {
       if (heap_.front()->deadline > now) {
         // wait_until on the absolute deadline: a wait_for of (deadline - now) would overflow
         // inside the standard library for a deadline far in the future.
-        wake_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(heap_.front()->deadline)));
+        wake_.wait_until(lock,
+                         std::chrono::steady_clock::time_point(std::chrono::nanoseconds(heap_.front()->deadline)));
         continue;
       }
       while (!heap_.empty() && heap_.front()->deadline <= now) {
@@ -575,7 +576,7 @@ void lock_table::recycle(lock_entry* e) noexcept {
 
 void lock_table::arm_lease(lock_entry* e, std::uint64_t token, std::int64_t lease) noexcept {
   const std::int64_t deadline = add_saturating(now(), lease);  // no_deadline: a lease that never runs out
-  lease_timer& t = *timer_;  // started by the request (start_timer)
+  lease_timer& t = *timer_;                                    // started by the request (start_timer)
   std::lock_guard lock(t.mutex());
   e->lease.owner = e;
   e->lease.is_lease = true;

@@ -13,13 +13,14 @@ bool run_next(drain_frame* parent) noexcept {
   if (entry == 0) return false;
   HANDOFF_ASSERT(tls.top == parent);
   if ((entry & 1U) != 0) {
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): a tagged entry (see run_queue.hpp)
     auto* a = reinterpret_cast<actor_base*>(entry & ~std::uintptr_t{1});
     tls.head = a->ready_next_;
     if (tls.head == 0) tls.tail = nullptr;
     a->drain(0, 0);  // pushes its own frame on `parent`
     return true;
   }
-  auto* t = reinterpret_cast<task*>(entry);
+  auto* t = reinterpret_cast<task*>(entry);  // NOLINT(performance-no-int-to-ptr): untagged: a task
   tls.head = t->next;
   if (tls.head == 0) tls.tail = nullptr;
   // A sentinel frame: what the task makes runnable queues behind it instead of recursing

@@ -111,7 +111,9 @@ class actor : private detail::actor_base {
     auto answer = m->promise.get_future();
     if (!try_acquire()) {
       enqueue(m);
-      help_if_ready_here();
+      // The caller may block on the answer: first run what this thread owns through its
+      // run queue (the target itself, perhaps), which nobody else can run.
+      detail::run_before_blocking();
       return answer;
     }
     enqueue(m);

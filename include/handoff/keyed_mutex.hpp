@@ -214,9 +214,7 @@ class keyed_mutex {
   // returns or throws.
   template <class F>
     requires(std::invocable<F&>)
-  decltype(auto) with_lock(const Key& key, F&& f) {
-    return detail::run_locked(lock(key), f);
-  }
+  decltype(auto) with_lock(const Key& key, F&& f) { return detail::run_locked(lock(key), f); }
 
   // Thread-safe. Locks several keys without deadlock against any other lock_all (or
   // single-key lock in the same order): the keys are sorted with operator< (required) and
@@ -226,9 +224,8 @@ class keyed_mutex {
     requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
   multi_guard lock_all(const Keys& keys) {
     // Built in place, never moved: self-deadlock detection stays on for each key.
-    return detail::lock_in_order<Key, guard>(keys, eq_, [this](std::vector<guard>& out, const Key& k) {
-      out.emplace_back(&table_, acquire_grant(k, {}));
-    });
+    return detail::lock_in_order<Key, guard>(
+        keys, eq_, [this](std::vector<guard>& out, const Key& k) { out.emplace_back(&table_, acquire_grant(k, {})); });
   }
   multi_guard lock_all(std::initializer_list<Key> keys) { return lock_all(std::vector<Key>(keys)); }
 

@@ -201,11 +201,6 @@ class actor_base {
   // if this thread is draining this actor, where waiting for the answer could never end.
   void check_not_draining() const;
 
-  // After enqueueing into a busy actor from inside a handler, where the caller may block
-  // on the answer: if the owner is this very thread (the actor is on its run queue), or
-  // anything else waits on this thread's queue, run it now (run_before_blocking).
-  void help_if_ready_here() noexcept;
-
   // Destructor protocol (see actor.hpp): runs or waits for pending messages, or, when
   // called from one of this actor's own handlers, discards them. Afterwards nothing
   // refers to *this.

@@ -37,6 +37,9 @@ class ownership {
   ownership() noexcept = default;
   ownership(const ownership&) = delete;
   ownership& operator=(const ownership&) = delete;
+  ownership(ownership&&) = delete;
+  ownership& operator=(ownership&&) = delete;
+  ~ownership() = default;
 
   // Counts one request. True: the caller became the owner.
   // acquire; pairs with the release in try_release(): everything the previous owner

@@ -197,9 +197,7 @@ class keyed_mutex {
   // is released when f returns or throws; a release error after f threw is swallowed.
   template <class F>
     requires(std::invocable<F&>)
-  decltype(auto) with_lock(std::string_view key, F&& f) {
-    return handoff::detail::run_locked(lock(key), f);
-  }
+  decltype(auto) with_lock(std::string_view key, F&& f) { return handoff::detail::run_locked(lock(key), f); }
 
   // Thread-safe. Locks several keys without deadlock against any other lock_all: sorted,
   // deduplicated, locked in order; on an error the keys already taken are released.

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""The layering rules of the source tree, checked on every test run.
+
+- include/handoff/detail/ holds the protocols: it includes only other detail headers and
+  the small vocabulary headers, never a facade (actor.hpp, keyed_mutex.hpp, ...).
+- lib/ implements detail/: no lib/ file includes the keyed-mutex facade, and the Redis
+  client (include/handoff/redis/, lib/redis/) never includes the in-process lock table.
+- No file in lib/ or include/ is longer than MAX_LINES: a protocol reads in one sitting.
+
+Usage: layering.py SOURCE_DIR. Prints each violation and exits 1 if there is any.
+"""
+import pathlib
+import re
+import sys
+
+MAX_LINES = 400
+# Shared vocabulary any layer may include: no facade logic in them.
+VOCABULARY = {
+    "handoff/actor_options.hpp",
+    "handoff/executor.hpp",
+    "handoff/lease.hpp",
+    "handoff/multi_guard.hpp",
+    "handoff/key_guard.hpp",
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+
+
+def includes(path):
+    return INCLUDE.findall(path.read_text(encoding="utf-8"))
+
+
+def main():
+    root = pathlib.Path(sys.argv[1])
+    errors = []
+    for f in sorted((root / "include/handoff/detail").glob("*.hpp")):
+        for inc in includes(f):
+            if inc.startswith("handoff/") and not inc.startswith("handoff/detail/") and inc not in VOCABULARY:
+                errors.append(f"{f.relative_to(root)}: detail/ includes the facade {inc}")
+    for f in sorted(root.glob("lib/**/*.[ch]pp")):
+        for inc in includes(f):
+            if inc == "handoff/keyed_mutex.hpp":
+                errors.append(f"{f.relative_to(root)}: lib/ includes the facade {inc}")
+    for f in sorted(list(root.glob("include/handoff/redis/*.hpp")) + list(root.glob("lib/redis/*.[ch]pp"))):
+        for inc in includes(f):
+            if inc == "handoff/keyed_mutex.hpp" or inc.startswith("handoff/detail/lock_"):
+                errors.append(f"{f.relative_to(root)}: the Redis client includes the in-process lock table ({inc})")
+    for f in sorted(list(root.glob("lib/**/*.[ch]pp")) + list(root.glob("include/**/*.hpp"))):
+        n = len(f.read_text(encoding="utf-8").splitlines())
+        if n > MAX_LINES:
+            errors.append(f"{f.relative_to(root)}: {n} lines (at most {MAX_LINES})")
+    for e in errors:
+        print(e)
+    print(f"layering: {len(errors)} violation(s)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
