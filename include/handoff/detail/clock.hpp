@@ -44,17 +44,23 @@ constexpr std::int64_t deadline_after(std::int64_t now, std::chrono::duration<Re
 }
 
 // The deadline of a time point of any clock. A steady_clock time point converts exactly
-// (saturating); another clock's is measured from its own now.
+// (saturating); another clock's is measured from that clock's now, in integers where the
+// time point fits in nanoseconds and saturating where it does not (time_point::max()).
 template <class Clock, class Dur>
 std::int64_t deadline_at(std::int64_t now, std::chrono::time_point<Clock, Dur> t) noexcept {
+  using ns = std::chrono::nanoseconds;
+  const auto since_epoch = t.time_since_epoch();
+  const double since_ns = std::chrono::duration<double, std::nano>(since_epoch).count();
+  if (since_ns >= static_cast<double>(no_deadline)) return no_deadline;
   if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
-    const auto since_epoch = t.time_since_epoch();
-    if (since_epoch <= Dur::zero()) return 0;
-    return to_ns_saturating(since_epoch);
+    return since_ns <= 0 ? 0 : to_ns_saturating(since_epoch);
   } else {
-    const auto c_now = Clock::now();
-    if (t <= c_now) return now;
-    return deadline_after(now, t - c_now);
+    if (since_ns <= static_cast<double>(std::numeric_limits<std::int64_t>::min())) return now;  // long past
+    const std::int64_t at = std::chrono::ceil<ns>(since_epoch).count();
+    const std::int64_t clock_now = std::chrono::duration_cast<ns>(Clock::now().time_since_epoch()).count();
+    std::int64_t remaining = 0;
+    if (__builtin_sub_overflow(at, clock_now, &remaining)) return at > clock_now ? no_deadline : now;
+    return add_saturating(now, remaining);
   }
 }
 
