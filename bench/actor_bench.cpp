@@ -1,4 +1,6 @@
-// Actor benchmarks: handoff against its baselines, all in this one binary (STYLE rule 11).
+// Actor benchmarks: handoff against its baselines, all in this one binary (so that every
+// implementation runs on the same machine, build and run, and their ratios compare like
+// with like).
 //
 // Every benchmark is registered as "<workload>/<impl>"; Google Benchmark appends its own
 // suffixes (/min_time:..., /real_time, /threads:N). Implementations whose name starts with
@@ -22,7 +24,7 @@
 //                         that locks each of 1000 std::mutex-protected nodes in turn and
 //                         does the same work (count, read the next node). Time per message
 //                         through the whole chain; items/s counts hops.
-//   mailbox_2senders      the mailbox alternatives of SPEC §2 under the same minimal
+//   mailbox_2senders      the candidate per-actor mailboxes under the same minimal
 //                         protocol (mini_actor below): handoff's intrusive Vyukov queue
 //                         against moodycamel::ConcurrentQueue<int> and <std::function>.
 //                         Counter ns_per_msg.
@@ -188,7 +190,7 @@ std::size_t heap_in_use() noexcept {
 }
 
 // ---------------------------------------------------------------------------------------
-// Mailbox alternatives (SPEC §2): one minimal actor, the same hand-off protocol as
+// Mailbox alternatives (docs/design.md, "Mailbox choice"): one minimal actor, the same hand-off protocol as
 // handoff::detail::actor_base (count first, 0 -> 1 winner runs inline and drains, release
 // with fetch_sub), parameterised on the mailbox. No budget, no nesting, no error hook:
 // only the mailbox differs between the instantiations.

@@ -1,5 +1,7 @@
 // Keyed-mutex benchmarks: handoff::keyed_mutex<> against the keyed locks people write by
-// hand and tbb::concurrent_hash_map accessors, all in this one binary (STYLE rule 11).
+// hand and tbb::concurrent_hash_map accessors, all in this one binary (so that every
+// implementation runs on the same machine, build and run, and their ratios compare like
+// with like).
 //
 // Every benchmark is registered as "<workload>/<impl>"; impls starting with "handoff" are
 // ours, every other impl of the same workload (and thread count) is a baseline, and

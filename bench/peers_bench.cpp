@@ -1,5 +1,6 @@
 // Peer benchmarks: handoff against Boost.Asio strands and CAF 0.17, all in this one binary
-// (STYLE rule 11). Each peer is written the way its own documentation shows.
+// (so that every implementation runs on the same machine, build and run, and their ratios
+// compare like with like). Each peer is written the way its own documentation shows.
 //
 // Every benchmark is registered as "<workload>/<impl>" with impl "handoff", "asio_strand" or
 // "caf"; tools/bench_table.py pairs them (ratio = baseline time / handoff time). Counter

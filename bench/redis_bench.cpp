@@ -1,5 +1,6 @@
 // Redis keyed-mutex benchmarks: handoff::redis::keyed_mutex against the polling lock that
-// most Redis lock code uses, all in this one binary (STYLE rule 11), against one
+// most Redis lock code uses, all in this one binary (so that every implementation runs on
+// the same machine, build and run, and their ratios compare like with like), against one
 // redis-server that the binary starts on loopback (tests/redis/redis_server.hpp).
 //
 // Every benchmark is registered as "<workload>/<impl>"; impls starting with "handoff" are

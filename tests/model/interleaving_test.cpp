@@ -299,7 +299,8 @@ TEST(Interleavings, RandomSchedulesOfThreeSendersWithThreeMessagesKeepEveryInvar
 }
 
 TEST(Interleavings, CountingAfterTheEnqueueIsCaught) {
-  // The order SPEC §2 forbids: a drainer can run a message before it is counted.
+  // The order the protocol forbids (enqueue, then count: docs/design.md, "Why the count goes
+  // up before the enqueue"): a drainer can run a message before it is counted.
   const auto r = explore_all({.senders = 2, .messages = 2, .count_after_enqueue = true}, exhaustive_limit);
   EXPECT_NE(r.first_error, "") << "the driver failed to find the known bug in " << r.schedules << " schedules";
   std::printf("interleavings: broken order caught after %ld schedules: %s\n", r.schedules, r.first_error.c_str());

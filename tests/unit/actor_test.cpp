@@ -1,4 +1,5 @@
-// handoff::actor<State>: one test per guarantee of SPEC §2.
+// handoff::actor<State>: one test per guarantee of actor.hpp (mutual exclusion, exactly once,
+// causal FIFO, no dedicated threads) and per contract of its members.
 #include <handoff/actor.hpp>
 
 #include <gtest/gtest.h>

@@ -55,8 +55,7 @@ TEST(ThreadPool, RunsEveryWorkItemExactlyOnceAcrossManySubmittingThreads) {
   // Many rounds, each with a fresh pool, 8 threads submitting together. Each thread submits
   // fewer items than one moodycamel block (32) per round, so the queue never recycles a
   // block from one producer to another: ThreadSanitizer cannot see the fences that order
-  // that recycling and reports a (false) race in concurrentqueue.h (cameron314/concurrentqueue
-  // issues 49 and 62).
+  // that recycling and reports a (false) race in concurrentqueue.h.
   constexpr int rounds = 25;
   constexpr int submitters = 8;
   constexpr int per_submitter = 30;
@@ -616,8 +615,9 @@ struct stall_while_enqueued {
 
 TEST(HandOff, AnOwnerDoesNotReleaseWhileACountedMessageIsStillBeingEnqueued) {
   // The owner finishes its inline message while another sender has counted its message but
-  // not yet enqueued it. The owner must wait for that message (spec section 2), or the
-  // sender must not have counted it yet: either way it runs exactly once.
+  // not yet enqueued it. The owner must wait for that message (a counted message is on its way
+  // to the mailbox: docs/design.md, "Why the count goes up before the enqueue"), or the sender
+  // must not have counted it yet: either way it runs exactly once.
   std::atomic<int> runs{0};
   std::latch entered(1);
   std::latch counted(1);
