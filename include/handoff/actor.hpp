@@ -56,7 +56,8 @@ class actor : private detail::actor_base {
   explicit actor(Args&&... args) : state_(std::forward<Args>(args)...) {}
 
   // With options (budget, executor, error hook); throws std::invalid_argument for a budget
-  // without an executor. The shared_ptr form lets many actors share one options object.
+  // without an executor or a negative max_time. The shared_ptr form lets many actors
+  // share one options object; a null pointer means no options.
   template <class... Args>
     requires std::constructible_from<State, Args...>
   explicit actor(actor_options options, Args&&... args)
@@ -74,8 +75,10 @@ class actor : private detail::actor_base {
   //  - owned by this thread but not running (queued on its run queue by a nested send):
   //    runs those messages here first;
   //  - from one of its own handlers: the messages still queued are destroyed without
-  //    running (their ask() futures report broken_promise), and the handler must not touch
-  //    the state after the destructor returns.
+  //    running (their ask() futures and async_ask awaiters report
+  //    std::future_error(broken_promise)), and the handler must not touch the state after
+  //    the destructor returns.
+  // With an executor, destroying a busy actor needs that executor still running.
   // Two actors whose handlers, on two threads, destroy each other deadlock (not detected).
   ~actor() { shut_down(); }
   actor(const actor&) = delete;
@@ -83,11 +86,15 @@ class actor : private detail::actor_base {
 
   // Thread-safe. Runs f(state) once, eventually, under the actor's mutual exclusion. May
   // run f and other queued messages on the calling thread before returning (never from
-  // inside a handler: there it only enqueues). Allocates a pooled node only if the actor
-  // is busy, the caller is inside a handler, or F's move constructor may throw (then the
-  // node is built first). Exceptions thrown by f go to the error hook. Throws only if
-  // building the message throws (then nothing was sent); if F's move constructor is
-  // noexcept, never, and running out of memory for a node terminates.
+  // inside a handler: there it only enqueues): at top level, a post that becomes the owner
+  // drains the actor, then runs this thread's run queue (actors it won in nested sends,
+  // coroutines it answered, granted keyed waiters); a budget bounds the actor's turn. The
+  // owner may spin, then yield, while another sender is between counting and enqueueing.
+  // Allocates a pooled node (per-thread caches, no allocator call in the steady state)
+  // only if the actor is busy, the caller is inside a handler, or building decay_t<F>
+  // from f may throw (then the node is built first). Exceptions thrown by f go to the
+  // error hook. Throws only if building the message throws (then nothing was sent); if
+  // that cannot throw, never, and running out of memory for a node terminates.
   template <class F>
     requires(std::invocable<std::decay_t<F>&, State&>)
   void post(F&& f) {
@@ -98,10 +105,16 @@ class actor : private detail::actor_base {
   }
 
   // Thread-safe. Runs f(state) once under the actor's mutual exclusion; the future holds its
-  // result or exception. If the actor is idle, f runs on the calling thread before ask()
+  // result (not decayed: a reference returned by f stays a reference into the state) or
+  // its exception. If the actor is idle, f runs on the calling thread before ask()
   // returns, even from inside another actor's handler, so waiting on the future there is
-  // safe. Throws std::system_error(resource_deadlock_would_occur) when called from a
-  // handler of this same actor (the answer could never be waited for); std::bad_alloc.
+  // safe; at top level the caller then goes on draining, as for post(). If the actor is
+  // busy and the caller is inside a handler, the caller first runs its run queue (actors
+  // it owns without running them included), since it may block on the answer. Allocates a
+  // pooled node and the promise's shared state. Throws
+  // std::system_error(resource_deadlock_would_occur) when called from a handler of this
+  // same actor (the answer could never be waited for), std::bad_alloc, or what building
+  // decay_t<F> throws; after a throw nothing was sent.
   // Hazard: handlers of two actors on two threads waiting on each other's ask() deadlock.
   template <class F>
     requires(std::invocable<std::decay_t<F>&, State&>)
@@ -122,12 +135,17 @@ class actor : private detail::actor_base {
   }
 
   // Awaitable form of ask(): `co_await a.async_ask(f)` yields f's result or rethrows its
-  // exception. Never blocks a thread. If the actor is idle and the caller is not inside a
-  // handler, f runs inline and the coroutine does not suspend; otherwise the coroutine is
-  // resumed by the thread that ran f, after that thread has finished draining the actor
-  // (so code after co_await never runs under the actor's exclusion). The awaiter is the
-  // mailbox node: no allocation. A reference returned by f is copied. Destroying the
-  // coroutine while it is suspended here is not supported (its node is still queued).
+  // exception; f's run happens-before the code after co_await. Never blocks a thread. If
+  // the actor is idle and the caller is not inside a handler, f runs inline and the
+  // coroutine does not suspend; otherwise the coroutine is resumed from the run queue of
+  // the thread that ran f, after that thread has finished draining the actor (so code
+  // after co_await never runs under the actor's exclusion); from inside a handler, an
+  // idle target is queued on this thread's run queue, so the coroutine resumes on this
+  // thread after the current handler. co_await throws std::future_error(broken_promise)
+  // if the actor is destroyed by its own handler before f ran. The awaiter is the mailbox
+  // node: no allocation; it is not copyable: await it at once. A reference returned by f
+  // is copied. Destroying the coroutine while it is suspended here is not supported (its
+  // node is still queued).
   template <class F>
     requires(std::invocable<std::decay_t<F>&, State&>)
   [[nodiscard]] auto async_ask(F&& f) { return ask_awaiter<std::decay_t<F>>(*this, std::forward<F>(f)); }

@@ -23,10 +23,11 @@ struct actor_options {
   // (0: unlimited), the owner hands the actor to `executor` and returns to its caller.
   // A budget without an executor is rejected (std::invalid_argument) at construction.
   std::uint32_t max_messages = 0;
-  std::chrono::nanoseconds max_time{0};
+  std::chrono::nanoseconds max_time{0};  // negative: rejected (std::invalid_argument)
 
-  // Called, on the draining thread, with each exception thrown by a `post` handler
-  // (exceptions from `ask` handlers travel to their future instead). Empty: print to
+  // Called, on the draining thread, with each exception thrown by a `post` handler or a
+  // basic_actor handler (exceptions from `ask` handlers travel to their future instead).
+  // A hook shared by several actors may be called concurrently. Empty: print to
   // stderr and continue. If the hook itself throws, that is printed and ignored. A handler
   // that destroyed its own actor and then throws is reported to stderr, not to the hook
   // (the options went with the actor).

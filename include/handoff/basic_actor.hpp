@@ -6,12 +6,13 @@
 //
 // Messages are stored by value in pooled mailbox nodes: no type erasure and no call to
 // the allocator per message in the steady state (nodes are recycled through per-thread
-// caches; a send that finds the actor idle uses no node at all). The Handler is the
+// caches; a send that finds the actor idle at top level, with a Message whose move cannot
+// throw, uses no node at all). The Handler is the
 // actor's state: it is invoked as `handler(std::move(message))`, one message at a time.
 //
 // Same protocol and guarantees as handoff::actor (see actor.hpp): mutual exclusion with
-// happens-before between handler runs, exactly once, per-sender FIFO, no threads of its
-// own. Exceptions thrown by the handler go to the error hook of the options.
+// happens-before between handler runs, exactly once, causal FIFO (per-sender FIFO
+// included), no threads of its own. Exceptions thrown by the handler go to the error hook of the options.
 #pragma once
 
 #include <concepts>
@@ -51,9 +52,11 @@ class basic_actor : private detail::actor_base {
   basic_actor& operator=(const basic_actor&) = delete;
 
   // Thread-safe. Delivers `m` to the handler once, under the actor's mutual exclusion; may
-  // run it (and other queued messages) on the calling thread before returning. Throws only
-  // std::bad_alloc, and only when Message's move constructor may throw (then nothing was
-  // sent); with a noexcept move, running out of memory while the actor is busy terminates.
+  // run it (and other queued messages) on the calling thread before returning. Uses a
+  // pooled node when the actor is busy, the caller is inside a handler, or Message's move
+  // may throw (every send, then). Throws only when Message's move constructor may throw:
+  // std::bad_alloc or what that move throws, and then nothing was sent; with a noexcept
+  // move, running out of memory while the actor is busy terminates.
   void send(Message m) {
     constexpr bool build_first = !std::is_nothrow_move_constructible_v<Message>;
     submit<build_first>([&] { return static_cast<detail::message*>(detail::new_node<node>(std::move(m))); },

@@ -18,7 +18,7 @@
 
 namespace handoff {
 
-// One unit of work. Invoking it never throws. Copying it is copying two pointers, so any
+// One unit of work. Invoking it never throws; precondition: fn != nullptr. Copying it is copying two pointers, so any
 // executor can store it without allocating (it fits std::function's small buffer too).
 struct work {
   void (*fn)(void*) noexcept = nullptr;
@@ -31,7 +31,9 @@ struct work {
 // `execute` may be called from any thread, including from inside work it is running, and
 // from an actor's drain loop, which is noexcept: an execute() that throws there (say,
 // bad_alloc) terminates the program. It must keep accepting work until every actor that
-// uses it is destroyed.
+// uses it is destroyed. Running the work inline inside execute() is allowed (the actor
+// then continues on this thread's run queue, without recursion); execute's result, if
+// any, is ignored.
 template <class E>
 concept executor = requires(E& e, work w) {
   e.execute(w);
@@ -52,6 +54,7 @@ class executor_ref {
   // clang-format on
 
   // Thread-safe if the referenced executor's execute() is. Precondition: not empty.
+  // Throws what the referenced execute() throws.
   void execute(work w) const { execute_(target_, w); }
 
   [[nodiscard]] explicit operator bool() const noexcept { return target_ != nullptr; }

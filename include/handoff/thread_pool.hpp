@@ -14,8 +14,9 @@ namespace handoff {
 
 class thread_pool {
  public:
-  // Starts `threads` workers (at least one). Throws std::system_error if a thread cannot
-  // be started (the workers already started are stopped and joined first).
+  // Starts `threads` workers (0 gives one). Throws std::system_error if a thread cannot
+  // be started (the workers already started are stopped and joined first), or
+  // std::bad_alloc.
   explicit thread_pool(std::size_t threads);
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
@@ -25,9 +26,10 @@ class thread_pool {
   // destructor runs is a precondition violation.
   ~thread_pool();
 
-  // Thread-safe, never blocks. Queues `w` to run once on a worker. Throws
-  // std::invalid_argument for a work item without a function, std::bad_alloc if the
-  // queue cannot grow.
+  // Thread-safe, never blocks. Queues `w` to run once on a worker, never inside this call
+  // (not even from a worker); what the caller did before execute() happens-before `w`
+  // runs. Throws std::invalid_argument for a work item without a function,
+  // std::bad_alloc if the queue cannot grow; after a throw `w` was not queued.
   void execute(work w);
 
   // Thread-safe: the number of workers.
