@@ -299,7 +299,8 @@ TEST(Interleavings, RandomSchedulesOfThreeSendersWithThreeMessagesKeepEveryInvar
 }
 
 TEST(Interleavings, CountingAfterTheEnqueueIsCaught) {
-  // The order SPEC §2 forbids: a drainer can run a message before it is counted.
+  // Enqueue before increment breaks the contract that a message is counted before it can be
+  // popped: a drainer can run a message before it is counted.
   const auto r = explore_all({.senders = 2, .messages = 2, .count_after_enqueue = true}, exhaustive_limit);
   EXPECT_NE(r.first_error, "") << "the driver failed to find the known bug in " << r.schedules << " schedules";
   std::printf("interleavings: broken order caught after %ld schedules: %s\n", r.schedules, r.first_error.c_str());
