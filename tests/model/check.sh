@@ -4,8 +4,10 @@
 #
 #   check.sh [--match REGEX] [--no-deadlock] pass|fail safety|liveness [-DNAME[=VALUE] ...]
 #
-# safety:   pan compiled with -DSAFETY: assertions (exactly once, per-sender order, one
-#           owner, the invariant, nothing stranded at the end) and invalid end states.
+# safety:   pan compiled with -DSAFETY: the model's assertions (handoff.pml: exactly once,
+#           per-sender order, one owner; keyed_lock.pml: one holder, no grant to a waiter
+#           that gave up, FIFO, entry lifetime; both: the invariant, nothing stranded at
+#           the end) and invalid end states.
 # liveness: spin -DLIVENESS adds the claim "every message eventually runs"; pan -a -f
 #           searches for acceptance cycles under weak fairness (assertions still checked).
 # pass: exit 0 iff pan finished the full search with no error.
@@ -102,7 +104,7 @@ if [ -f "$model.trail" ]; then
   "$spin" "$@" -t -p -g -k "$model.trail" "$model" >trail.log 2>&1 || true
   grep -E '^ *[0-9]+:[[:space:]]+proc .*\[' trail.log | tail -n 20 || true
   grep -E 'text of failed assertion' trail.log || true
-  echo "final:" $(sed -n '/^#processes/,$p' trail.log | grep -E '^[[:space:]]+(count|owners|H|R|nrun) = ' | tr -s ' \t' ' ')
+  echo "final:" $(sed -n '/^#processes/,$p' trail.log | grep -E '^[[:space:]]+(count|owners|H|R|nrun|own|refs|cur|leased) = ' | tr -s ' \t' ' ')
 fi
 if [ "$expect" = fail ]; then
   if [ -n "$match" ] && ! grep -E '^pan:1:' pan.log | grep -qE "$match"; then

@@ -1,7 +1,15 @@
 /*
- * Promela model of the actor hand-off protocol (docs/design.md, "The hand-off protocol";
- * code: include/handoff/detail/actor_base.hpp and lib/actor_base.cpp). Checked by spin
- * under ctest through tests/model/check.sh; see tests/model/README.md.
+ * Promela model of the hand-off primitive (docs/design.md, "The hand-off protocol"): an
+ * ownership word `count` and an MPSC mailbox. A party counts itself before it enqueues;
+ * the 0 -> 1 increment makes it the owner; the owner releases by subtracting what it
+ * consumed (fetch_sub(X) == X), and with nothing to pop while the count says more is
+ * coming, it waits for the counted message that is not linked yet. Both the actor and the
+ * keyed mutex's per-key entry are built from it; this file models it in its lock-free,
+ * most general use, the actor's (include/handoff/detail/actor_base.hpp,
+ * lib/actor_base.cpp), with the actor's budgets and executor hand-off on top.
+ * keyed_lock.pml models the keyed entry's use, whose increments and final release happen
+ * under the table's shard lock. Checked by spin under ctest through tests/model/check.sh;
+ * see tests/model/README.md.
  *
  * One actor, NS sender processes sending M messages each, and (with EXEC) one executor
  * process that runs posted continuations. Memory is sequentially consistent here: the

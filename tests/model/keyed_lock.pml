@@ -1,80 +1,184 @@
 /*
  * Promela model of the keyed mutex's per-key protocol (include/handoff/detail/lock_table.hpp,
- * lib/lock_table.cpp): lookup/creation and the 0 -> 1 transition under the shard lock,
- * waiters counted and pushed under it, the holder's hand-off outside it (pop, uncount,
- * CAS waiting -> granted, skipping waiters that gave up), and the final release and
- * removal of the entry under the shard lock. Checked by spin through check.sh
- * (MODEL=keyed_lock.pml); see tests/model/README.md.
+ * lib/lock_table.cpp): the hand-off primitive of handoff.pml (count before enqueue, the
+ * 0 -> 1 increment owns, release subtracts what was consumed) with its acquirers and its
+ * final release serialized by the table's shard lock, plus what the keyed mutex adds:
+ * waiters that time out, leases that the timer expires, and the entry's life in the table.
+ * Checked by spin through check.sh (MODEL=keyed_lock.pml); see tests/model/README.md.
  *
- * NL lockers take the key once each; each may give up while queued (a timeout: CAS
- * waiting -> cancelled). Memory is sequentially consistent: the model checks the
- * interleavings, not the C++ memory orders.
+ * NL lockers take one key once each. Each chooses nondeterministically whether it asks
+ * for a lease and whether its wait may time out, so every combination is explored. One
+ * timer process (the lease timer's thread) may expire the current lease at any moment.
+ * Memory is sequentially consistent: the model checks the interleavings, not the C++
+ * memory orders.
  *
- * Assertions: at most one holder; a waiter that gave up is never granted (and a granted
- * one never gives up); the entry is removed only when nobody is counted; when every
- * locker is done, count == 0, the mailbox is empty and the entry is gone (nothing
- * stranded). Invalid end states (a waiter blocked forever) are errors too.
+ * What is modelled, as in the code:
+ *   lookup    under the shard lock: find the entry, or create it (a new object each time,
+ *             so a reference kept past its removal is caught)
+ *   lock      count == 0 -> count = 1, the key is held; else count++ and push a waiter
+ *             node (reserve, link), both before the shard lock is let go
+ *   wait      the waiter may go to sleep (CAS waiting -> sleeping); a timed one may give
+ *             up: CAS waiting|sleeping -> cancelled. The grant is the CAS the other way.
+ *   release   (the holder, or the timer for an expired lease) pop outside the lock;
+ *             count -= uncounted; CAS the waiter to granted, or find it cancelled, count
+ *             it as uncounted and pop again. Mailbox empty: under the shard lock, pop
+ *             again; still empty: count = 0, and the entry leaves the table if refs == 0.
+ *   lease     armed after the grant; the holder's unlock and the timer's expiry both CAS
+ *             `leased` token -> 0 under the timer mutex; the winner releases. The timer
+ *             counts the expired guard in `refs` (under the shard lock, inside its timer
+ *             mutex section) before the release; the guard's unlock then drops that
+ *             reference, removing the entry if count == 0 and refs == 0.
  *
+ * Assertions: the key is taken only when nobody holds it and handed over only by its
+ * holder (ghost `own`); a cancelled waiter is never granted; grants follow push order,
+ * skipping only cancelled waiters (FIFO of live waiters); the hand-off never subtracts
+ * count to 0; the final release finds count == uncounted; an entry is removed only when
+ * count == 0, refs == 0 and its mailbox is empty, and nobody touches it afterwards; the
+ * monitor's invariant in every state; at the end the key is free, nothing is counted and
+ * the entry is gone. Invalid end states (a waiter blocked forever) are errors too.
+ *
+ * Switches (spin -DNAME=VALUE):
+ *   NL             lockers (default 3)
+ *   LEASES         0: nobody asks for a lease (no timer process). Default 1.
+ *   TIMEOUTS       0: every wait is untimed. Default 1.
  * Broken variants, each expected to be rejected:
  *   PUSH_OUTSIDE   the waiter pushes its node after leaving the shard lock
  *   SUB_AFTER      the holder uncounts after its grant instead of before
+ *   BROKEN_CANCEL  the holder grants with a load and a plain store instead of a CAS,
+ *                  so a waiter that gave up in between is granted (the key is lost)
+ *   BROKEN_LEASE   the guard's unlock disarms the lease with a plain store and always
+ *                  releases: after an expiry the key is released twice
+ *   BROKEN_REFS    the timer does not count the expired guard in refs: the entry may be
+ *                  removed while that guard still refers to it
  */
 
 #ifndef NL
 #define NL 3
 #endif
+#ifndef LEASES
+#define LEASES 1
+#endif
+#ifndef TIMEOUTS
+#define TIMEOUTS 1
+#endif
+
+#define NONE 255
+#define TIMER NL      /* `own` while the timer releases an expired lease */
 
 #define WAITING 0
+#define SLEEPING 1
 #define GRANTED 2
 #define CANCELLED 3
 
 bit shard = 0;        /* the shard lock */
-bit in_table = 0;     /* the entry exists */
+bit tmx = 0;          /* the lease timer's mutex */
+
+/* The table: the id of the key's entry, NONE when it has none. Each creation makes a new
+ * id, so "entry e is alive" is e == cur. The fields below belong to entry `cur`: at most
+ * one entry of the key exists at a time, and a new one starts from zero (asserted). */
+byte cur = NONE;
+byte nextid = 0;
 short count = 0;      /* requests counted, not finished */
-byte holders = 0;
-byte done = 0;
-byte state[NL];
+byte refs = 0;        /* expired guards that still refer to the entry */
+byte leased = 0;      /* token of the leased hold, 0: none */
+byte lease_token = 0; /* timer mutex: the token the scheduled lease expires */
+bit scheduled = 0;    /* timer mutex: the lease is in the timer's heap */
+byte lease_e = NONE;  /* timer mutex: the entry the scheduled lease belongs to */
+byte token = 0;       /* fencing tokens: one per hold, never reused */
 
 /* The mailbox: Vyukov's queue as slots in push order. reserve = the exchange on head_,
  * link = the store that makes the node reachable. pop returns nothing when the oldest
  * reserved slot is not linked yet (the in-flight window). */
 byte slot_id[NL];
 bit slot_linked[NL];
-byte reserved = 0;    /* slots reserved */
-byte head = 0;        /* next slot to pop */
+byte reserved = 0;
+byte head = 0;
+
+byte state[NL];       /* each locker's waiter node */
+
+/* ---- ghost state ---- */
+byte own = NONE;      /* who holds the key: a locker, TIMER, or NONE */
+byte k = 0;           /* a loop index inside one d_step, 0 outside */
+byte done = 0;
+
+#define alive(e) (e == cur)
+/* Every state: count never negative, count 0 exactly when nobody holds the key, and then
+ * the mailbox is empty; no entry means nothing counted or referenced; a live lease
+ * belongs to a held key. */
+#define INVARIANT (count >= 0 && (count == 0) == (own == NONE) && (count != 0 || head == reserved) && \
+                   (cur != NONE || (count == 0 && refs == 0)) && (leased == 0 || own != NONE))
 
 inline lock_shard() { atomic { shard == 0 -> shard = 1 } }
 inline unlock_shard() { shard = 0 }
+inline lock_timer() { atomic { tmx == 0 -> tmx = 1 } }
+inline unlock_timer() { tmx = 0 }
 
-/* Consumer only: w = the next waiter, or NL for "nothing now". */
-inline pop(w) {
-  atomic {
+/* Consumer only: w = the next waiter (ws its slot), or NONE for "nothing now". */
+inline pop(e, w, ws) {
+  d_step {
+    assert(alive(e));
     if
-    :: head < reserved && slot_linked[head] -> w = slot_id[head]; head++
-    :: else -> w = NL
+    :: head < reserved && slot_linked[head] -> w = slot_id[head]; ws = head; head++
+    :: else -> w = NONE
     fi
   }
 }
 
-inline critical_section() {
-  atomic { holders++; assert(holders == 1) }
-  holders--
+/* With the shard lock held and count == 0: removes the entry unless a guard refers to it. */
+inline remove_if_unused(e) {
+  d_step {
+    assert(alive(e) && count == 0);
+    if
+    :: refs == 0 -> assert(head == reserved); cur = NONE
+    :: else -> skip
+    fi
+  }
 }
 
-/* The holder's release: hand the key to the next live waiter, or free it. */
-inline release() {
+/* try_grant(w): the holder `r` hands the key to w unless w gave up. */
+inline try_grant(r, w, ws, granted) {
+#ifndef BROKEN_CANCEL
+  d_step {                                  /* CAS waiting|sleeping -> granted */
+    if
+    :: state[w] == WAITING || state[w] == SLEEPING ->
+       assert(own == r);
+       /* FIFO of live waiters: everyone pushed before w was granted or gave up */
+       k = 0;
+       do
+       :: k < ws -> assert(state[slot_id[k]] >= GRANTED); k++
+       :: else -> break
+       od;
+       k = 0; token++; state[w] = GRANTED; own = w; granted = 1
+    :: else -> assert(state[w] == CANCELLED); granted = 0
+    fi
+  }
+#else
+  granted = (state[w] != CANCELLED);        /* a load ... */
+  if
+  :: granted -> d_step { assert(own == r); assert(state[w] != CANCELLED); token++; state[w] = GRANTED; own = w }   /* ... then a store */
+  :: else -> skip
+  fi
+#endif
+}
+
+/* lock_table::release(e) by `r` (a holder, or TIMER). */
+inline release(r, e, w, ws, unc, granted) {
   unc = 1;
   do
-  :: pop(w);
+  :: pop(e, w, ws);
      if
-     :: w == NL ->
+     :: w == NONE ->
         lock_shard();
-        pop(w);
+        pop(e, w, ws);                      /* exact here: requests push under this lock */
         if
-        :: w == NL ->
-           assert(count == unc);     /* nobody else is counted: the entry can go */
-           count = 0;
-           in_table = 0;
+        :: w == NONE ->
+           d_step {
+             assert(alive(e));
+             assert(own == r);
+             assert(count == unc);          /* nobody else is counted */
+             count = 0; own = NONE
+           }
+           remove_if_unused(e);
            unlock_shard();
            break
         :: else -> unlock_shard()
@@ -82,74 +186,180 @@ inline release() {
      :: else -> skip
      fi;
 #ifndef SUB_AFTER
-     count = count - unc;             /* w is counted: never reaches 0 here */
-     assert(count > 0);
+     d_step { assert(alive(e)); count = count - unc; assert(count > 0) }   /* w is counted */
 #endif
-     atomic {
-       if
-       :: state[w] == WAITING -> state[w] = GRANTED; granted = 1
-       :: else -> assert(state[w] == CANCELLED); granted = 0
-       fi
-     }
+     try_grant(r, w, ws, granted);
 #ifdef SUB_AFTER
-     count = count - unc;
+     d_step { assert(alive(e)); count = count - unc }
 #endif
      unc = 1;
      if
      :: granted -> break
-     :: else -> skip
+     :: else -> skip                        /* skipped: w's count is uncounted next round */
      fi
-  od
+  od;
+  w = 0; ws = 0; unc = 0; granted = 0
+}
+
+/* A guard whose lease expired lets go of the entry. */
+inline drop_ref(e) {
+  lock_shard();
+  d_step { assert(alive(e)); assert(refs > 0); refs-- }
+  if
+  :: count == 0 -> remove_if_unused(e)
+  :: else -> skip
+  fi;
+  unlock_shard()
 }
 
 proctype locker(byte me) {
-  byte w, unc, slot;
-  bit granted;
+  byte e, w, ws, unc, mytok;
+  bit lease, timed, granted;
 
-  lock_shard();
   if
-  :: !in_table -> in_table = 1; assert(count == 0)   /* created on first use */
-  :: else -> skip
-  fi;
-  if
-  :: count == 0 ->
-     count = 1;
-     unlock_shard();
-     goto holding
-  :: else ->
-     count++;
-     atomic { slot = reserved; slot_id[slot] = me; reserved++ };
-#ifdef PUSH_OUTSIDE
-     unlock_shard();
-     slot_linked[slot] = 1;
-#else
-     slot_linked[slot] = 1;
-     unlock_shard();
+  :: lease = 0
+#if LEASES
+  :: lease = 1
 #endif
   fi;
-  /* Wait for the grant, or give up. */
   if
-  :: state[me] == GRANTED -> goto holding
-  :: atomic { state[me] == WAITING -> state[me] = CANCELLED }; goto finished
+  :: timed = 0
+#if TIMEOUTS
+  :: timed = 1
+#endif
   fi;
 
-holding:
-  assert(state[me] != CANCELLED);
-  critical_section();
-  release();
+  lock_shard();
+  d_step {                                  /* find_or_create */
+    if
+    :: cur == NONE ->
+       assert(count == 0 && refs == 0 && leased == 0 && head == reserved);
+       cur = nextid; nextid++
+    :: else -> skip
+    fi;
+    e = cur
+  }
+  if
+  :: count == 0 ->
+     d_step { assert(own == NONE); count = 1; own = me; token++; mytok = token }
+     unlock_shard()
+  :: else ->
+     count++;
+     d_step { ws = reserved; slot_id[ws] = me; reserved++ };
+#ifdef PUSH_OUTSIDE
+     unlock_shard();
+     slot_linked[ws] = 1;
+#else
+     slot_linked[ws] = 1;
+     unlock_shard();
+#endif
+     ws = 0;
+     /* wait_for_grant: spin, maybe sleep, maybe time out */
+     do
+     :: state[me] == GRANTED -> break
+     :: d_step { state[me] == WAITING -> state[me] = SLEEPING }
+     :: timed ->
+        d_step {                            /* cancel(): CAS waiting|sleeping -> cancelled */
+          if
+          :: state[me] == WAITING || state[me] == SLEEPING -> state[me] = CANCELLED; granted = 0
+          :: else -> granted = 1            /* the grant won */
+          fi
+        }
+        if
+        :: granted -> break
+        :: else -> goto finished            /* still counted: a holder skips and uncounts us */
+        fi
+     od;
+     atomic { assert(own == me && state[me] == GRANTED); granted = 0; mytok = token }
+  fi;
+
+  if
+  :: lease ->                               /* arm_lease, after the grant */
+     lock_timer();
+     d_step { assert(alive(e) && own == me); leased = mytok; lease_token = mytok; lease_e = e; scheduled = 1 }
+     unlock_timer()
+  :: else -> skip
+  fi;
+
+  /* the critical section: the key is ours unless our lease expires */
+  assert(own == me || lease);
+
+  if
+  :: lease ->                               /* unlock_leased */
+#ifndef BROKEN_LEASE
+     lock_timer();
+     d_step {                               /* disarm_lease: CAS leased mytok -> 0 */
+       if
+       :: leased == mytok -> leased = 0; scheduled = 0; granted = 1
+       :: else -> granted = 0
+       fi
+     }
+     unlock_timer();
+#else
+     lock_timer();
+     d_step { leased = 0; scheduled = 0; granted = 1 }   /* plain store: releases regardless */
+     unlock_timer();
+#endif
+     if
+     :: granted -> granted = 0; release(me, e, w, ws, unc, granted)
+     :: else -> assert(own != me); drop_ref(e)   /* the timer released the key for us */
+     fi
+  :: else -> release(me, e, w, ws, unc, granted)
+  fi;
 
 finished:
+  e = 0; mytok = 0; lease = 0; timed = 0;
   done++
+}
+
+#if LEASES
+/* The lease timer's thread: fires the scheduled lease at any moment (under its mutex),
+ * then releases the key outside the mutex, as run_fired() does. */
+active proctype timer() {
+  byte e, w, ws, unc;
+  bit granted;
+end:
+  do
+  :: atomic { tmx == 0 && scheduled -> tmx = 1; scheduled = 0 }
+     d_step {                               /* fire(): CAS leased lease_token -> 0 */
+       e = lease_e;
+       assert(alive(e));
+       if
+       :: leased == lease_token -> leased = 0; assert(own != NONE && own != TIMER); own = TIMER; granted = 1
+       :: else -> granted = 0
+       fi
+     }
+     if
+     :: granted ->
+#ifndef BROKEN_REFS
+        lock_shard();                       /* count the expired guard: lock order timer, shard */
+        d_step { assert(alive(e)); refs++ }
+        unlock_shard();
+#endif
+        unlock_timer();
+        granted = 0;
+        release(TIMER, e, w, ws, unc, granted)
+     :: else -> unlock_timer()
+     fi;
+     e = 0
+  od
+}
+#endif
+
+/* The invariant, checked in every reachable state. */
+active proctype monitor() {
+end:
+  !(INVARIANT) -> assert(INVARIANT)
 }
 
 init {
   byte i;
   atomic {
     for (i : 0 .. NL - 1) { run locker(i) }
-  }
-  done == NL;
-  assert(count == 0);
-  assert(!in_table);
-  assert(head == reserved);
-  assert(holders == 0);
+    i = 0
+  };
+  /* quiescent: every locker returned, the key is free and no release is finishing (the
+   * last one lets go of the shard lock after removing the entry) */
+  (done == NL && own == NONE && shard == 0 && tmx == 0);
+  assert(count == 0 && refs == 0 && leased == 0 && cur == NONE && head == reserved)
 }
