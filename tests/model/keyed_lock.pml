@@ -87,10 +87,12 @@ byte lease_e = NONE;  /* timer mutex: the entry the scheduled lease belongs to *
 byte token = 0;       /* fencing tokens: one per hold, never reused */
 
 /* The mailbox: Vyukov's queue as slots in push order. reserve = the exchange on head_,
- * link = the store that makes the node reachable. pop returns nothing when the oldest
- * reserved slot is not linked yet (the in-flight window). */
-byte slot_id[NL];
-bit slot_linked[NL];
+ * link = the store that makes the node reachable. pop returns nothing while a producer is
+ * in its in-flight window: the oldest slot not linked yet, or linked but followed by a
+ * reserved slot that is not (as handoff.pml's POPPABLE). One spare slot keeps the index
+ * head + 1 in bounds. */
+byte slot_id[NL + 1];
+bit slot_linked[NL + 1];
 byte reserved = 0;
 byte head = 0;
 
@@ -118,7 +120,8 @@ inline pop(e, w, ws) {
   d_step {
     assert(alive(e));
     if
-    :: head < reserved && slot_linked[head] -> w = slot_id[head]; ws = head; head++
+    :: head < reserved && slot_linked[head] && (head + 1 == reserved || slot_linked[head + 1]) ->
+       w = slot_id[head]; ws = head; head++
     :: else -> w = NONE
     fi
   }
