@@ -1,0 +1,63 @@
+// The async waiters' attempts, run by the background thread (see client.hpp).
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <system_error>
+
+#include "client.hpp"
+#include "handoff/detail/report.hpp"
+
+namespace handoff::redis::detail {
+
+void client::complete(std::unique_ptr<async_request> r, guard g, std::exception_ptr e) noexcept {
+  {
+    const std::lock_guard lock(reg_mu_);
+    waiters_.erase(r->id);
+  }
+  try {
+    r->cb(std::move(g), std::move(e));
+  } catch (...) {
+    handoff::detail::report_to_stderr(std::current_exception(), "a redis::keyed_mutex::lock_async callback");
+  }
+}
+
+void client::run_async(std::int64_t now) {
+  std::vector<std::pair<std::unique_ptr<async_request>, std::pair<guard, std::exception_ptr>>> done;
+  for (auto& r : async_) {
+    if (r->next_check > now) continue;
+    const key_names n(o.prefix, r->key);
+    try {
+      connection& c = bg_connection();
+      // Once queued, attempts carry the id up to the last one (which may still be granted),
+      // and a request that then gives up leaves the queue. wait 0: one try, never queued.
+      const bool queue = r->queued || r->deadline > now;
+      const std::int64_t sent = now_ns();
+      const attempt_result a = attempt(c, n, r->owner, lease_ms(r->lease_ns), queue ? r->id : "", r->key);
+      r->queued = queue && !a.granted;
+      if (a.granted) {
+        guard g(make_hold(r->key, r->owner, static_cast<std::uint64_t>(a.value), r->lease_ns, sent));
+        done.emplace_back(std::move(r), std::pair{std::move(g), nullptr});
+      } else if (now_ns() >= r->deadline) {
+        if (r->queued) {
+          try {
+            cancel(c, n, r->id, r->key);
+          } catch (const error&) {  // as in acquire(): not granted, dropped by its heartbeat
+          }
+        }
+        done.emplace_back(std::move(r), std::pair{guard(), nullptr});
+      } else {
+        r->next_check = next_check(now_ns(), r->deadline, a.value);
+      }
+    } catch (...) {
+      done.emplace_back(std::move(r), std::pair{guard(), std::current_exception()});
+    }
+  }
+  std::erase(async_, nullptr);
+  for (auto& [r, result] : done) complete(std::move(r), std::move(result.first), std::move(result.second));
+}
+
+}  // namespace handoff::redis::detail
