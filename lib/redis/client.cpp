@@ -88,7 +88,8 @@ std::shared_ptr<hold> client::make_hold(std::string_view key, std::string owner,
                                         std::int64_t lease_ns, std::int64_t sent_at) {
   const bool wd = lease_ns == 0;
   const std::int64_t lease = wd ? o.watchdog_lease.count() * ms_ns : lease_ns;
-  auto h = std::make_shared<hold>(shared_from_this(), key, std::move(owner), fence, lease, wd, sent_at + lease);
+  auto h = std::make_shared<hold>(shared_from_this(), key, std::move(owner), fence, lease, wd,
+                                  add_saturating(sent_at, lease));
   if (wd) {
     {
       const std::lock_guard lock(in_mu_);
@@ -102,9 +103,9 @@ std::shared_ptr<hold> client::make_hold(std::string_view key, std::string owner,
 }
 
 std::int64_t client::next_check(std::int64_t now, std::int64_t deadline, std::int64_t pttl_ms) const noexcept {
-  std::int64_t t = std::min(deadline, now + o.recheck_interval.count() * ms_ns);
+  std::int64_t t = std::min(deadline, add_saturating(now, ms_to_ns(o.recheck_interval.count())));
   // The holder's lease runs out without a release (so without a notification): look then.
-  if (pttl_ms >= 0) t = std::min(t, now + (pttl_ms + 1) * ms_ns);
+  if (pttl_ms >= 0) t = std::min(t, add_saturating(now, ms_to_ns(pttl_ms + 1)));
   return t;
 }
 
@@ -196,7 +197,7 @@ bool client::extend(hold& h, std::int64_t lease_ns) {
   const bool ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
   if (ok) {
     h.lease_ns.store(lease_ns, std::memory_order_relaxed);
-    h.valid_until.store(sent + lease_ns, std::memory_order_relaxed);
+    h.valid_until.store(add_saturating(sent, lease_ns), std::memory_order_relaxed);
     if (h.watchdog) wake();  // the next renewal moved
   } else {
     h.lost.store(true, std::memory_order_relaxed);

@@ -30,9 +30,24 @@
 
 namespace handoff::redis::detail {
 
+using handoff::detail::add_saturating;
 using handoff::detail::now_ns;
 constexpr std::int64_t ms_ns = 1'000'000;
 constexpr std::int64_t max_sleep = 1000 * ms_ns;  // of the background thread
+// The longest lease sent to the server: 2^42 ms, about 139 years. Redis rejects a PX past
+// its clock's range; this is far inside it and far beyond any real lease ("never").
+constexpr std::int64_t max_lease_ms = std::int64_t{1} << 42;
+
+// Milliseconds to nanoseconds, saturating at no_deadline.
+constexpr std::int64_t ms_to_ns(std::int64_t ms) noexcept {
+  return ms >= handoff::detail::no_deadline / ms_ns ? handoff::detail::no_deadline : ms * ms_ns;
+}
+// A lease in nanoseconds to whole milliseconds for PX: rounded up, at least 1, at most
+// max_lease_ms.
+constexpr std::int64_t lease_to_ms(std::int64_t lease_ns) noexcept {
+  const std::int64_t ms = lease_ns / ms_ns + (lease_ns % ms_ns != 0 ? 1 : 0);
+  return std::clamp<std::int64_t>(ms, 1, max_lease_ms);
+}
 
 inline std::string random_hex128() {
   std::random_device rd;
@@ -45,13 +60,30 @@ inline std::string random_hex128() {
   return s;
 }
 
-// The Redis keys of one lock name (see the header's overview); {key} is the hash tag, so
-// that a cluster would keep them in one slot.
+// The Redis keys of one lock name (see the header's overview): prefix + "{" + escaped key
+// + "}:lock" (":queue", ":waiters", ":fence"). The escape keeps every (prefix, key) pair
+// apart: the escaped key holds no brace, so the last "{" of a name ends the prefix, and
+// escaping is one-to-one ('{' -> "\x01(", '}' -> "\x01)", '\x01' -> "\x01\x01"; other bytes
+// as they are). Keys without braces or \x01 keep their plain names.
+inline std::string escape_key(std::string_view key) {
+  std::string out;
+  out.reserve(key.size());
+  for (const char c : key) {
+    switch (c) {
+      case '{': out += "\x01("; break;
+      case '}': out += "\x01)"; break;
+      case '\x01': out += "\x01\x01"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 struct key_names {
   key_names(std::string_view prefix, std::string_view key) {
     std::string base(prefix);
     base += '{';
-    base += key;
+    base += escape_key(key);
     base += "}:";
     lock = base + "lock";
     queue = base + "queue";
@@ -142,7 +174,7 @@ struct client : std::enable_shared_from_this<client> {
 
   std::string next_id() { return id_ + ":" + std::to_string(seq_.fetch_add(1, std::memory_order_relaxed)); }
   [[nodiscard]] std::int64_t lease_ms(std::int64_t lease_ns) const noexcept {
-    return lease_ns == 0 ? o.watchdog_lease.count() : std::max<std::int64_t>(1, (lease_ns + ms_ns - 1) / ms_ns);
+    return lease_ns == 0 ? o.watchdog_lease.count() : lease_to_ms(lease_ns);
   }
   const options o;
 

@@ -1,9 +1,11 @@
 #include "connection.hpp"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <cerrno>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -86,12 +88,41 @@ reply connection::send(const std::vector<std::string_view>& args, std::string_vi
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  reply r(static_cast<redisReply*>(redisCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data())));
-  if (r == nullptr) {
+  if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
     if (ctx_->err == 0) ctx_->err = REDIS_ERR_OTHER;  // never reuse a connection after a failure
     fail(what);
   }
-  return r;
+  flush(what);
+  void* raw = nullptr;
+  if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
+    if (ctx_->err == 0) ctx_->err = REDIS_ERR_OTHER;
+    fail(what);
+  }
+  return reply(static_cast<redisReply*>(raw));
+}
+
+void connection::flush(std::string_view what) {
+  // hiredis writes with write(2), which raises SIGPIPE on a connection the server has
+  // closed, and SIGPIPE's default action ends the process. Write its buffer here with
+  // MSG_NOSIGNAL instead: a dropped connection is an error, never the end of the host.
+  const std::size_t length = sdslen(ctx_->obuf);
+  std::size_t written = 0;
+  while (written < length) {
+    const ssize_t n = ::send(ctx_->fd, ctx_->obuf + written, length - written, MSG_NOSIGNAL);
+    if (n >= 0) {
+      written += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    const int e = errno;
+    ctx_->err = REDIS_ERR_IO;
+    std::strncpy(ctx_->errstr, std::strerror(e), sizeof ctx_->errstr - 1);
+    errno = e;  // fail() tells a timeout (EAGAIN) from a lost connection
+    fail(what);
+  }
+  // Empty the buffer as sdsclear() does (hiredis' sds.h declares it without C linkage).
+  sdssetlen(ctx_->obuf, 0);
+  ctx_->obuf[0] = '\0';
 }
 
 reply connection::command(std::initializer_list<std::string_view> args, std::string_view what) {

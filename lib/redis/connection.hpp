@@ -67,6 +67,8 @@ class connection {
  private:
   [[noreturn]] void fail(std::string_view what) const;
   reply send(const std::vector<std::string_view>& args, std::string_view what);
+  // Writes hiredis' output buffer without raising SIGPIPE; throws error on failure.
+  void flush(std::string_view what);
 
   redisContext* ctx_ = nullptr;
 };

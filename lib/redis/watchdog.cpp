@@ -31,7 +31,7 @@ void client::run_watchdog(std::int64_t now) {
       reply r = bg_connection().eval(extend_script_, {h->names.lock}, {h->owner, std::to_string(lease_ms(lease))},
                                      "watchdog renewal of " + h->key);
       if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
-        h->valid_until.store(sent + lease, std::memory_order_relaxed);
+        h->valid_until.store(add_saturating(sent, lease), std::memory_order_relaxed);
         h->retry_at = 0;
       } else {
         h->lost.store(true, std::memory_order_relaxed);  // taken over: stop renewing
