@@ -1,4 +1,4 @@
-// handoff::redis::keyed_mutex against a real redis-server (SPEC §6): one test per point of
+// handoff::redis::keyed_mutex against a real redis-server: one test per point of
 // the contract in include/handoff/redis/keyed_mutex.hpp: exclusion and FIFO across
 // processes and instances, try_lock and timeouts, leases and extend, fencing tokens,
 // the watchdog, a server that dies mid-hold, dead waiters, async waiting, lock_all and
@@ -1117,6 +1117,76 @@ TEST_F(RedisKeyedMutex, OnlyFenceCountersStayOnTheServerOnceEveryGuardIsGone) {
   for (const std::string& k : keys) {
     EXPECT_TRUE(k.ends_with(":fence")) << k;
     EXPECT_GT(raw_.integer({"PTTL", k}), 0) << k << " never expires";
+  }
+}
+
+
+// --- extreme values and faults ------------------------------------------------------------
+
+TEST_F(RedisKeyedMutex, AHugeLeaseNeverExpiresAndAWaiterBehindItDoesNotStorm) {
+  keyed_mutex m(opts());
+  auto g = m.lock("k", lease{std::chrono::nanoseconds::max()});
+  ASSERT_TRUE(g.owns_lock());
+  EXPECT_FALSE(g.expired());
+  EXPECT_EQ(g.lease_duration(), std::chrono::nanoseconds::max());
+  EXPECT_GT(raw_.pttl("k"), 100LL * 365 * 24 * 3600 * 1000) << "the lease is not years long on the server";
+  keyed_mutex other(opts());
+  const long long before = raw_.evalsha_calls();
+  EXPECT_FALSE(other.try_lock_for("k", 600ms).owns_lock());
+  // A waiter re-checks every recheck_interval (200 ms here): a handful of calls, not a
+  // loop of them (an overflowing re-check time made it hundreds of thousands).
+  EXPECT_LT(raw_.evalsha_calls() - before, 30);
+  EXPECT_TRUE(g.extend(std::chrono::nanoseconds::max()));
+  EXPECT_FALSE(g.expired());
+  g.unlock();
+  EXPECT_FALSE(raw_.locked("k")) << "unlock skipped the release";
+  EXPECT_TRUE(other.try_lock("k").owns_lock());
+}
+
+TEST_F(RedisKeyedMutex, DistinctPrefixAndKeyPairsNeverNameTheSameLock) {
+  options a = opts();
+  a.prefix = "p:";
+  options b = opts();
+  b.prefix = "p:{a";
+  keyed_mutex ma(a);
+  keyed_mutex mb(b);
+  auto first = ma.lock("a{b");  // named "p:{a{b}:lock" before keys were escaped
+  auto second = mb.try_lock("b");
+  EXPECT_TRUE(second.owns_lock()) << "two different locks share one Redis key";
+  // Keys with any bytes stay distinct, the escape byte and braces included.
+  keyed_mutex m(opts());
+  auto x = m.lock(std::string("x\x01(y", 4));
+  auto y = m.try_lock("x{y");
+  auto z = m.try_lock(std::string("x\0y", 3));
+  EXPECT_TRUE(y.owns_lock());
+  EXPECT_TRUE(z.owns_lock());
+  EXPECT_FALSE(m.try_lock("x{y").owns_lock());
+}
+
+TEST_F(RedisKeyedMutex, AServerKilledWhileALargeCommandIsWrittenIsAnErrorNotTheEndOfTheProcess) {
+  const std::string key(8U << 20U, 'k');  // each script call writes it four times
+  for (int round = 0; round < 3; ++round) {
+    std::atomic<int> errors{0};
+    {
+      keyed_mutex m(opts());
+      std::atomic<bool> started{false};
+      std::jthread locker([&] {
+        for (;;) {
+          try {
+            started.store(true);
+            auto g = m.lock(key, lease{10s});
+          } catch (const redis_error&) {
+            errors.fetch_add(1);
+            return;
+          }
+        }
+      });
+      ASSERT_TRUE(eventually([&] { return started.load(); }));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 + 10 * round));
+      server_.kill();  // mid-write, often: a write to a closed socket raises SIGPIPE
+    }
+    EXPECT_EQ(errors.load(), 1);
+    server_.restart();
   }
 }
 
