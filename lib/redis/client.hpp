@@ -182,6 +182,8 @@ struct client : std::enable_shared_from_this<client> {
   attempt_result attempt(connection& c, const key_names& n, std::string_view owner, std::int64_t lease_ms,
                          std::string_view waiter_id, std::string_view key);
   void cancel(connection& c, const key_names& n, std::string_view waiter_id, std::string_view key);
+  // Applies options::if_server_evicts to the server behind c (throws error for refuse).
+  void check_eviction(connection& c) const;
   std::shared_ptr<hold> make_hold(std::string_view key, std::string owner, std::uint64_t fence, std::int64_t lease_ns,
                                   std::int64_t sent_at);
   // When a waiter that was not granted re-checks next: a notification wakes it earlier.

@@ -1190,4 +1190,37 @@ TEST_F(RedisKeyedMutex, AServerKilledWhileALargeCommandIsWrittenIsAnErrorNotTheE
   }
 }
 
+
+TEST(RedisKeyedMutexOptions, AServerThatMayEvictKeysIsRefusedOrWarnedAbout) {
+  test_timeout limit{60s};
+  for (const char* policy : {"allkeys-lru", "volatile-lru", "allkeys-random"}) {
+    SCOPED_TRACE(policy);
+    redis_server server({"--maxmemory", "100mb", "--maxmemory-policy", policy});
+    options o;
+    o.port = server.port();
+    try {
+      keyed_mutex m(o);
+      ADD_FAILURE() << "a server that may evict lock keys was accepted";
+    } catch (const redis_error& e) {
+      EXPECT_NE(std::string(e.what()).find("evict"), std::string::npos) << e.what();
+    }
+    o.if_server_evicts = handoff::redis::eviction_check::warn;
+    testing::internal::CaptureStderr();
+    {
+      keyed_mutex m(o);
+      EXPECT_TRUE(m.try_lock("k").owns_lock());
+    }
+    EXPECT_NE(testing::internal::GetCapturedStderr().find("warning"), std::string::npos);
+    o.if_server_evicts = handoff::redis::eviction_check::allow;
+    EXPECT_NO_THROW(keyed_mutex{o});
+  }
+  redis_server no_eviction({"--maxmemory", "100mb", "--maxmemory-policy", "noeviction"});
+  options o;
+  o.port = no_eviction.port();
+  EXPECT_NO_THROW(keyed_mutex{o});
+  redis_server no_limit({"--maxmemory", "0", "--maxmemory-policy", "allkeys-lru"});
+  o.port = no_limit.port();
+  EXPECT_NO_THROW(keyed_mutex{o}) << "without maxmemory nothing is evicted";
+}
+
 }  // namespace

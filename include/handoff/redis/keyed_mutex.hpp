@@ -70,6 +70,15 @@ class error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What the constructor does with a server that may evict keys under memory pressure
+// (maxmemory set, with a maxmemory-policy other than noeviction): lock keys are ordinary
+// keys with an expiry, so an evicted lock lets a second holder in.
+enum class eviction_check : std::uint8_t {
+  refuse,  // throw error (also when the policy cannot be read)
+  warn,    // print a warning to stderr and go on
+  allow,   // do not check
+};
+
 struct options {
   std::string host = "127.0.0.1";
   int port = 6379;
@@ -86,6 +95,8 @@ struct options {
   std::chrono::milliseconds watchdog_lease{30000};
   // A waiter's fallback re-check and heartbeat period (see the overview).
   std::chrono::milliseconds recheck_interval{1000};
+  // A server that may evict keys (checked once, with INFO memory, at construction).
+  eviction_check if_server_evicts = eviction_check::refuse;
 };
 
 namespace detail {
