@@ -6,19 +6,46 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <new>
 #include <system_error>
 
 #include "client.hpp"
 #include "handoff/detail/report.hpp"
+#include "handoff/detail/run_queue.hpp"
 
 namespace handoff::redis::detail {
+
+namespace {
+// One finished async request on its way to the callback thread.
+struct callback_task final : handoff::detail::task {
+  callback_task(std::unique_ptr<async_request> req, guard g, std::exception_ptr e) noexcept
+      : r(std::move(req)), result(std::move(g)), failure(std::move(e)) {
+    run = &call;
+  }
+  std::unique_ptr<async_request> r;
+  guard result;
+  std::exception_ptr failure;
+
+  static void call(handoff::detail::task* t) noexcept {
+    std::unique_ptr<callback_task> self(static_cast<callback_task*>(t));
+    try {
+      self->r->cb(std::move(self->result), std::move(self->failure));
+    } catch (...) {
+      handoff::detail::report_to_stderr(std::current_exception(), "a redis::keyed_mutex::lock_async callback");
+    }
+  }
+};
+}  // namespace
 
 void client::complete(std::unique_ptr<async_request> r, guard g, std::exception_ptr e) noexcept {
   {
     const std::lock_guard lock(reg_mu_);
     waiters_.erase(r->id);
   }
-  try {
+  // Null when out of memory; then nothing was moved from r, g and e.
+  auto* t = new (std::nothrow) callback_task(std::move(r), std::move(g), std::move(e));
+  if (t != nullptr) return callbacks_.post(t);
+  try {  // no memory for the task: run the callback here rather than lose it
     r->cb(std::move(g), std::move(e));
   } catch (...) {
     handoff::detail::report_to_stderr(std::current_exception(), "a redis::keyed_mutex::lock_async callback");

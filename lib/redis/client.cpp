@@ -98,7 +98,8 @@ void client::stop() noexcept {
     complete(std::move(r), guard(),
              std::make_exception_ptr(error("handoff::redis: keyed_mutex destroyed while waiting")));
   }
-  watched_.clear();  // the watchdog stops: those holds end with their lease
+  watched_.clear();   // the watchdog stops: those holds end with their lease
+  callbacks_.stop();  // runs the callbacks still queued, those just completed included
 }
 
 void client::connect_subscriber() {

@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../task_thread.hpp"
 #include "connection.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/redis/keyed_mutex.hpp"
@@ -70,10 +71,17 @@ inline std::string escape_key(std::string_view key) {
   out.reserve(key.size());
   for (const char c : key) {
     switch (c) {
-      case '{': out += "\x01("; break;
-      case '}': out += "\x01)"; break;
-      case '\x01': out += "\x01\x01"; break;
-      default: out += c;
+      case '{':
+        out += "\x01(";
+        break;
+      case '}':
+        out += "\x01)";
+        break;
+      case '\x01':
+        out += "\x01\x01";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -211,6 +219,9 @@ struct client : std::enable_shared_from_this<client> {
   void run_watchdog(std::int64_t now);
   void complete(std::unique_ptr<async_request> r, guard g, std::exception_ptr e) noexcept;
 
+  // Runs the callbacks of async requests (complete()), so that a slow one never holds up
+  // this client's heartbeats, renewals or notifications.
+  handoff::detail::task_thread callbacks_;
   std::thread thread_;
   int wake_fd_ = -1;  // eventfd: submit() and stop() wake the background thread
   std::atomic<bool> stop_{false};

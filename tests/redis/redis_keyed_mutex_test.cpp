@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <exception>
 #include <future>
+#include <latch>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -1120,7 +1121,6 @@ TEST_F(RedisKeyedMutex, OnlyFenceCountersStayOnTheServerOnceEveryGuardIsGone) {
   }
 }
 
-
 // --- extreme values and faults ------------------------------------------------------------
 
 TEST_F(RedisKeyedMutex, AHugeLeaseNeverExpiresAndAWaiterBehindItDoesNotStorm) {
@@ -1190,7 +1190,6 @@ TEST_F(RedisKeyedMutex, AServerKilledWhileALargeCommandIsWrittenIsAnErrorNotTheE
   }
 }
 
-
 TEST(RedisKeyedMutexOptions, AServerThatMayEvictKeysIsRefusedOrWarnedAbout) {
   test_timeout limit{60s};
   for (const char* policy : {"allkeys-lru", "volatile-lru", "allkeys-random"}) {
@@ -1221,6 +1220,39 @@ TEST(RedisKeyedMutexOptions, AServerThatMayEvictKeysIsRefusedOrWarnedAbout) {
   redis_server no_limit({"--maxmemory", "0", "--maxmemory-policy", "allkeys-lru"});
   o.port = no_limit.port();
   EXPECT_NO_THROW(keyed_mutex{o}) << "without maxmemory nothing is evicted";
+}
+
+TEST_F(RedisKeyedMutex, ABusyCallbackCostsNoQueuedWaiterOfItsClientItsPlace) {
+  keyed_mutex holder(opts());
+  keyed_mutex a(opts());  // heartbeats every 200 ms: a waiter 600 ms silent counts as dead
+  keyed_mutex c(opts());
+  auto held = holder.lock("k");
+  std::atomic<int> next{0};
+  std::atomic<int> a_turn{-1};
+  std::latch a_done{1};
+  a.lock_async("k", [&](handoff::redis::guard g, std::exception_ptr) {
+    if (g.owns_lock()) a_turn.store(next.fetch_add(1));
+    a_done.count_down();
+  });
+  ASSERT_TRUE(raw_.wait_queue_length("k", 1));
+  std::latch busy_started{1};
+  a.lock_async("busy", [&](handoff::redis::guard, std::exception_ptr) {
+    busy_started.count_down();
+    std::this_thread::sleep_for(1500ms);  // a slow callback of the same client
+  });
+  busy_started.wait();
+  std::atomic<int> c_turn{-1};
+  std::jthread second([&] {
+    auto g = c.try_lock_for("k", 20s);
+    if (g.owns_lock()) c_turn.store(next.fetch_add(1));
+  });
+  ASSERT_TRUE(raw_.wait_queue_length("k", 2));
+  std::this_thread::sleep_for(900ms);  // past the heartbeat of a waiter whose client is silent
+  held.unlock();
+  a_done.wait();
+  second.join();
+  EXPECT_EQ(a_turn.load(), 0) << "the first waiter lost its place while its client ran a slow callback";
+  EXPECT_EQ(c_turn.load(), 1);
 }
 
 }  // namespace

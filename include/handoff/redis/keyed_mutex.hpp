@@ -159,16 +159,21 @@ class [[nodiscard]] guard {
 using multi_guard = handoff::basic_multi_guard<guard>;
 
 // One client of the keyed locks on a Redis server. Thread-safe. Owns a pool of command
-// connections, one subscriber connection and one background thread (notifications, the
-// watchdog, async waiters). Precondition of destruction: no guard or waiter of it alive.
+// connections, one subscriber connection, one background thread (notifications, the
+// watchdog, async waiters' attempts) and one callback thread (async_lock resumptions and
+// lock_async callbacks). Precondition of destruction: no guard or waiter of it alive;
+// async requests still waiting end with error("keyed_mutex destroyed while waiting"), and
+// the watchdog stops, so holds still alive end with their lease.
 class keyed_mutex {
  public:
   using key_type = std::string;
   using guard = redis::guard;
 
-  // Connects once to check the options (throws error if Redis cannot be reached or
-  // rejects the AUTH, std::invalid_argument for nonsensical options) and starts the
-  // background thread.
+  // Connects once to check the options and the server's eviction policy (throws error if
+  // Redis cannot be reached, rejects the AUTH, or may evict keys under
+  // eviction_check::refuse; std::invalid_argument for nonsensical options: port out of
+  // range, pool_size 0, non-positive timeouts or recheck_interval, watchdog_lease under
+  // 3 ms, negative database) and starts the background and callback threads.
   explicit keyed_mutex(options o = {});
   ~keyed_mutex();
   keyed_mutex(const keyed_mutex&) = delete;
@@ -223,8 +228,9 @@ class keyed_mutex {
   }
 
   // Thread-safe. `co_await m.async_lock(key)` yields a guard; the coroutine is suspended
-  // (no thread blocked) while it waits and is resumed on this mutex's background thread
-  // (keep the continuation short, or hop to your executor). With a wait time the guard
+  // (no thread blocked) while it waits and is resumed on this mutex's callback thread,
+  // through that thread's run queue (a long continuation delays other callbacks only:
+  // keep it short, or hop to your executor). With a wait time the guard
   // does not own the lock if it timed out. A Redis error is thrown from the co_await.
   [[nodiscard]] auto async_lock(std::string key) { return awaiter(*this, std::move(key), no_deadline, 0); }
   [[nodiscard]] auto async_lock(std::string key, lease l) {
@@ -235,9 +241,12 @@ class keyed_mutex {
     return awaiter(*this, std::move(key), deadline_in(wait), 0);
   }
 
-  // Thread-safe. Callback form: f(guard, error) runs once, on the background thread, with
-  // the guard (empty if the wait timed out) or the Redis error that ended the request.
-  // Exceptions thrown by f are reported to stderr. Never blocks.
+  // Thread-safe. Callback form: f(guard, error) runs once, on this mutex's callback thread
+  // (never on the background thread that keeps heartbeats and renewals: a slow callback
+  // costs no waiter its place), with the guard (empty if the wait timed out) or the Redis
+  // error that ended the request. What f makes runnable (actor sends, keyed-mutex grants)
+  // runs after it returns, on that thread. Exceptions thrown by f are reported to stderr.
+  // Never blocks.
   using callback = std::function<void(guard, std::exception_ptr)>;
   void lock_async(std::string key, callback f, std::chrono::nanoseconds wait = std::chrono::nanoseconds::max(),
                   std::chrono::nanoseconds lease = std::chrono::nanoseconds::zero());
