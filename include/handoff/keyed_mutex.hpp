@@ -41,9 +41,18 @@
 //
 // Where waiters run: a blocked thread wakes on its own thread; a coroutine or callback
 // waiter is resumed by the thread that unlocks the key (inside unlock() or the guard's
-// destructor) or, when a lease expires or an async wait times out, by the mutex's timer
-// thread. Resumptions triggered while one is running on a thread are queued and run after
-// it, so chains of hand-offs do not grow the stack.
+// destructor) or, when a lease expires or an async wait times out, by the mutex's
+// completion thread (one per mutex, started with the lease timer thread, joined by the
+// destructor). The timer thread itself never runs user code: a callback or coroutine that
+// blocks delays only the completions queued after it, never a lease. Resumptions triggered
+// while one is running on a thread are queued and run after it, so chains of hand-offs do
+// not grow the stack.
+//
+// Keys: Hash, Eq and Key's copy constructor may throw; the exception propagates out of the
+// locking call with nothing held, nothing queued and no state left for the key. A thread
+// keeps its last idle entry for reuse only when its key owns little heap (a string of at
+// most 256 bytes of capacity, or a trivially destructible key): a big key's memory goes
+// back at its unlock.
 #pragma once
 
 #include <algorithm>
@@ -68,6 +77,7 @@
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/report.hpp"
+#include "handoff/key_guard.hpp"
 #include "handoff/lease.hpp"
 #include "handoff/multi_guard.hpp"
 
@@ -75,93 +85,6 @@ namespace handoff {
 namespace detail {
 struct lock_table_access;
 }
-
-// The RAII guard of one key. Movable, not copyable; not thread-safe itself (use one guard
-// from one thread at a time), but it may be moved to and unlocked on another thread.
-class [[nodiscard]] key_guard {
- public:
-  key_guard() noexcept = default;
-  key_guard(const key_guard&) = delete;
-  key_guard& operator=(const key_guard&) = delete;
-  // A moved-from guard is empty, as if default-constructed. Moving a held guard turns
-  // self-deadlock detection off for this hold (see the overview).
-  key_guard(key_guard&& o) noexcept
-      : table_(o.table_), entry_(std::exchange(o.entry_, nullptr)), token_(std::exchange(o.token_, 0)),
-        lease_(std::exchange(o.lease_, 0)), expired_(std::exchange(o.expired_, false)) {
-    forget_thread();
-  }
-  // Unlocks what this guard held, then takes o's state.
-  key_guard& operator=(key_guard&& o) noexcept {
-    if (this != &o) {
-      unlock();
-      table_ = o.table_;
-      entry_ = std::exchange(o.entry_, nullptr);
-      token_ = std::exchange(o.token_, 0);
-      lease_ = std::exchange(o.lease_, 0);
-      expired_ = std::exchange(o.expired_, false);
-      forget_thread();
-    }
-    return *this;
-  }
-  // Unlocks (see unlock()).
-  ~key_guard() { unlock(); }
-
-  // True while this guard holds its key: acquired, not unlocked, lease not expired.
-  [[nodiscard]] bool owns_lock() const noexcept { return entry_ != nullptr && !expired(); }
-  explicit operator bool() const noexcept { return owns_lock(); }
-
-  // Releases the key: the next waiter gets it (a coroutine or callback waiter may run on
-  // this thread before unlock() returns). A no-op when the guard holds nothing: after
-  // unlock(), after a move, or when the lease expired. Never throws.
-  void unlock() noexcept {
-    if (entry_ == nullptr) return;
-    if (lease_ != 0) return unlock_leased();
-    table_->release(std::exchange(entry_, nullptr));
-  }
-
-  // The fencing token of this grant: greater than every earlier grant's token for the same
-  // key. 0 if the guard never acquired. Kept after unlock() and expiry, so that it can be
-  // sent to a downstream store that rejects writes with a token lower than one it has seen.
-  [[nodiscard]] std::uint64_t token() const noexcept { return token_; }
-
-  // True when the lease ran out while this guard held the key (it stays true).
-  [[nodiscard]] bool expired() const noexcept {
-    return expired_ || (entry_ != nullptr && lease_ != 0 && entry_->leased.load(std::memory_order_acquire) != token_);
-  }
-
-  // Throws lock_expired unless owns_lock(): call before acting on the protected resource.
-  void check() const {
-    if (!owns_lock()) throw lock_expired();
-  }
-
-  // Leased guards: renews the lease to `d` from now. Returns false (and changes nothing)
-  // if the guard no longer holds the key. Throws std::logic_error for a guard without a
-  // lease, std::invalid_argument for d <= 0.
-  bool extend(std::chrono::nanoseconds d);
-
-  // The current lease length: as granted, or as last extended; zero when none.
-  [[nodiscard]] std::chrono::nanoseconds lease_duration() const noexcept { return std::chrono::nanoseconds(lease_); }
-
-  // Internal: a guard of a grant (keyed_mutex builds them, in place where it can).
-  key_guard(detail::lock_table* t, const detail::grant& g) noexcept
-      : table_(t), entry_(g.entry), token_(g.token), lease_(g.lease) {}
-
- private:
-  void unlock_leased() noexcept;
-  // Only the holder writes holder_thread, and a guard that holds is the holder (an
-  // expired one is not, but then the timer has cleared it already or will).
-  void forget_thread() noexcept {
-    if (entry_ != nullptr && !expired()) entry_->holder_thread.store(0, std::memory_order_relaxed);
-  }
-
-  detail::lock_table* table_ = nullptr;
-  detail::lock_entry* entry_ = nullptr;  // non-null: holds a reference (and maybe the key)
-  std::uint64_t token_ = 0;
-  std::int64_t lease_ = 0;  // ns
-  bool expired_ = false;    // the lease ran out (cached once seen at unlock)
-};
-
-using multi_guard = basic_multi_guard<key_guard>;
 
 template <class Key = std::string, class Hash = std::hash<Key>, class Eq = std::equal_to<Key>>
 class keyed_mutex {
@@ -214,9 +137,7 @@ class keyed_mutex {
   // returns or throws.
   template <class F>
     requires(std::invocable<F&>)
-  decltype(auto) with_lock(const Key& key, F&& f) {
-    return detail::run_locked(lock(key), f);
-  }
+  decltype(auto) with_lock(const Key& key, F&& f) { return detail::run_locked(lock(key), f); }
 
   // Thread-safe. Locks several keys without deadlock against any other lock_all (or
   // single-key lock in the same order): the keys are sorted with operator< (required) and
@@ -226,9 +147,8 @@ class keyed_mutex {
     requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
   multi_guard lock_all(const Keys& keys) {
     // Built in place, never moved: self-deadlock detection stays on for each key.
-    return detail::lock_in_order<Key, guard>(keys, eq_, [this](std::vector<guard>& out, const Key& k) {
-      out.emplace_back(&table_, acquire_grant(k, {}));
-    });
+    return detail::lock_in_order<Key, guard>(
+        keys, eq_, [this](std::vector<guard>& out, const Key& k) { out.emplace_back(&table_, acquire_grant(k, {})); });
   }
   multi_guard lock_all(std::initializer_list<Key> keys) { return lock_all(std::vector<Key>(keys)); }
 
@@ -290,6 +210,20 @@ class keyed_mutex {
   // reuse, and a key's memory must go back when the key goes idle (the thread's cached
   // entry, detail::cached_entry, already saves the allocation on the uncontended path).
   static void destroy(detail::lock_entry* e) noexcept { delete static_cast<entry*>(e); }
+  // Whether an idle entry may stay cached for this thread (detail/entry_cache.hpp): only
+  // if reusing it is possible (Key copy-assignable) and its key owns little heap: a
+  // string-like key at most max_cached_key_bytes of capacity, any other key none (it is
+  // trivially destructible).
+  static bool keep(const detail::lock_entry* e) noexcept {
+    if constexpr (!std::is_copy_assignable_v<Key>) {
+      return false;
+    } else if constexpr (detail::capacity_sized<Key>) {
+      const Key& k = static_cast<const entry*>(e)->key;
+      return k.capacity() <= detail::max_cached_key_bytes / sizeof(typename Key::value_type);
+    } else {
+      return std::is_trivially_destructible_v<Key>;
+    }
+  }
 
   // With s locked.
   detail::lock_entry* find_or_create(detail::lock_shard& s, std::size_t h, const Key& key) {
@@ -440,7 +374,7 @@ class keyed_mutex {
 
   [[no_unique_address]] Hash hash_;
   [[no_unique_address]] Eq eq_;
-  detail::lock_table table_{&destroy};
+  detail::lock_table table_{&destroy, &keep};
 };
 
 }  // namespace handoff
