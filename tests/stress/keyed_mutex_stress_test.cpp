@@ -359,12 +359,12 @@ void run(const config& cfg, const char* label) {
   auto& n = w->n;
   // Coroutines and callbacks still queued are granted by the holders ahead of them (all
   // of which finish) or time out on the timer thread.
-  const auto settle = steady::now() + 60s;
-  while ((n.async_done.load(std::memory_order_acquire) != n.async_started.load() ||
-          n.callbacks_done.load(std::memory_order_acquire) != n.callbacks_started.load()) &&
-         steady::now() < settle) {
-    std::this_thread::sleep_for(1ms);
-  }
+  (void)handoff::test::eventually(
+      [&] {
+        return n.async_done.load(std::memory_order_acquire) == n.async_started.load() &&
+               n.callbacks_done.load(std::memory_order_acquire) == n.callbacks_started.load();
+      },
+      60s);
   EXPECT_EQ(n.async_done.load(std::memory_order_acquire), n.async_started.load()) << "coroutines never resumed";
   EXPECT_EQ(n.callbacks_done.load(std::memory_order_acquire), n.callbacks_started.load()) << "callbacks never run";
 
