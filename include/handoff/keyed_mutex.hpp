@@ -171,9 +171,9 @@ class keyed_mutex {
   template <class F>
     requires(std::invocable<std::decay_t<F>&, guard>)
   void lock_async(const Key& key, F&& f) {
+    const std::size_t h = detail::mix_hash(hash_(key));  // first: a throw leaves nothing to free
     auto* w = detail::new_node<callback_waiter<std::decay_t<F>>>(std::forward<F>(f));
     w->table = &table_;
-    const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
     s.lock.lock();
     detail::lock_entry* e;
@@ -294,12 +294,12 @@ class keyed_mutex {
 
     bool await_suspend(std::coroutine_handle<> h) {
       if (deadline_ != detail::no_deadline || lease_ != 0) m_.table_.start_timer();
+      const std::size_t hash = detail::mix_hash(m_.hash_(key_));  // first: a throw leaves nothing to free
       auto* w = detail::new_node<detail::waiter>();
       w->type = detail::waiter::kind::coroutine;
       w->handle = h;
       w->table = &m_.table_;
       if (deadline_ != detail::no_deadline) w->refs.store(3, std::memory_order_relaxed);  // + the timer's
-      const std::size_t hash = detail::mix_hash(m_.hash_(key_));
       detail::lock_shard& s = m_.table_.shard_for(hash);
       s.lock.lock();
       detail::lock_entry* e;

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <latch>
 #include <memory>
@@ -96,7 +97,7 @@ TEST_F(KeyedMutex, AsyncLockWithAWaitTimeGivesANonOwningGuardOnTimeoutAndIsNever
   EXPECT_GE(steady::now() - start, 50ms);
   EXPECT_FALSE(out.owned);
   EXPECT_FALSE(out.kept.owns_lock());
-  EXPECT_NE(out.thread, std::this_thread::get_id());  // the mutex's timer thread resumed it
+  EXPECT_NE(out.thread, std::this_thread::get_id());  // the mutex's completion thread resumed it
   EXPECT_EQ(m.size(), 1u);
   g.unlock();  // skips the timed-out request: the key is free
   EXPECT_EQ(m.size(), 0u);
@@ -232,6 +233,27 @@ TEST_F(KeyedMutex, LockAsyncReportsAnExceptionFromTheCallbackAndReleasesTheKey) 
   EXPECT_EQ(m.size(), 0u);
   EXPECT_TRUE(m.try_lock("free").owns_lock());
   EXPECT_TRUE(m.try_lock("held").owns_lock());
+}
+
+// A wait time too long to add to the clock means "no deadline"; a finite one of hours must
+// not make the timer spin or time out early. Both wait, and are granted at the unlock.
+TEST_F(KeyedMutex, AsyncLockWithAnUnboundedOrHoursLongWaitTimeWaitsAndIsGrantedAtUnlock) {
+  for (const std::chrono::nanoseconds wait : {std::chrono::nanoseconds::max(), std::chrono::nanoseconds(10000h)}) {
+    keyed_mutex<> m;
+    key_guard g = m.lock("k");
+    async_outcome out;
+    const std::clock_t cpu_before = std::clock();
+    await_lock([&m, wait] { return m.async_lock("k", wait); }, &out, true);
+    std::this_thread::sleep_for(100ms);  // a negative check: the waiter must still be waiting
+    const double cpu_ms = 1000.0 * static_cast<double>(std::clock() - cpu_before) / CLOCKS_PER_SEC;
+    EXPECT_FALSE(out.done()) << "timed out at once";
+    EXPECT_LT(cpu_ms, 60.0) << "the timer thread spins";
+    g.unlock();
+    ASSERT_TRUE(out.done());  // granted inside the unlock
+    EXPECT_TRUE(out.owned);
+    out.kept.unlock();
+    EXPECT_EQ(m.size(), 0u);
+  }
 }
 
 }  // namespace

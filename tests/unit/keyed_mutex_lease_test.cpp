@@ -105,7 +105,7 @@ TEST_F(KeyedMutex, ALeaseThatRunsOutPassesTheKeyToTheNextWaiterAndTheOldGuardRep
   EXPECT_EQ(m.size(), 0u);
 }
 
-TEST_F(KeyedMutex, ALeaseThatRunsOutResumesAWaitingCoroutineOnTheTimerThread) {
+TEST_F(KeyedMutex, ALeaseThatRunsOutResumesAWaitingCoroutineOnTheMutexsCompletionThread) {
   keyed_mutex<> m;
   key_guard g = m.lock("k", lease{50ms});
   async_outcome out;
@@ -113,7 +113,8 @@ TEST_F(KeyedMutex, ALeaseThatRunsOutResumesAWaitingCoroutineOnTheTimerThread) {
   EXPECT_FALSE(out.done());
   ASSERT_TRUE(eventually([&] { return out.done(); }));
   EXPECT_TRUE(out.owned);
-  EXPECT_NE(out.thread, std::this_thread::get_id());  // nobody unlocked: the timer handed it over
+  EXPECT_NE(out.thread,
+            std::this_thread::get_id());  // nobody unlocked: the timer handed it over, the completion thread resumed it
   EXPECT_GT(out.token, g.token());
   EXPECT_TRUE(g.expired());
   g.unlock();  // no-op: the coroutine's guard keeps the key
@@ -207,6 +208,90 @@ TEST_F(KeyedMutex, LockingAgainAfterTheLeaseExpiredIsNotADeadlock) {
   key_guard again;
   EXPECT_NO_THROW(again = m.try_lock_for("k", 5s));
   EXPECT_TRUE(again.owns_lock());
+}
+
+// --- leases that never run out ----------------------------------------------------------
+
+// A lease too long to add to the clock saturates to "never": it must not wrap around into
+// the past and expire at once.
+TEST_F(KeyedMutex, ALeaseOfNanosecondsOrHoursMaxNeverExpires) {
+  keyed_mutex<> m;
+  for (const lease l : {lease{std::chrono::nanoseconds::max()}, lease{std::chrono::hours::max()}}) {
+    key_guard g = m.lock("k", l);
+    ASSERT_TRUE(g.owns_lock());
+    std::thread([&] {
+      const auto start = steady::now();
+      EXPECT_FALSE(m.try_lock_for("k", 100ms).owns_lock());  // still held after a wait
+      EXPECT_GE(steady::now() - start, 100ms);
+    }).join();
+    EXPECT_FALSE(g.expired());
+    EXPECT_TRUE(g.owns_lock());
+    EXPECT_NO_THROW(g.check());
+    g.unlock();
+    EXPECT_TRUE(free_elsewhere(m, std::string("k")));  // the unlock released it
+    EXPECT_EQ(m.size(), 0u);
+  }
+}
+
+TEST_F(KeyedMutex, ExtendingALeaseByNanosecondsMaxMakesItNeverExpire) {
+  keyed_mutex<> m;
+  key_guard g = m.lock("k", lease{50ms});
+  ASSERT_TRUE(g.extend(std::chrono::nanoseconds::max()));
+  EXPECT_EQ(g.lease_duration(), std::chrono::nanoseconds::max());
+  std::thread([&] {
+    const auto start = steady::now();
+    EXPECT_FALSE(m.try_lock_for("k", 200ms).owns_lock());  // well past the original 50 ms
+    EXPECT_GE(steady::now() - start, 200ms);
+  }).join();
+  EXPECT_FALSE(g.expired());
+  EXPECT_TRUE(g.owns_lock());
+  ASSERT_TRUE(g.extend(100ms));  // and a finite lease can follow: it runs out again
+  ASSERT_TRUE(eventually([&] { return g.expired(); }));
+  EXPECT_TRUE(free_elsewhere(m, std::string("k")));
+  g.unlock();
+  EXPECT_EQ(m.size(), 0u);
+}
+
+// --- the timer never runs user code -----------------------------------------------------
+
+// Regression: the timer thread used to run the callbacks and coroutines it granted (after
+// a lease expiry) itself, so one that blocked stopped every lease of the mutex; one that
+// waited for another leased key waited for ever, since only the timer could free it.
+TEST_F(KeyedMutex, LeasesKeepExpiringWhileACallbackGrantedByALeaseExpiryBlocks) {
+  keyed_mutex<> m;
+  key_guard a = m.lock("a", lease{30ms});
+  key_guard c = m.lock("c", lease{300ms});
+  std::atomic<bool> in_callback{false};
+  std::atomic<bool> got_c{false};
+  std::latch leave(1);
+  std::atomic<bool> left{false};
+  m.lock_async("a", [&](key_guard g) {
+    EXPECT_TRUE(g.owns_lock());
+    in_callback.store(true);
+    key_guard gc = m.lock("c");  // blocks until c's lease runs out: the timer must fire it
+    got_c.store(gc.owns_lock());
+    leave.wait();  // then blocks for as long as the test wants
+    gc.unlock();
+    g.unlock();
+    left.store(true);
+  });
+  ASSERT_TRUE(eventually([&] { return in_callback.load(); }));  // granted by a's expiry
+  EXPECT_TRUE(a.expired());
+  ASSERT_TRUE(eventually([&] { return got_c.load(); }, 10s)) << "c's lease never fired";
+  EXPECT_TRUE(c.expired());
+  // The callback is still blocked; another key's lease expires on time all the same.
+  const auto start = steady::now();
+  key_guard b = m.lock("b", lease{50ms});
+  ASSERT_TRUE(eventually([&] { return b.expired(); }, 10s));
+  EXPECT_LT(steady::now() - start, 5s);
+  EXPECT_TRUE(free_elsewhere(m, std::string("b")));
+  b.unlock();
+  leave.count_down();
+  ASSERT_TRUE(eventually([&] { return left.load(); }));
+  EXPECT_EQ(m.size(), 2u);  // a and c: still referred to by their expired guards
+  a.unlock();
+  c.unlock();
+  EXPECT_EQ(m.size(), 0u);
 }
 
 }  // namespace

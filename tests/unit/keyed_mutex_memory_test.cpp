@@ -10,8 +10,10 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
+
 #include <functional>
 #include <latch>
+#include <malloc.h>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -189,6 +191,36 @@ TEST_F(KeyedMutexDeathTest, DestroyingTheMutexWhileAGuardIsAliveTerminatesWithAM
         std::_Exit(0);  // not reached; a clean exit fails the test
       },
       testing::KilledBySignal(SIGABRT), "keyed_mutex destroyed while 1 key\\(s\\) still have a guard or a waiter");
+}
+
+// Bytes the C allocator has handed out and not got back (small blocks and mmapped ones).
+std::size_t heap_in_use() {
+  const struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
+// Regression: the thread's cached entry kept the capacity of the last key it held, so a
+// 64 MB key stayed allocated after its unlock, and after its mutex was destroyed.
+TEST_F(KeyedMutex, AHugeKeysMemoryGoesBackAtItsUnlockAndIsNotKeptForTheThread) {
+  constexpr std::size_t huge = std::size_t{64} << 20;
+  std::thread([&] {  // a fresh thread: its cache starts empty
+    const std::size_t before = heap_in_use();
+    {
+      keyed_mutex<> m;
+      {
+        const std::string key(huge, 'k');
+        if (heap_in_use() < before + huge) {
+          GTEST_SKIP() << "mallinfo2 does not see this allocator (sanitizer build)";
+        }
+        EXPECT_TRUE(m.lock(key).owns_lock());  // unlocked at once
+      }
+      EXPECT_EQ(m.size(), 0u);
+      EXPECT_LT(heap_in_use(), before + huge / 2) << "the unlocked key's memory was kept";
+      EXPECT_TRUE(m.lock("small").owns_lock());  // a small key is still recycled
+    }
+    EXPECT_LT(heap_in_use(), before + huge / 2);
+  })
+      .join();
 }
 
 }  // namespace

@@ -198,4 +198,159 @@ TEST_F(KeyedMutex, MultiGuardMoveAssignmentReleasesTheKeysItHeld) {
   EXPECT_EQ(empty.size(), 0u);
 }
 
+// --- moving multi-key guards ------------------------------------------------------------
+
+// Regression: moving a multi_guard moved its vector, not each guard, so the keys stayed
+// recorded as held by the thread that locked them, which then got a false
+// resource_deadlock_would_occur from its next lock() of one of them.
+TEST_F(KeyedMutex, AMultiGuardMovedToAnotherThreadLetsTheFirstThreadWaitForItsKeys) {
+  keyed_mutex<> m;
+  handoff::multi_guard handed;
+  std::atomic<bool> moved{false};
+  std::error_code error;
+  bool got = false;
+  blocking_call first([&] {
+    handoff::multi_guard all = m.lock_all({"b", "a"});
+    handed = std::move(all);  // to the main thread, which unlocks it there
+    moved.store(true, std::memory_order_release);
+    error = error_of([&] { got = m.lock("a").owns_lock(); });  // must wait, not throw
+  });
+  ASSERT_TRUE(eventually([&] { return moved.load(std::memory_order_acquire); }));
+  ASSERT_TRUE(first.wait_until_blocked());
+  EXPECT_TRUE(handed.owns_lock());
+  handed.unlock();
+  first.join();
+  EXPECT_EQ(error, std::error_code());
+  EXPECT_TRUE(got);
+  EXPECT_EQ(m.size(), 0u);
+}
+
+TEST_F(KeyedMutex, AMultiGuardThatWasNotMovedStillDetectsSelfDeadlock) {
+  keyed_mutex<> m;
+  handoff::multi_guard all = m.lock_all({"a", "b"});
+  EXPECT_EQ(error_of([&] { (void)m.lock("a"); }), would_deadlock);
+  EXPECT_EQ(error_of([&] { (void)m.try_lock_for("b", 1s); }), would_deadlock);
+  EXPECT_TRUE(all.owns_lock());
+  all.unlock();
+  EXPECT_TRUE(m.lock("a").owns_lock());
+}
+
+// --- keys whose hash, equality or copy throws --------------------------------------------
+
+// Every operation of this key type can be made to throw. Its hash is constant, so every
+// key collides and a lookup of one key compares it with the others.
+struct fragile_key {
+  static inline std::atomic<bool> throw_on_copy{false};
+  static inline std::atomic<bool> throw_on_hash{false};
+  static inline std::atomic<bool> throw_on_eq{false};
+  int id;
+  fragile_key(int i) : id(i) {}  // NOLINT(google-explicit-constructor): lock(1) reads well
+  fragile_key(const fragile_key& o) : id(o.id) {
+    if (throw_on_copy.load()) throw std::runtime_error("copy");
+  }
+  fragile_key& operator=(const fragile_key& o) {
+    if (throw_on_copy.load()) throw std::runtime_error("copy");
+    id = o.id;
+    return *this;
+  }
+  ~fragile_key() = default;
+  auto operator<=>(const fragile_key&) const = default;
+};
+struct fragile_hash {
+  std::size_t operator()(const fragile_key&) const {
+    if (fragile_key::throw_on_hash.load()) throw std::runtime_error("hash");
+    return 42;
+  }
+};
+struct fragile_eq {
+  bool operator()(const fragile_key& a, const fragile_key& b) const {
+    if (fragile_key::throw_on_eq.load()) throw std::runtime_error("eq");
+    return a.id == b.id;
+  }
+};
+using fragile_mutex = keyed_mutex<fragile_key, fragile_hash, fragile_eq>;
+
+// Arms one way of throwing for the scope.
+class throwing {
+ public:
+  explicit throwing(std::atomic<bool>& flag) : flag_(flag) { flag_.store(true); }
+  throwing(const throwing&) = delete;
+  throwing& operator=(const throwing&) = delete;
+  ~throwing() { flag_.store(false); }
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
+// co_awaits m.async_lock(*k) and records whether that threw std::runtime_error.
+handoff::test::fire_and_forget async_lock_throws(fragile_mutex& m, const fragile_key* k, bool* threw) {
+  try {
+    key_guard g = co_await m.async_lock(*k);
+  } catch (const std::runtime_error&) {
+    *threw = true;
+  }
+}
+
+// Every locking call, with key k: each must throw std::runtime_error and leave nothing.
+void expect_every_call_throws(fragile_mutex& m, const fragile_key& k) {
+  bool threw = false;
+  async_lock_throws(m, &k, &threw);
+  EXPECT_TRUE(threw);
+  EXPECT_THROW((void)m.lock(k), std::runtime_error);
+  EXPECT_THROW((void)m.lock(k, lease{1s}), std::runtime_error);
+  EXPECT_THROW((void)m.try_lock(k), std::runtime_error);
+  EXPECT_THROW((void)m.try_lock_for(k, 10ms), std::runtime_error);
+  bool called = false;
+  EXPECT_THROW(m.lock_async(k, [&](key_guard) { called = true; }), std::runtime_error);
+  EXPECT_FALSE(called);
+}
+
+TEST_F(KeyedMutex, AThrowingHashPropagatesWithNothingHeldAndNoStateLeft) {
+  fragile_mutex m;
+  {
+    throwing t(fragile_key::throw_on_hash);
+    expect_every_call_throws(m, 1);
+  }
+  EXPECT_EQ(m.size(), 0u);
+  EXPECT_TRUE(m.lock(1).owns_lock());  // the shard is not left locked
+  EXPECT_EQ(m.size(), 0u);
+}
+
+// Regression: the lookup that calls Eq was noexcept, so a throwing operator== terminated
+// the program.
+TEST_F(KeyedMutex, AThrowingEqualityPropagatesWithNothingHeldAndNoStateLeft) {
+  fragile_mutex m;
+  key_guard held = m.lock(1);
+  {
+    throwing t(fragile_key::throw_on_eq);
+    expect_every_call_throws(m, 1);  // the held key
+    expect_every_call_throws(m, 2);  // a new key that collides with it
+  }
+  EXPECT_EQ(m.size(), 1u);                         // only the held key
+  EXPECT_TRUE(held.owns_lock());                   // still held, nothing queued behind it
+  EXPECT_TRUE(free_elsewhere(m, fragile_key(2)));  // the shard is not left locked
+  held.unlock();
+  EXPECT_EQ(m.size(), 0u);
+  EXPECT_TRUE(free_elsewhere(m, fragile_key(1)));
+}
+
+TEST_F(KeyedMutex, AThrowingKeyCopyPropagatesWithNothingHeldAndNoStateLeft) {
+  fragile_mutex m;
+  (void)m.lock(7);  // this thread now keeps an idle entry: the first copy below reuses it
+  {
+    throwing t(fragile_key::throw_on_copy);
+    expect_every_call_throws(m, 1);  // into the cached entry (copy assignment)
+  }
+  EXPECT_EQ(m.size(), 0u);
+  key_guard held = m.lock(2);  // takes the cached entry: the next copy is a new entry's
+  {
+    throwing t(fragile_key::throw_on_copy);
+    expect_every_call_throws(m, 3);  // copy construction
+  }
+  EXPECT_EQ(m.size(), 1u);
+  held.unlock();
+  EXPECT_EQ(m.size(), 0u);
+  EXPECT_TRUE(m.lock(1).owns_lock());
+}
+
 }  // namespace

@@ -181,4 +181,24 @@ TEST_F(KeyedMutex, AWaiterThatTimedOutIsNeverGrantedTheKeyLater) {
   EXPECT_EQ(m.size(), 0u);
 }
 
+// The largest time point of a steady clock with a coarse duration is beyond the range of
+// nanoseconds: it must mean "no deadline", not overflow into the past and give up at once.
+TEST_F(KeyedMutex, TryLockUntilTheMaxTimePointOfACoarseClockWaitsForTheGrant) {
+  keyed_mutex<> m;
+  key_guard g = m.lock("k");
+  using steady_seconds = std::chrono::time_point<steady, std::chrono::seconds>;
+  using system_seconds = std::chrono::time_point<std::chrono::system_clock, std::chrono::seconds>;
+  for (int round = 0; round < 2; ++round) {
+    blocking_call waiter([&] {
+      key_guard w =
+          round == 0 ? m.try_lock_until("k", steady_seconds::max()) : m.try_lock_until("k", system_seconds::max());
+      EXPECT_TRUE(w.owns_lock()) << "round " << round;
+    });
+    ASSERT_TRUE(waiter.wait_until_blocked()) << "round " << round;
+    g.unlock();
+    waiter.join();
+    g = m.lock("k");
+  }
+}
+
 }  // namespace

@@ -52,7 +52,15 @@ std::int64_t deadline_at(std::int64_t now, std::chrono::time_point<Clock, Dur> t
     if (since_epoch <= Dur::zero()) return 0;
     return to_ns_saturating(since_epoch);
   } else {
+    using dsec = std::chrono::duration<double>;
+    using common = std::common_type_t<Dur, typename Clock::duration>;
     const auto c_now = Clock::now();
+    // Near the ends of the range (time_point<system_clock, seconds>::max()), comparing or
+    // subtracting in the common, finer duration would overflow: measure in double there.
+    const dsec since_epoch(t.time_since_epoch());
+    if (since_epoch >= dsec(common::max()) / 2 || since_epoch <= dsec(common::min()) / 2) {
+      return deadline_after(now, since_epoch - dsec(c_now.time_since_epoch()));
+    }
     if (t <= c_now) return now;
     return deadline_after(now, t - c_now);
   }
