@@ -299,7 +299,9 @@ class keyed_mutex {
       w->type = detail::waiter::kind::coroutine;
       w->handle = h;
       w->table = &m_.table_;
-      if (deadline_ != detail::no_deadline) w->refs.store(3, std::memory_order_relaxed);  // + the timer's
+      // Owners: this awaiter, the queue, and with a deadline the timer (relaxed: w is not
+      // shared until the push, which the shard lock publishes).
+      if (deadline_ != detail::no_deadline) w->refs.store(3, std::memory_order_relaxed);
       detail::lock_shard& s = m_.table_.shard_for(hash);
       s.lock.lock();
       detail::lock_entry* e;

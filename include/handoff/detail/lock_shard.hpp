@@ -13,11 +13,16 @@ namespace handoff::detail {
 
 // Mixes a user hash so that shard and slot bits are spread (std::hash of an integer is
 // the identity). Any result is fine, 0 included.
+// Folding the high half in first makes every input bit reach the multiply; the shift after
+// it brings the product's well-mixed high bits down to the slot bits (the low ones).
 inline std::size_t mix_hash(std::size_t h) noexcept {
   h ^= h >> 32;
   h *= 0x9E3779B97F4A7C15ull;  // 2^64 / golden ratio (Fibonacci hashing)
-  return h ^ (h >> 29);
+  return h ^ (h >> 29);        // shard bits are the top 8, slot bits the bottom: both mixed
 }
+
+// The cache line of x86-64 and of the common ARM64 cores: one shard fills one.
+inline constexpr std::size_t cache_line_bytes = 64;
 
 // A slot of a shard's open-addressing table: the entry's hash and pointer.
 struct table_slot {
@@ -29,7 +34,7 @@ struct table_slot {
 // that left it, in one cache line: the table starts in the line itself (two slots, room
 // for one entry at load 1/2), so an uncontended lock/unlock touches the shard's line and
 // the entry's, nothing else. Everything here is touched only under `lock`.
-struct alignas(64) lock_shard {
+struct alignas(cache_line_bytes) lock_shard {
   // Two 16-byte slots are what is left of the 64-byte line after the lock and counters.
   static constexpr std::size_t inline_slots = 2;
   // Grow beyond load 1/2: linear probing's expected probe count stays under 2.5 there.
@@ -102,6 +107,6 @@ struct alignas(64) lock_shard {
   void resize(std::size_t capacity);
   void shrink() noexcept;
 };
-static_assert(sizeof(lock_shard) == 64, "a shard is one cache line");
+static_assert(sizeof(lock_shard) == cache_line_bytes, "a shard is one cache line");
 
 }  // namespace handoff::detail
