@@ -102,7 +102,7 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   }
   w->entry = e;
   w->table = this;
-  const std::uint64_t before = e->count.fetch_add(1, std::memory_order_relaxed);
+  [[maybe_unused]] const std::uint64_t before = e->count.fetch_add(1, std::memory_order_relaxed);
   HANDOFF_ASSERT(before >= 1);  // held: the holder is counted
   e->waiters.push(w);
   s.lock.unlock();
@@ -127,7 +127,7 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
   w->entry = e;
   w->table = this;
   if (deadline != no_deadline) w->timeout.owner = w;  // before the push: the granter reads it
-  const std::uint64_t before = e->count.fetch_add(1, std::memory_order_relaxed);
+  [[maybe_unused]] const std::uint64_t before = e->count.fetch_add(1, std::memory_order_relaxed);
   HANDOFF_ASSERT(before >= 1);
   e->waiters.push(w);
   s.lock.unlock();
@@ -167,7 +167,7 @@ void lock_table::release(lock_entry* e) noexcept {
       }
       s.lock.unlock();
     }
-    const std::uint64_t before = e->count.fetch_sub(uncounted, std::memory_order_relaxed);
+    [[maybe_unused]] const std::uint64_t before = e->count.fetch_sub(uncounted, std::memory_order_relaxed);
     HANDOFF_ASSERT(before > uncounted);        // w is counted: stays >= 1, never underflows
     uncounted = 1;                             // w's own, should it turn out to have given up
     const std::uint64_t token = e->token + 1;  // tokens of skipped waiters are burnt: still monotonic
