@@ -75,6 +75,7 @@
 
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/clock.hpp"
+#include "handoff/detail/keyed_entry.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/key_guard.hpp"
@@ -202,54 +203,10 @@ class keyed_mutex {
   friend struct detail::lock_table_access;  // tests: the table's manual clock
   using wait_mode = detail::lock_request::wait_mode;
 
-  struct entry final : detail::lock_entry {
-    entry(std::size_t h, const Key& k) : lock_entry(h), key(k) {}  // NOLINT(modernize-pass-by-value): copied once
-    Key key;
-  };
-  // Entries use the global allocator, not the node pool: the pool keeps freed blocks for
-  // reuse, and a key's memory must go back when the key goes idle (the thread's cached
-  // entry, detail::cached_entry, already saves the allocation on the uncontended path).
-  static void destroy(detail::lock_entry* e) noexcept { delete static_cast<entry*>(e); }
-  // Whether an idle entry may stay cached for this thread (detail/entry_cache.hpp): only
-  // if reusing it is possible (Key copy-assignable) and its key owns little heap: a
-  // string-like key at most max_cached_key_bytes of capacity, any other key none (it is
-  // trivially destructible).
-  static bool keep(const detail::lock_entry* e) noexcept {
-    if constexpr (!std::is_copy_assignable_v<Key>) {
-      return false;
-    } else if constexpr (detail::capacity_sized<Key>) {
-      const Key& k = static_cast<const entry*>(e)->key;
-      return k.capacity() <= detail::max_cached_key_bytes / sizeof(typename Key::value_type);
-    } else {
-      return std::is_trivially_destructible_v<Key>;
-    }
-  }
-
-  // With s locked.
+  using entry = detail::keyed_entry<Key>;
+  // With s locked (see keyed_entry::find_or_create).
   detail::lock_entry* find_or_create(detail::lock_shard& s, std::size_t h, const Key& key) {
-    detail::lock_entry* e = s.find(h, [&](detail::lock_entry* x) { return eq_(static_cast<entry*>(x)->key, key); });
-    if (e != nullptr) return e;
-    entry* fresh;
-    detail::entry_cache& c = detail::cached_entry;
-    if (std::is_copy_assignable_v<Key> && c.entry != nullptr && c.destroy == &destroy) {
-      // This thread's last removed entry (of this key type): its protocol state is idle
-      // (count 0, empty mailbox, no lease, no holder); only the key, hash and token floor
-      // change.
-      fresh = static_cast<entry*>(c.entry);
-      if constexpr (std::is_copy_assignable_v<Key>) fresh->key = key;  // a throw leaves it cached
-      fresh->hash = h;
-      c.entry = nullptr;
-    } else {
-      fresh = new entry(h, key);
-    }
-    fresh->token = s.token_floor;
-    try {
-      s.insert(fresh);
-    } catch (...) {
-      delete fresh;
-      throw;
-    }
-    return fresh;
+    return entry::find_or_create(s, h, key, eq_);
   }
 
   guard acquire(const Key& key, detail::lock_request r) { return guard(&table_, acquire_grant(key, r)); }
@@ -376,7 +333,7 @@ class keyed_mutex {
 
   [[no_unique_address]] Hash hash_;
   [[no_unique_address]] Eq eq_;
-  detail::lock_table table_{&destroy, &keep};
+  detail::lock_table table_{&entry::destroy, &entry::keep};
 };
 
 }  // namespace handoff

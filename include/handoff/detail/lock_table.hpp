@@ -1,7 +1,8 @@
 // The keyed mutex's core: the sharded table of per-key lock entries and the ownership
 // hand-off between holders. Key-independent; keyed_mutex.hpp adds the key. The pieces:
 // detail/lock_entry.hpp (entry, waiter), detail/lock_shard.hpp (a shard's table),
-// detail/entry_cache.hpp (the per-thread recycled entry); in lib/: lock_protocol.cpp (this
+// detail/entry_cache.hpp (the per-thread recycled entry), detail/keyed_entry.hpp (the
+// entry with its key); in lib/: lock_protocol.cpp (this
 // protocol), lock_parking.cpp (blocking and completing waiters), lease_timer.hpp (leases
 // and async wait times), lock_shard.cpp, entry_cache.cpp.
 //
