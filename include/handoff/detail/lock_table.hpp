@@ -2,9 +2,9 @@
 // hand-off between holders. Key-independent; keyed_mutex.hpp adds the key. The pieces:
 // detail/lock_entry.hpp (entry, waiter), detail/lock_shard.hpp (a shard's table),
 // detail/entry_cache.hpp (the per-thread recycled entry), detail/keyed_entry.hpp (the
-// entry with its key); in lib/: lock_protocol.cpp (this
-// protocol), lock_parking.cpp (blocking and completing waiters), lease_timer.hpp (leases
-// and async wait times), lock_shard.cpp, entry_cache.cpp.
+// entry with its key); in lib/: lock_protocol.cpp (this protocol), lock_parking.cpp
+// (blocking and completing waiters), lease_timer.hpp and completion_thread.hpp (leases,
+// async wait times, and where their completions run), lock_shard.cpp, entry_cache.cpp.
 //
 // A key's entry is a small actor whose ownership *is* the lock (design (b) in
 // docs/design.md): `count` is the actor's message count, here the lock requests accepted
