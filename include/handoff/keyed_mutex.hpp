@@ -41,9 +41,18 @@
 //
 // Where waiters run: a blocked thread wakes on its own thread; a coroutine or callback
 // waiter is resumed by the thread that unlocks the key (inside unlock() or the guard's
-// destructor) or, when a lease expires or an async wait times out, by the mutex's timer
-// thread. Resumptions triggered while one is running on a thread are queued and run after
-// it, so chains of hand-offs do not grow the stack.
+// destructor) or, when a lease expires or an async wait times out, by the mutex's
+// completion thread (one per mutex, started with the lease timer thread, joined by the
+// destructor). The timer thread itself never runs user code: a callback or coroutine that
+// blocks delays only the completions queued after it, never a lease. Resumptions triggered
+// while one is running on a thread are queued and run after it, so chains of hand-offs do
+// not grow the stack.
+//
+// Keys: Hash, Eq and Key's copy constructor may throw; the exception propagates out of the
+// locking call with nothing held, nothing queued and no state left for the key. A thread
+// keeps its last idle entry for reuse only when its key owns little heap (a string of at
+// most 256 bytes of capacity, or a trivially destructible key): a big key's memory goes
+// back at its unlock.
 #pragma once
 
 #include <algorithm>
@@ -66,8 +75,10 @@
 
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/clock.hpp"
+#include "handoff/detail/keyed_entry.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/report.hpp"
+#include "handoff/key_guard.hpp"
 #include "handoff/lease.hpp"
 #include "handoff/multi_guard.hpp"
 
@@ -75,93 +86,6 @@ namespace handoff {
 namespace detail {
 struct lock_table_access;
 }
-
-// The RAII guard of one key. Movable, not copyable; not thread-safe itself (use one guard
-// from one thread at a time), but it may be moved to and unlocked on another thread.
-class [[nodiscard]] key_guard {
- public:
-  key_guard() noexcept = default;
-  key_guard(const key_guard&) = delete;
-  key_guard& operator=(const key_guard&) = delete;
-  // A moved-from guard is empty, as if default-constructed. Moving a held guard turns
-  // self-deadlock detection off for this hold (see the overview).
-  key_guard(key_guard&& o) noexcept
-      : table_(o.table_), entry_(std::exchange(o.entry_, nullptr)), token_(std::exchange(o.token_, 0)),
-        lease_(std::exchange(o.lease_, 0)), expired_(std::exchange(o.expired_, false)) {
-    forget_thread();
-  }
-  // Unlocks what this guard held, then takes o's state.
-  key_guard& operator=(key_guard&& o) noexcept {
-    if (this != &o) {
-      unlock();
-      table_ = o.table_;
-      entry_ = std::exchange(o.entry_, nullptr);
-      token_ = std::exchange(o.token_, 0);
-      lease_ = std::exchange(o.lease_, 0);
-      expired_ = std::exchange(o.expired_, false);
-      forget_thread();
-    }
-    return *this;
-  }
-  // Unlocks (see unlock()).
-  ~key_guard() { unlock(); }
-
-  // True while this guard holds its key: acquired, not unlocked, lease not expired.
-  [[nodiscard]] bool owns_lock() const noexcept { return entry_ != nullptr && !expired(); }
-  explicit operator bool() const noexcept { return owns_lock(); }
-
-  // Releases the key: the next waiter gets it (a coroutine or callback waiter may run on
-  // this thread before unlock() returns). A no-op when the guard holds nothing: after
-  // unlock(), after a move, or when the lease expired. Never throws.
-  void unlock() noexcept {
-    if (entry_ == nullptr) return;
-    if (lease_ != 0) return unlock_leased();
-    table_->release(std::exchange(entry_, nullptr));
-  }
-
-  // The fencing token of this grant: greater than every earlier grant's token for the same
-  // key. 0 if the guard never acquired. Kept after unlock() and expiry, so that it can be
-  // sent to a downstream store that rejects writes with a token lower than one it has seen.
-  [[nodiscard]] std::uint64_t token() const noexcept { return token_; }
-
-  // True when the lease ran out while this guard held the key (it stays true).
-  [[nodiscard]] bool expired() const noexcept {
-    return expired_ || (entry_ != nullptr && lease_ != 0 && entry_->leased.load(std::memory_order_acquire) != token_);
-  }
-
-  // Throws lock_expired unless owns_lock(): call before acting on the protected resource.
-  void check() const {
-    if (!owns_lock()) throw lock_expired();
-  }
-
-  // Leased guards: renews the lease to `d` from now. Returns false (and changes nothing)
-  // if the guard no longer holds the key. Throws std::logic_error for a guard without a
-  // lease, std::invalid_argument for d <= 0.
-  bool extend(std::chrono::nanoseconds d);
-
-  // The current lease length: as granted, or as last extended; zero when none.
-  [[nodiscard]] std::chrono::nanoseconds lease_duration() const noexcept { return std::chrono::nanoseconds(lease_); }
-
-  // Internal: a guard of a grant (keyed_mutex builds them, in place where it can).
-  key_guard(detail::lock_table* t, const detail::grant& g) noexcept
-      : table_(t), entry_(g.entry), token_(g.token), lease_(g.lease) {}
-
- private:
-  void unlock_leased() noexcept;
-  // Only the holder writes holder_thread, and a guard that holds is the holder (an
-  // expired one is not, but then the timer has cleared it already or will).
-  void forget_thread() noexcept {
-    if (entry_ != nullptr && !expired()) entry_->holder_thread.store(0, std::memory_order_relaxed);
-  }
-
-  detail::lock_table* table_ = nullptr;
-  detail::lock_entry* entry_ = nullptr;  // non-null: holds a reference (and maybe the key)
-  std::uint64_t token_ = 0;
-  std::int64_t lease_ = 0;  // ns
-  bool expired_ = false;    // the lease ran out (cached once seen at unlock)
-};
-
-using multi_guard = basic_multi_guard<key_guard>;
 
 template <class Key = std::string, class Hash = std::hash<Key>, class Eq = std::equal_to<Key>>
 class keyed_mutex {
@@ -248,9 +172,9 @@ class keyed_mutex {
   template <class F>
     requires(std::invocable<std::decay_t<F>&, guard>)
   void lock_async(const Key& key, F&& f) {
+    const std::size_t h = detail::mix_hash(hash_(key));  // first: a throw leaves nothing to free
     auto* w = detail::new_node<callback_waiter<std::decay_t<F>>>(std::forward<F>(f));
     w->table = &table_;
-    const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
     s.lock.lock();
     detail::lock_entry* e;
@@ -279,40 +203,10 @@ class keyed_mutex {
   friend struct detail::lock_table_access;  // tests: the table's manual clock
   using wait_mode = detail::lock_request::wait_mode;
 
-  struct entry final : detail::lock_entry {
-    entry(std::size_t h, const Key& k) : lock_entry(h), key(k) {}  // NOLINT(modernize-pass-by-value): copied once
-    Key key;
-  };
-  // Entries use the global allocator, not the node pool: the pool keeps freed blocks for
-  // reuse, and a key's memory must go back when the key goes idle (the thread's cached
-  // entry, detail::cached_entry, already saves the allocation on the uncontended path).
-  static void destroy(detail::lock_entry* e) noexcept { delete static_cast<entry*>(e); }
-
-  // With s locked.
+  using entry = detail::keyed_entry<Key>;
+  // With s locked (see keyed_entry::find_or_create).
   detail::lock_entry* find_or_create(detail::lock_shard& s, std::size_t h, const Key& key) {
-    detail::lock_entry* e = s.find(h, [&](detail::lock_entry* x) { return eq_(static_cast<entry*>(x)->key, key); });
-    if (e != nullptr) return e;
-    entry* fresh;
-    detail::entry_cache& c = detail::cached_entry;
-    if (std::is_copy_assignable_v<Key> && c.entry != nullptr && c.destroy == &destroy) {
-      // This thread's last removed entry (of this key type): its protocol state is idle
-      // (count 0, empty mailbox, no lease, no holder); only the key, hash and token floor
-      // change.
-      fresh = static_cast<entry*>(c.entry);
-      if constexpr (std::is_copy_assignable_v<Key>) fresh->key = key;  // a throw leaves it cached
-      fresh->hash = h;
-      c.entry = nullptr;
-    } else {
-      fresh = new entry(h, key);
-    }
-    fresh->token = s.token_floor;
-    try {
-      s.insert(fresh);
-    } catch (...) {
-      delete fresh;
-      throw;
-    }
-    return fresh;
+    return entry::find_or_create(s, h, key, eq_);
   }
 
   guard acquire(const Key& key, detail::lock_request r) { return guard(&table_, acquire_grant(key, r)); }
@@ -357,12 +251,14 @@ class keyed_mutex {
 
     bool await_suspend(std::coroutine_handle<> h) {
       if (deadline_ != detail::no_deadline || lease_ != 0) m_.table_.start_timer();
+      const std::size_t hash = detail::mix_hash(m_.hash_(key_));  // first: a throw leaves nothing to free
       auto* w = detail::new_node<detail::waiter>();
       w->type = detail::waiter::kind::coroutine;
       w->handle = h;
       w->table = &m_.table_;
-      if (deadline_ != detail::no_deadline) w->refs.store(3, std::memory_order_relaxed);  // + the timer's
-      const std::size_t hash = detail::mix_hash(m_.hash_(key_));
+      // Owners: this awaiter, the queue, and with a deadline the timer (relaxed: w is not
+      // shared until the push, which the shard lock publishes).
+      if (deadline_ != detail::no_deadline) w->refs.store(3, std::memory_order_relaxed);
       detail::lock_shard& s = m_.table_.shard_for(hash);
       s.lock.lock();
       detail::lock_entry* e;
@@ -437,7 +333,7 @@ class keyed_mutex {
 
   [[no_unique_address]] Hash hash_;
   [[no_unique_address]] Eq eq_;
-  detail::lock_table table_{&destroy};
+  detail::lock_table table_{&entry::destroy, &entry::keep};
 };
 
 }  // namespace handoff

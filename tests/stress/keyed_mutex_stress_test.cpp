@@ -19,18 +19,17 @@
 #include <gtest/gtest.h>
 
 #include "../unit/test_support.hpp"
+#include "../unit/test_timeout.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <random>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,29 +45,6 @@ double stress_seconds() {
   const char* s = std::getenv("HANDOFF_STRESS_SECONDS");
   return s != nullptr ? std::atof(s) : 2.0;
 }
-
-// Aborts with a message if the test runs far past its planned length (a lost wake-up or a
-// key stuck with a waiter that gave up would otherwise hang until the ctest timeout).
-class test_timeout {
- public:
-  explicit test_timeout(std::chrono::seconds limit)
-      : thread_([limit](std::stop_token stop) {
-          std::mutex mu;
-          std::condition_variable_any cv;
-          std::unique_lock lock(mu);
-          cv.wait_for(lock, stop, limit, [] { return false; });
-          if (stop.stop_requested()) return;
-          std::fprintf(stderr,
-                       "\nkeyed_mutex stress: still running after %llds: a key never became free again (granted to a "
-                       "waiter that gave up?) or a wake-up was lost; aborting\n",
-                       static_cast<long long>(limit.count()));
-          std::fflush(stderr);
-          std::abort();
-        }) {}
-
- private:
-  std::jthread thread_;
-};
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch()).count();
@@ -348,7 +324,9 @@ void worker(world& w, int id, steady::time_point deadline) {
 
 void run(const config& cfg, const char* label) {
   const double seconds = stress_seconds();
-  test_timeout timeout(std::chrono::seconds(static_cast<long long>(seconds) + 120));
+  // Far past its planned length: a key never became free again (granted to a waiter that
+  // gave up?) or a wake-up was lost.
+  handoff::test::test_timeout timeout(std::chrono::seconds(static_cast<long long>(seconds) + 120));
   auto w = std::make_unique<world>(cfg);
   const auto deadline =
       steady::now() + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(seconds));
@@ -359,12 +337,12 @@ void run(const config& cfg, const char* label) {
   auto& n = w->n;
   // Coroutines and callbacks still queued are granted by the holders ahead of them (all
   // of which finish) or time out on the timer thread.
-  const auto settle = steady::now() + 60s;
-  while ((n.async_done.load(std::memory_order_acquire) != n.async_started.load() ||
-          n.callbacks_done.load(std::memory_order_acquire) != n.callbacks_started.load()) &&
-         steady::now() < settle) {
-    std::this_thread::sleep_for(1ms);
-  }
+  (void)handoff::test::eventually(
+      [&] {
+        return n.async_done.load(std::memory_order_acquire) == n.async_started.load() &&
+               n.callbacks_done.load(std::memory_order_acquire) == n.callbacks_started.load();
+      },
+      60s);
   EXPECT_EQ(n.async_done.load(std::memory_order_acquire), n.async_started.load()) << "coroutines never resumed";
   EXPECT_EQ(n.callbacks_done.load(std::memory_order_acquire), n.callbacks_started.load()) << "callbacks never run";
 

@@ -5,7 +5,10 @@
 #include <handoff/actor_options.hpp>
 #include <handoff/basic_actor.hpp>
 #include <handoff/executor.hpp>
+#include <handoff/key_guard.hpp>
 #include <handoff/keyed_mutex.hpp>
+#include <handoff/lease.hpp>
+#include <handoff/multi_guard.hpp>
 #include <handoff/redis/keyed_mutex.hpp>
 #include <handoff/thread_pool.hpp>
 

@@ -1,6 +1,7 @@
 // Helpers shared by the tests.
 #pragma once
 
+#include <chrono>
 #include <coroutine>
 #include <exception>
 #include <latch>
@@ -19,6 +20,18 @@ struct fire_and_forget {
     void unhandled_exception() noexcept { std::terminate(); }
   };
 };
+
+// Polls pred every millisecond until it holds or `limit` passes; returns its last value.
+// The one way the tests wait for state another thread changes (never a bare sleep).
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return pred();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
 
 // Runs body(i) on n threads, started together, and joins them.
 template <class Body>

@@ -1,19 +1,26 @@
-// HANDOFF_ASSERT(cond): invariant checks on the protocols' state changes (counts, waiter
-// states, lease words). On in Debug builds and in the sanitizer builds (the build defines
-// HANDOFF_ASSERTIONS), compiled out otherwise: a failed check prints the condition and
-// where, then aborts.
+// HANDOFF_ASSERT(cond): an invariant check of the library's protocols. Active when
+// HANDOFF_ASSERTIONS is defined (this project's Debug and sanitizer builds define it; a
+// consumer may define it too), where a false condition prints the file, line and condition
+// to stderr and aborts. Otherwise it compiles to nothing and `cond` is not evaluated, so a
+// condition must have no side effect.
 #pragma once
 
 #if defined(HANDOFF_ASSERTIONS)
 #include <cstdio>
 #include <cstdlib>
-#define HANDOFF_ASSERT(cond)                                                                         \
-  do {                                                                                               \
-    if (!(cond)) {                                                                                   \
-      std::fprintf(stderr, "handoff: invariant violated at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                                  \
-    }                                                                                                \
-  } while (false)
+
+namespace handoff::detail {
+[[noreturn]] inline void assertion_failed(const char* file, int line, const char* cond) noexcept {
+  std::fprintf(stderr, "handoff: %s:%d: invariant violated: %s\n", file, line, cond);
+  std::fflush(stderr);
+  std::abort();
+}
+}  // namespace handoff::detail
+
+#define HANDOFF_ASSERT(cond) \
+  ((cond) ? static_cast<void>(0) : ::handoff::detail::assertion_failed(__FILE__, __LINE__, #cond))
 #else
-#define HANDOFF_ASSERT(cond) static_cast<void>(0)
+// sizeof: the condition is checked for validity and its variables count as used, but it is
+// never evaluated.
+#define HANDOFF_ASSERT(cond) static_cast<void>(sizeof(!(cond)))
 #endif

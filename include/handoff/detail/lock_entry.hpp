@@ -1,0 +1,105 @@
+// A key's lock state (lock_entry) and a lock request that waits for it (waiter), with the
+// timer_node both use for their deadlines. The protocol that changes them is in
+// detail/lock_table.hpp (overview) and lib/lock_protocol.cpp.
+//
+// waiter::state, one word, the outcome of a queued request:
+//   waiting --(requester about to sleep)--> sleeping
+//   waiting | sleeping --(holder's hand-off CAS)--> granted     final
+//   waiting | sleeping --(requester's or timer's give-up CAS)--> cancelled   final
+// The CAS out of waiting/sleeping decides the outcome; nothing leaves granted or cancelled.
+//
+// lock_entry::leased, the lease word: the token of the current leased hold, 0 when none.
+//   0 --(arm_lease, by the new holder)--> token
+//   token --(the holder's unlock, or the timer's expiry: one CAS wins)--> 0
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+
+#include "handoff/detail/mpsc_queue.hpp"
+#include "handoff/detail/run_queue.hpp"
+
+namespace handoff::detail {
+
+// One deadline in the lease timer's heap: a lease (owner: a lock_entry) or an async wait
+// time (owner: a waiter). Touched only under the timer's mutex.
+struct timer_node {
+  std::int64_t deadline = 0;  // steady_clock nanoseconds
+  std::size_t index = npos;   // position in the heap, npos when not scheduled
+  std::uint64_t seq = 0;      // schedule order: breaks ties between equal deadlines
+  void* owner = nullptr;
+  bool is_lease = false;
+  static constexpr std::size_t npos = ~std::size_t{0};
+};
+
+struct lock_entry;
+class lock_table;
+
+// A lock request that found its key held. Allocated from the node pool; shared by the
+// requester and the holder that pops it (and the timer, for an async wait with a
+// deadline), each holding one of `refs`. As a task, it is its own entry in the run queue
+// of the thread that completes it.
+struct waiter : task, mailbox_node {
+  // state encodings (see the overview above).
+  enum : std::uint32_t {
+    waiting = 0,    // queued, requester running (spinning or about to suspend)
+    sleeping = 1,   // queued, requester blocked in futex_wait: a grant must wake it
+    granted = 2,    // the holder handed the key over: the requester now holds it
+    cancelled = 3,  // the requester gave up (timeout): never granted, skipped by the holder
+  };
+  enum class kind : std::uint8_t { thread, coroutine, callback };
+
+  std::atomic<std::uint32_t> state{waiting};
+  std::atomic<std::uint32_t> refs{2};                 // requester + queue (+ timer); see release_waiter
+  kind type = kind::thread;                           // set by the requester before the push
+  std::uint64_t token = 0;                            // written by the granter before its CAS, read after `granted`
+  lock_entry* entry = nullptr;                        // set by the requester before the push
+  lock_table* table = nullptr;                        // set by the requester before the push
+  timer_node timeout;                                 // async waits with a deadline; timer mutex
+  std::coroutine_handle<> handle;                     // kind::coroutine
+  void (*complete)(waiter*, bool granted) = nullptr;  // kind::callback: runs the callable
+  void (*destroy)(waiter*) noexcept = nullptr;        // frees a derived node; nullptr: a plain waiter
+};
+
+// Completes a waiter that was granted or timed out: resumes its coroutine or runs its
+// callback. The ONE place a coroutine or callback waiter is scheduled to run: on this
+// thread, after any completion already running here (no recursion), except on the lease
+// timer's thread, which hands it to the mutex's completion thread (the timer never runs
+// user code).
+void complete_waiter(waiter* w) noexcept;
+// Drops one reference to a waiter node, freeing it with the last.
+void release_waiter(waiter* w) noexcept;
+
+// A key's lock state. The keyed part (the Key) follows it in keyed_mutex.hpp's entry type.
+struct lock_entry {
+  explicit lock_entry(std::size_t h) noexcept : hash(h) {}
+
+  // --- shard lock ---
+  std::size_t hash;        // the mixed hash (reset when a cached entry is reused)
+  std::uint32_t refs = 0;  // guards whose lease expired and that still refer to the entry
+
+  // --- hand-off protocol (lib/lock_protocol.cpp only) ---
+  // Requests accepted and not finished. Incremented only under the shard lock; decremented
+  // by the holder when it hands off (fetch_sub, outside the lock: never to 0, the granted
+  // waiter is counted) or zeroed under the shard lock on release. Relaxed throughout: the
+  // data it guards is published by the shard lock or by the waiter's `state`.
+  std::atomic<std::uint64_t> count{0};
+  mpsc_queue waiters;  // producers: lockers, under the shard lock; consumer: the holder
+  // Fencing token of the current (or last) grant. Written by the holder; read under the
+  // shard lock when count == 0 (the releasing holder's shard unlock publishes it).
+  std::uint64_t token = 0;
+  // The thread that holds the key through the blocking API (for deadlock detection), 0
+  // otherwise. Relaxed: it is only compared with the reader's own identity.
+  std::atomic<std::uintptr_t> holder_thread{0};
+
+  // --- leases ---
+  // The lease word (see the overview). The guard's unlock and the timer's expiry both CAS
+  // it to 0 under the timer mutex; the winner releases the key.
+  std::atomic<std::uint64_t> leased{0};
+  timer_node lease;               // timer mutex
+  std::uint64_t lease_token = 0;  // timer mutex: the token `lease` expires
+};
+
+}  // namespace handoff::detail

@@ -1,0 +1,26 @@
+// spin_lock: the test-and-test-and-set lock of the keyed mutex's table shards.
+#pragma once
+
+#include <atomic>
+
+#include "handoff/detail/backoff.hpp"
+
+namespace handoff::detail {
+
+// Critical sections under it are a few loads and stores, never a system call or user code
+// (pool allocation at most), so spinning beats parking.
+class spin_lock {
+ public:
+  void lock() noexcept {
+    // acquire; pairs with the release in unlock().
+    for (unsigned spins = 0; locked_.exchange(true, std::memory_order_acquire);) {
+      while (locked_.load(std::memory_order_relaxed)) backoff(spins++);
+    }
+  }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
+}  // namespace handoff::detail

@@ -1,0 +1,106 @@
+// handoff::key_guard: the RAII guard of one key of a handoff::keyed_mutex (which builds
+// them), and handoff::multi_guard, the guards of several keys from lock_all. A guard holds
+// its key until unlock(), its destruction, or its lease running out; it carries the
+// grant's fencing token.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <utility>
+
+#include "handoff/detail/lock_table.hpp"
+#include "handoff/lease.hpp"
+#include "handoff/multi_guard.hpp"
+
+namespace handoff {
+
+// The RAII guard of one key. Movable, not copyable; not thread-safe itself (use one guard
+// from one thread at a time), but it may be moved to and unlocked on another thread.
+class [[nodiscard]] key_guard {
+ public:
+  key_guard() noexcept = default;
+  key_guard(const key_guard&) = delete;
+  key_guard& operator=(const key_guard&) = delete;
+  // A moved-from guard is empty, as if default-constructed. Moving a held guard turns
+  // self-deadlock detection off for this hold (see the overview).
+  key_guard(key_guard&& o) noexcept
+      : table_(o.table_), entry_(std::exchange(o.entry_, nullptr)), token_(std::exchange(o.token_, 0)),
+        lease_(std::exchange(o.lease_, 0)), expired_(std::exchange(o.expired_, false)) {
+    forget_thread();
+  }
+  // Unlocks what this guard held, then takes o's state.
+  key_guard& operator=(key_guard&& o) noexcept {
+    if (this != &o) {
+      unlock();
+      table_ = o.table_;
+      entry_ = std::exchange(o.entry_, nullptr);
+      token_ = std::exchange(o.token_, 0);
+      lease_ = std::exchange(o.lease_, 0);
+      expired_ = std::exchange(o.expired_, false);
+      forget_thread();
+    }
+    return *this;
+  }
+  // Unlocks (see unlock()).
+  ~key_guard() { unlock(); }
+
+  // True while this guard holds its key: acquired, not unlocked, lease not expired.
+  [[nodiscard]] bool owns_lock() const noexcept { return entry_ != nullptr && !expired(); }
+  explicit operator bool() const noexcept { return owns_lock(); }
+
+  // Releases the key: the next waiter gets it (a coroutine or callback waiter may run on
+  // this thread before unlock() returns). A no-op when the guard holds nothing: after
+  // unlock(), after a move, or when the lease expired. Never throws.
+  void unlock() noexcept {
+    if (entry_ == nullptr) return;
+    if (lease_ != 0) return unlock_leased();
+    table_->release(std::exchange(entry_, nullptr));
+  }
+
+  // The fencing token of this grant: greater than every earlier grant's token for the same
+  // key. 0 if the guard never acquired. Kept after unlock() and expiry, so that it can be
+  // sent to a downstream store that rejects writes with a token lower than one it has seen.
+  [[nodiscard]] std::uint64_t token() const noexcept { return token_; }
+
+  // True when the lease ran out while this guard held the key (it stays true). It turns
+  // true when the timer takes the lease, a moment before the timer hands the key on: the
+  // next holder may not have it yet.
+  [[nodiscard]] bool expired() const noexcept {
+    return expired_ || (entry_ != nullptr && lease_ != 0 && entry_->leased.load(std::memory_order_acquire) != token_);
+  }
+
+  // Throws lock_expired unless owns_lock(): call before acting on the protected resource.
+  void check() const {
+    if (!owns_lock()) throw lock_expired();
+  }
+
+  // Leased guards: renews the lease to `d` from now. Returns false (and changes nothing)
+  // if the guard no longer holds the key. Throws std::logic_error for a guard without a
+  // lease, std::invalid_argument for d <= 0.
+  bool extend(std::chrono::nanoseconds d);
+
+  // The current lease length: as granted, or as last extended; zero when none.
+  [[nodiscard]] std::chrono::nanoseconds lease_duration() const noexcept { return std::chrono::nanoseconds(lease_); }
+
+  // Internal: a guard of a grant (keyed_mutex builds them, in place where it can).
+  key_guard(detail::lock_table* t, const detail::grant& g) noexcept
+      : table_(t), entry_(g.entry), token_(g.token), lease_(g.lease) {}
+
+ private:
+  void unlock_leased() noexcept;
+  // Only the holder writes holder_thread, and a guard that holds is the holder (an
+  // expired one is not, but then the timer has cleared it already or will).
+  void forget_thread() noexcept {
+    if (entry_ != nullptr && !expired()) entry_->holder_thread.store(0, std::memory_order_relaxed);
+  }
+
+  detail::lock_table* table_ = nullptr;
+  detail::lock_entry* entry_ = nullptr;  // non-null: holds a reference (and maybe the key)
+  std::uint64_t token_ = 0;
+  std::int64_t lease_ = 0;  // ns
+  bool expired_ = false;    // the lease ran out (cached once seen at unlock)
+};
+
+using multi_guard = basic_multi_guard<key_guard>;
+
+}  // namespace handoff

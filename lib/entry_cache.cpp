@@ -1,0 +1,47 @@
+// Each thread's recycled lock entry (detail/entry_cache.hpp).
+#include "handoff/detail/entry_cache.hpp"
+
+#include <utility>
+
+#include "handoff/detail/lock_table.hpp"
+
+namespace handoff::detail {
+
+HANDOFF_TLS_MODEL constinit thread_local entry_cache cached_entry{};
+
+namespace {
+// Frees the thread's cached entry when the thread exits.
+struct entry_reaper {
+  entry_reaper() = default;
+  entry_reaper(const entry_reaper&) = delete;
+  entry_reaper& operator=(const entry_reaper&) = delete;
+  entry_reaper(entry_reaper&&) = delete;
+  entry_reaper& operator=(entry_reaper&&) = delete;
+  ~entry_reaper() {
+    entry_cache& c = cached_entry;
+    if (c.entry != nullptr) c.destroy(std::exchange(c.entry, nullptr));
+    c.dead = true;
+  }
+};
+
+// Registers the reaper on the thread's first cached entry (a cold path).
+void arm_entry_reaper() noexcept {
+  static thread_local entry_reaper reaper;
+  (void)reaper;
+  cached_entry.reaper_armed = true;
+}
+}  // namespace
+
+void lock_table::recycle(lock_entry* e) noexcept {
+  entry_cache& c = cached_entry;
+  if (c.dead || !keep_(e)) return destroy_(e);  // exiting, or its key owns too much memory
+  if (c.entry != nullptr) {
+    if (c.destroy == destroy_) return destroy_(e);  // one is enough
+    c.destroy(c.entry);                             // another key type: keep the newest
+  }
+  if (!c.reaper_armed) arm_entry_reaper();
+  c.entry = e;
+  c.destroy = destroy_;
+}
+
+}  // namespace handoff::detail

@@ -1,0 +1,247 @@
+// The keyed mutex's hand-off protocol (overview in include/handoff/detail/lock_table.hpp):
+// acquiring, queueing, handing off and releasing a key, and arming and disarming its
+// lease. The only code that touches a key's `count` and `waiters` (with the inline fast
+// path, lock_table::try_acquire_fast).
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <system_error>
+
+#include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/assert.hpp"
+#include "handoff/detail/clock.hpp"
+#include "handoff/detail/lock_table.hpp"
+#include "handoff/detail/run_queue.hpp"
+#include "lease_timer.hpp"
+#include "lock_parking.hpp"
+
+namespace handoff::detail {
+
+lock_table::lock_table(destroy_fn destroy, keep_fn keep)
+    : shard_shift_(64 - shard_bits), shards_(std::make_unique<lock_shard[]>(shard_count())), destroy_(destroy),
+      keep_(keep) {}
+
+lock_table::~lock_table() {
+  // Joins the timer and completion threads before anything they might touch goes away
+  // (a completion may still be unlocking through this table).
+  if (timer_) timer_->stop();
+  timer_.reset();
+  if (const std::size_t live = size(); live != 0) {
+    std::fprintf(stderr,
+                 "handoff: keyed_mutex destroyed while %zu key(s) still have a guard or a waiter; "
+                 "they would refer to freed memory\n",
+                 live);
+    std::terminate();
+  }
+}
+
+std::size_t lock_table::size() const noexcept {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < shard_count(); ++i) {
+    lock_shard& s = shards_[i];
+    s.lock.lock();
+    n += s.size;
+    s.lock.unlock();
+  }
+  return n;
+}
+
+lease_timer& lock_table::timer() {
+  std::call_once(timer_once_, [this] {
+    timer_ = std::make_unique<lease_timer>(*this, !manual_clock_);
+    timer_started_.store(true, std::memory_order_release);  // pairs with timer_if_started()
+  });
+  return *timer_;
+}
+
+void lock_table::advance_manual_clock(std::int64_t to) { timer().advance(manual_now_, to); }
+
+lease_timer* lock_table::timer_if_started() noexcept {
+  return timer_started_.load(std::memory_order_acquire) ? timer_.get() : nullptr;
+}
+
+std::int64_t lock_table::now() const noexcept {
+  return manual_clock_ ? manual_now_.load(std::memory_order_relaxed) : now_ns();
+}
+
+grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
+  const std::uintptr_t me = this_thread_id();
+  if (e->count.load(std::memory_order_relaxed) == 0) {
+    // Free: nobody else counts under this lock, and the last release zeroed it here, so
+    // its writes (the token included) are visible.
+    e->count.store(1, std::memory_order_relaxed);
+    const std::uint64_t token = ++e->token;
+    e->holder_thread.store(me, std::memory_order_relaxed);
+    s.lock.unlock();
+    if (r.lease != 0) arm_lease(e, token, r.lease);
+    return {e, token, r.lease};
+  }
+  if (r.mode == lock_request::wait_mode::none || (r.mode == lock_request::wait_mode::until && r.deadline <= now())) {
+    s.lock.unlock();
+    return {};
+  }
+  if (e->holder_thread.load(std::memory_order_relaxed) == me) {
+    s.lock.unlock();
+    // Unless our lease has just expired: the timer clears holder_thread under its mutex
+    // when it takes the key from us, so look again under that mutex (not under the shard
+    // lock: the timer takes the two in the other order). The entry may be gone by then:
+    // the caller looks it up again.
+    if (lease_timer* t = timer_if_started()) {
+      std::lock_guard lock(t->mutex());
+      if (e->holder_thread.load(std::memory_order_relaxed) != me) return {.retry = true};
+    }
+    throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                            "handoff::keyed_mutex: this thread already holds the key");
+  }
+  waiter* w;
+  try {
+    w = new_node<waiter>();
+  } catch (...) {
+    s.lock.unlock();
+    throw;
+  }
+  w->entry = e;
+  w->table = this;
+  [[maybe_unused]] const std::uint64_t before = e->count.fetch_add(1, std::memory_order_relaxed);
+  HANDOFF_ASSERT(before >= 1);  // held: the holder is counted
+  e->waiters.push(w);
+  s.lock.unlock();
+
+  run_before_blocking();  // inside a handler: what this thread owns through its queue runs first
+  const bool granted = wait_for_grant(w, r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline);
+  const std::uint64_t token = granted ? w->token : 0;  // written before the grant; racy otherwise
+  release_waiter(w);
+  if (!granted) return {};  // cancelled: still counted, the holder skips and uncounts it
+  HANDOFF_ASSERT(e->count.load(std::memory_order_relaxed) >= 1);  // held by us
+  e->holder_thread.store(me, std::memory_order_relaxed);
+  if (r.lease != 0) arm_lease(e, token, r.lease);
+  return {e, token, r.lease};
+}
+
+bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) {
+  if (e->count.load(std::memory_order_relaxed) == 0) {
+    e->count.store(1, std::memory_order_relaxed);
+    ++e->token;
+    s.lock.unlock();
+    return true;
+  }
+  w->entry = e;
+  w->table = this;
+  if (deadline != no_deadline) w->timeout.owner = w;  // before the push: the granter reads it
+  [[maybe_unused]] const std::uint64_t before = e->count.fetch_add(1, std::memory_order_relaxed);
+  HANDOFF_ASSERT(before >= 1);
+  e->waiters.push(w);
+  s.lock.unlock();
+  if (deadline != no_deadline) {
+    // After the push, w may be granted at any moment. A grant cancels the timeout under
+    // the timer mutex, so check under it: granted before we got here, there is nothing to
+    // schedule and the timer's reference (counted in by the caller) is ours to drop.
+    lease_timer& t = *timer_;  // started by the caller (start_timer)
+    std::lock_guard lock(t.mutex());
+    if (w->state.load(std::memory_order_relaxed) == waiter::waiting) {
+      t.schedule(&w->timeout, deadline);
+    } else {
+      release_waiter(w);
+    }
+  }
+  return false;
+}
+
+void lock_table::release(lock_entry* e) noexcept {
+  HANDOFF_ASSERT(e->count.load(std::memory_order_relaxed) >= 1);  // the releasing holder is counted
+  e->holder_thread.store(0, std::memory_order_relaxed);
+  std::uint64_t uncounted = 1;
+  for (;;) {
+    auto* w = e->waiters.looks_empty() ? nullptr : static_cast<waiter*>(e->waiters.pop());
+    if (w == nullptr) {
+      lock_shard& s = shard_for(e->hash);
+      s.lock.lock();
+      // Requests are counted and pushed under this lock: the mailbox is exact here.
+      w = e->waiters.looks_empty() ? nullptr : static_cast<waiter*>(e->waiters.pop());
+      if (w == nullptr) {
+        HANDOFF_ASSERT(e->count.load(std::memory_order_relaxed) == uncounted);
+        e->count.store(0, std::memory_order_relaxed);  // == uncounted: nobody else is counted
+        lock_entry* dead = remove_if_unused(s, e);
+        s.lock.unlock();
+        if (dead != nullptr) recycle(dead);
+        return;
+      }
+      s.lock.unlock();
+    }
+    [[maybe_unused]] const std::uint64_t before = e->count.fetch_sub(uncounted, std::memory_order_relaxed);
+    HANDOFF_ASSERT(before > uncounted);        // w is counted: stays >= 1, never underflows
+    uncounted = 1;                             // w's own, should it turn out to have given up
+    const std::uint64_t token = e->token + 1;  // tokens of skipped waiters are burnt: still monotonic
+    e->token = token;
+    w->token = token;
+    if (try_grant(w)) {
+      if (w->type != waiter::kind::thread) {
+        if (w->timeout.owner != nullptr) {
+          lease_timer& t = *timer_;  // started before w was queued with a wait time
+          std::lock_guard lock(t.mutex());
+          if (t.cancel(&w->timeout)) release_waiter(w);  // the timer's reference
+        }
+        complete_waiter(w);
+      }
+      release_waiter(w);  // the holder's (queue's) reference
+      return;
+    }
+    release_waiter(w);
+  }
+}
+
+void lock_table::drop_ref(lock_entry* e) noexcept {
+  lock_shard& s = shard_for(e->hash);
+  s.lock.lock();
+  HANDOFF_ASSERT(e->refs > 0);
+  --e->refs;
+  lock_entry* dead = e->count.load(std::memory_order_relaxed) == 0 ? remove_if_unused(s, e) : nullptr;
+  s.lock.unlock();
+  if (dead != nullptr) recycle(dead);
+}
+
+lock_entry* lock_table::remove_if_unused(lock_shard& s, lock_entry* e) noexcept {
+  HANDOFF_ASSERT(e->count.load(std::memory_order_relaxed) == 0);
+  if (e->refs != 0) return nullptr;
+  s.token_floor = std::max(s.token_floor, e->token);
+  s.erase(e);
+  return e;
+}
+
+void lock_table::arm_lease(lock_entry* e, std::uint64_t token, std::int64_t lease) noexcept {
+  const std::int64_t deadline = add_saturating(now(), lease);  // no_deadline: a lease that never runs out
+  lease_timer& t = *timer_;                                    // started by the request (start_timer)
+  std::lock_guard lock(t.mutex());
+  HANDOFF_ASSERT(token != 0 && e->leased.load(std::memory_order_relaxed) == 0);  // 0 -> token
+  e->lease.owner = e;
+  e->lease.is_lease = true;
+  e->lease_token = token;
+  e->leased.store(token, std::memory_order_relaxed);  // read by the holder and under this mutex
+  if (deadline != no_deadline) t.schedule(&e->lease, deadline);
+}
+
+bool lock_table::disarm_lease(lock_entry* e, std::uint64_t token) noexcept {
+  HANDOFF_ASSERT(token != 0);
+  lease_timer& t = *timer_;  // armed before, so the timer exists
+  std::lock_guard lock(t.mutex());
+  // acq_rel; pairs with the timer's CAS in fire(): exactly one of them releases the key.
+  if (!e->leased.compare_exchange_strong(token, 0, std::memory_order_acq_rel)) return false;
+  t.cancel(&e->lease);
+  return true;
+}
+
+bool lock_table::extend_lease(lock_entry* e, std::uint64_t token, std::int64_t lease) {
+  const std::int64_t deadline = add_saturating(now(), lease);
+  lease_timer& t = *timer_;
+  std::lock_guard lock(t.mutex());
+  if (e->leased.load(std::memory_order_relaxed) != token) return false;  // under the mutex: exact
+  if (deadline == no_deadline) {
+    (void)t.cancel(&e->lease);  // never runs out now
+  } else {
+    t.schedule(&e->lease, deadline);
+  }
+  return true;
+}
+
+}  // namespace handoff::detail
