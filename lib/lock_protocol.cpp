@@ -67,10 +67,9 @@ std::int64_t lock_table::now() const noexcept {
 
 grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   const std::uintptr_t me = this_thread_id();
-  if (e->count.load(std::memory_order_relaxed) == 0) {
+  if (e->own.try_take_serialized()) {
     // Free: nobody else counts under this lock, and the last release zeroed it here, so
     // its writes (the token included) are visible.
-    e->count.store(1, std::memory_order_relaxed);
     const std::uint64_t token = ++e->token;
     e->holder_thread.store(me, std::memory_order_relaxed);
     s.lock.unlock();
@@ -103,25 +102,22 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   }
   w->entry = e;
   w->table = this;
-  [[maybe_unused]] const std::uint64_t before = e->count.fetch_add(1, std::memory_order_relaxed);
-  HANDOFF_ASSERT(before >= 1);  // held: the holder is counted
-  e->waiters.push(w);
+  e->own.join_serialized(w);  // held: counted behind the holder, then queued
   s.lock.unlock();
 
   run_before_blocking();  // inside a handler: what this thread owns through its queue runs first
   const bool granted = wait_for_grant(w, r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline);
   const std::uint64_t token = granted ? w->token : 0;  // written before the grant; racy otherwise
   release_waiter(w);
-  if (!granted) return {};  // cancelled: still counted, the holder skips and uncounts it
-  HANDOFF_ASSERT(e->count.load(std::memory_order_relaxed) >= 1);  // held by us
+  if (!granted) return {};                // cancelled: still counted, the holder skips and uncounts it
+  HANDOFF_ASSERT(e->own.pending() >= 1);  // held by us
   e->holder_thread.store(me, std::memory_order_relaxed);
   if (r.lease != 0) arm_lease(e, token, r.lease);
   return {e, token, r.lease};
 }
 
 bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) {
-  if (e->count.load(std::memory_order_relaxed) == 0) {
-    e->count.store(1, std::memory_order_relaxed);
+  if (e->own.try_take_serialized()) {
     ++e->token;
     s.lock.unlock();
     return true;
@@ -129,9 +125,7 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
   w->entry = e;
   w->table = this;
   if (deadline != no_deadline) w->timeout.owner = w;  // before the push: the granter reads it
-  [[maybe_unused]] const std::uint64_t before = e->count.fetch_add(1, std::memory_order_relaxed);
-  HANDOFF_ASSERT(before >= 1);
-  e->waiters.push(w);
+  e->own.join_serialized(w);
   s.lock.unlock();
   if (deadline != no_deadline) {
     // After the push, w may be granted at any moment. A grant cancels the timeout under
@@ -149,19 +143,18 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
 }
 
 void lock_table::release(lock_entry* e) noexcept {
-  HANDOFF_ASSERT(e->count.load(std::memory_order_relaxed) >= 1);  // the releasing holder is counted
+  HANDOFF_ASSERT(e->own.pending() >= 1);  // the releasing holder is counted
   e->holder_thread.store(0, std::memory_order_relaxed);
   std::uint64_t uncounted = 1;
   for (;;) {
-    auto* w = e->waiters.looks_empty() ? nullptr : static_cast<waiter*>(e->waiters.pop());
+    auto* w = e->own.looks_empty() ? nullptr : static_cast<waiter*>(e->own.pop());
     if (w == nullptr) {
       lock_shard& s = shard_for(e->hash);
       s.lock.lock();
       // Requests are counted and pushed under this lock: the mailbox is exact here.
-      w = e->waiters.looks_empty() ? nullptr : static_cast<waiter*>(e->waiters.pop());
+      w = e->own.looks_empty() ? nullptr : static_cast<waiter*>(e->own.pop());
       if (w == nullptr) {
-        HANDOFF_ASSERT(e->count.load(std::memory_order_relaxed) == uncounted);
-        e->count.store(0, std::memory_order_relaxed);  // == uncounted: nobody else is counted
+        e->own.release_serialized(uncounted);  // count == uncounted: nobody else is counted
         lock_entry* dead = remove_if_unused(s, e);
         s.lock.unlock();
         if (dead != nullptr) recycle(dead);
@@ -169,8 +162,7 @@ void lock_table::release(lock_entry* e) noexcept {
       }
       s.lock.unlock();
     }
-    [[maybe_unused]] const std::uint64_t before = e->count.fetch_sub(uncounted, std::memory_order_relaxed);
-    HANDOFF_ASSERT(before > uncounted);        // w is counted: stays >= 1, never underflows
+    e->own.uncount(uncounted);                 // w is counted: stays >= 1
     uncounted = 1;                             // w's own, should it turn out to have given up
     const std::uint64_t token = e->token + 1;  // tokens of skipped waiters are burnt: still monotonic
     e->token = token;
@@ -196,13 +188,13 @@ void lock_table::drop_ref(lock_entry* e) noexcept {
   s.lock.lock();
   HANDOFF_ASSERT(e->refs > 0);
   --e->refs;
-  lock_entry* dead = e->count.load(std::memory_order_relaxed) == 0 ? remove_if_unused(s, e) : nullptr;
+  lock_entry* dead = e->own.pending() == 0 ? remove_if_unused(s, e) : nullptr;
   s.lock.unlock();
   if (dead != nullptr) recycle(dead);
 }
 
 lock_entry* lock_table::remove_if_unused(lock_shard& s, lock_entry* e) noexcept {
-  HANDOFF_ASSERT(e->count.load(std::memory_order_relaxed) == 0);
+  HANDOFF_ASSERT(e->own.pending() == 0);
   if (e->refs != 0) return nullptr;
   s.token_floor = std::max(s.token_floor, e->token);
   s.erase(e);

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "handoff/detail/mpsc_queue.hpp"
+#include "handoff/detail/ownership.hpp"
 #include "handoff/detail/run_queue.hpp"
 
 namespace handoff::detail {
@@ -81,12 +82,12 @@ struct lock_entry {
   std::uint32_t refs = 0;  // guards whose lease expired and that still refer to the entry
 
   // --- hand-off protocol (lib/lock_protocol.cpp only) ---
-  // Requests accepted and not finished. Incremented only under the shard lock; decremented
-  // by the holder when it hands off (fetch_sub, outside the lock: never to 0, the granted
-  // waiter is counted) or zeroed under the shard lock on release. Relaxed throughout: the
-  // data it guards is published by the shard lock or by the waiter's `state`.
-  std::atomic<std::uint64_t> count{0};
-  mpsc_queue waiters;  // producers: lockers, under the shard lock; consumer: the holder
+  // The actor hand-off primitive, used serialized: its count is the requests accepted and
+  // not finished (the holder and the queued waiters), its mailbox the waiters. Taken and
+  // joined only under the shard lock, released to 0 only under it; the holder's hand-offs
+  // subtract outside it (never to 0: the granted waiter is counted). Relaxed throughout:
+  // the shard lock or the waiter's `state` publishes what it guards.
+  ownership own;
   // Fencing token of the current (or last) grant. Written by the holder; read under the
   // shard lock when count == 0 (the releasing holder's shard unlock publishes it).
   std::uint64_t token = 0;

@@ -6,10 +6,10 @@
 // (blocking and completing waiters), lease_timer.hpp and task_thread.hpp (leases,
 // async wait times, and where their completions run), lock_shard.cpp, entry_cache.cpp.
 //
-// A key's entry is a small actor whose ownership *is* the lock (design (b) in
-// docs/design.md): `count` is the actor's message count, here the lock requests accepted
-// and not finished (the holder plus the queued waiters), and `waiters` is its mailbox of
-// the requests that found it owned.
+// A key's entry is built from the actor hand-off primitive (detail/ownership.hpp, the
+// same code as actor_base): owning the entry's `own` word *is* holding the lock (design (b)
+// in docs/design.md). Its count is the lock requests accepted and not finished (the holder
+// plus the queued waiters), and its mailbox holds the requests that found it owned.
 //
 //   lock:    under the shard lock, find or create the entry, then
 //            count == 0 -> count = 1: the caller holds the key (no node, no wait)
@@ -35,8 +35,9 @@
 //
 // Threads: the lease timer thread (one per mutex, started by the first lease or async
 // wait time) only fires deadlines and runs this protocol; the coroutines and callbacks it
-// grants or times out run on the mutex's completion thread (started with it), so user
-// code that blocks there never delays a lease.
+// grants or times out run on the mutex's completion thread (a task_thread started with
+// it), so user code that blocks there never delays a lease. Everywhere else, completions
+// run through the completing thread's run queue (detail/run_queue.hpp).
 #pragma once
 
 #include <atomic>
@@ -142,8 +143,7 @@ class lock_table {
   // in lib/lock_protocol.cpp). Holds the key and unlocks s if e is free and no lease is
   // asked for; else leaves both to acquire().
   [[nodiscard]] static bool try_acquire_fast(lock_shard& s, lock_entry* e, grant& g) noexcept {
-    if (e->count.load(std::memory_order_relaxed) != 0) return false;  // relaxed: under the shard lock
-    e->count.store(1, std::memory_order_relaxed);
+    if (!e->own.try_take_serialized()) return false;
     g = {e, ++e->token, 0};
     e->holder_thread.store(this_thread_id(), std::memory_order_relaxed);
     s.lock.unlock();

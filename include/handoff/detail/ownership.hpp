@@ -46,15 +46,21 @@ class ownership {
   // wrote is visible to the new one.
   [[nodiscard]] bool try_acquire() noexcept { return count_.fetch_add(1, std::memory_order_acquire) == 0; }
 
-  // try_acquire() for a caller holding the lock that serializes every acquirer and the
-  // final release: relaxed, that lock orders the owners.
-  [[nodiscard]] bool try_acquire_serialized() noexcept {
-    if (count_.load(std::memory_order_relaxed) == 0) {
-      count_.store(1, std::memory_order_relaxed);
-      return true;
-    }
-    count_.fetch_add(1, std::memory_order_relaxed);  // the owner subtracts concurrently
-    return false;
+  // Serialized acquire, in two steps (the caller holds the lock that serializes every
+  // acquirer and the final release; relaxed, that lock orders the owners):
+  // takes a free word (0 -> 1: true), or, when it is owned, counts nothing (false), so that
+  // the caller may decide not to wait (a try-lock) before join_serialized().
+  [[nodiscard]] bool try_take_serialized() noexcept {
+    if (count_.load(std::memory_order_relaxed) != 0) return false;
+    count_.store(1, std::memory_order_relaxed);
+    return true;
+  }
+  // Owned word: counts the caller's request and enqueues it, in that order.
+  void join_serialized(mailbox_node* n) noexcept {
+    [[maybe_unused]] const std::uint64_t before =
+        count_.fetch_add(1, std::memory_order_relaxed);  // the owner subtracts concurrently
+    HANDOFF_ASSERT(before >= 1);
+    mailbox_.push(n);
   }
 
   // After losing try_acquire(): hands the (already counted) request to the owner.
