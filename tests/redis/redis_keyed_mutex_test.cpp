@@ -1255,4 +1255,62 @@ TEST_F(RedisKeyedMutex, ABusyCallbackCostsNoQueuedWaiterOfItsClientItsPlace) {
   EXPECT_EQ(c_turn.load(), 1);
 }
 
+// A stalled server (SIGSTOP: connections stay open, nothing answers) bounds every call by
+// the documented failure bound: its wait plus two command timeouts (the attempt, and the
+// cancel of a queued request), plus a connect timeout when a connection must be opened.
+TEST_F(RedisKeyedMutex, AStalledServerFailsEachCallWithinItsWaitPlusTwoCommandTimeouts) {
+  options o = opts();
+  o.command_timeout = 300ms;
+  o.connect_timeout = 300ms;
+  keyed_mutex m(o);
+  { auto warm = m.try_lock("warm"); }  // one pooled connection open
+  ::kill(server_.pid(), SIGSTOP);
+  struct resume_server {
+    pid_t pid;
+    ~resume_server() { ::kill(pid, SIGCONT); }
+  } resume{server_.pid()};
+  const auto bound = [&](std::chrono::milliseconds wait) { return wait + 2 * o.command_timeout + o.connect_timeout; };
+  auto t0 = steady::now();
+  EXPECT_THROW((void)m.try_lock("k"), redis_error);
+  const auto try_lock_took = since(t0);
+  t0 = steady::now();
+  EXPECT_THROW((void)m.try_lock_for("k", 100ms), redis_error);
+  const auto try_lock_for_took = since(t0);
+  t0 = steady::now();
+  EXPECT_THROW((void)m.lock("k"), redis_error);
+  const auto lock_took = since(t0);
+  std::printf("stalled server: try_lock %lld ms, try_lock_for(100ms) %lld ms, lock %lld ms (command_timeout 300 ms)\n",
+              static_cast<long long>(try_lock_took.count()), static_cast<long long>(try_lock_for_took.count()),
+              static_cast<long long>(lock_took.count()));
+  EXPECT_LE(try_lock_took, bound(0ms) + 200ms);  // + scheduling slack on a loaded machine
+  EXPECT_LE(try_lock_for_took, bound(100ms) + 200ms);
+  EXPECT_LE(lock_took, bound(0ms) + 200ms);  // lock() fails at its first attempt
+}
+
+TEST_F(RedisKeyedMutex, AServerThatStallsWhileACallWaitsEndsItWithinItsWaitPlusTwoCommandTimeouts) {
+  options o = opts();
+  o.command_timeout = 300ms;
+  keyed_mutex holder(o);
+  keyed_mutex m(o);
+  auto held = holder.lock("k");
+  std::atomic<long long> took_ms{-1};
+  std::atomic<bool> threw{false};
+  std::jthread waiter([&] {
+    const auto t0 = steady::now();
+    try {
+      (void)m.try_lock_for("k", 400ms);
+    } catch (const redis_error&) {
+      threw.store(true);
+    }
+    took_ms.store(since(t0).count());
+  });
+  ASSERT_TRUE(raw_.wait_queue_length("k", 1));
+  ::kill(server_.pid(), SIGSTOP);
+  waiter.join();
+  ::kill(server_.pid(), SIGCONT);
+  std::printf("stalled while queued: try_lock_for(400ms) ended after %lld ms\n", took_ms.load());
+  EXPECT_TRUE(threw.load());
+  EXPECT_LE(took_ms.load(), 400 + 2 * 300 + 200);
+}
+
 }  // namespace

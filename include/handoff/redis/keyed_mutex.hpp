@@ -37,8 +37,25 @@
 // clock, conservatively; fencing tokens are what a downstream store can rely on).
 //
 // Errors: every Redis failure (connect, timeout, server error, lost connection) throws
-// handoff::redis::error with the server's or hiredis's message; nothing waits longer than
-// the wait asked for plus options::command_timeout. A guard's destructor never throws.
+// handoff::redis::error with the server's or hiredis's message (keys in messages are cut
+// to their first 64 bytes); a dropped connection never raises SIGPIPE. The failure bound
+// is per step, not per call: a call that fails returns within its wait plus two
+// command_timeouts (an attempt, and the cancel of a queued request), plus, when it must
+// open a connection, connect_timeout and one command_timeout each for AUTH and SELECT,
+// plus up to one command_timeout waiting for a pooled connection when all pool_size are
+// busy. A guard's destructor never throws.
+//
+// Keys: lock name K of options::prefix P maps to the Redis keys P + "{" + E(K) + "}:lock"
+// (":queue", ":waiters", ":fence"), where E escapes '{' as "\x01(", '}' as "\x01)" and
+// '\x01' as "\x01\x01" and keeps every other byte: distinct (prefix, key) pairs never share
+// a name, and keys without those bytes keep their plain names. Notifications go to the
+// channel P + "notify:" + a random client id.
+//
+// Limits: lock keys are ordinary keys with an expiry, so a server that may evict keys
+// (maxmemory with a policy other than noeviction) could evict a held lock: the constructor
+// refuses such a server unless options::if_server_evicts says otherwise. A lease longer
+// than 2^42 ms (about 139 years; lease{nanoseconds::max()} included) is that long on the
+// server and never expires on the client.
 #pragma once
 
 #include <algorithm>
