@@ -1,5 +1,5 @@
-// The memory of a handoff::redis::keyed_mutex client (SPEC §3 "Memory": once every guard
-// is gone, the memory of the per-key state is returned): the number of live heap blocks,
+// The memory of a handoff::redis::keyed_mutex client (promised: once every guard is gone,
+// the memory of the per-key state is returned): the number of live heap blocks,
 // counted by a replaced global operator new/delete, must not grow with the number of
 // grants. A binary of its own, so that the replaced operators touch no other test.
 #include <handoff/redis/keyed_mutex.hpp>
