@@ -10,6 +10,7 @@
 
 #include "client.hpp"
 #include "handoff/detail/report.hpp"
+#include "handoff/detail/run_queue.hpp"
 
 namespace handoff::redis::detail {
 
@@ -113,17 +114,18 @@ attempt_result client::attempt(connection& c, const key_names& n, std::string_vi
                                std::string_view waiter_id, std::string_view key) {
   const std::string ms = std::to_string(lease_ms);
   reply r = c.eval(acquire_script_, {n.lock, n.queue, n.waiters, n.fence}, {owner, ms, waiter_id, heartbeat_ttl_ms_},
-                   "lock " + std::string(key));
+                   "lock " + handoff::detail::key_excerpt(key));
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
       r->element[1]->type != REDIS_REPLY_INTEGER) {
-    throw error("handoff::redis: lock " + std::string(key) + ": unexpected reply from the acquire script");
+    throw error("handoff::redis: lock " + handoff::detail::key_excerpt(key) +
+                ": unexpected reply from the acquire script");
   }
   return {r->element[0]->integer == 1, r->element[1]->integer};
 }
 
 void client::cancel(connection& c, const key_names& n, std::string_view waiter_id, std::string_view key) {
   c.eval(cancel_script_, {n.lock, n.queue, n.waiters}, {waiter_id, channel_prefix_},
-         "cancel wait for " + std::string(key));
+         "cancel wait for " + handoff::detail::key_excerpt(key));
 }
 
 std::shared_ptr<hold> client::make_hold(std::string_view key, std::string owner, std::uint64_t fence,
@@ -166,6 +168,9 @@ guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t 
     return guard(make_hold(key, std::move(owner), static_cast<std::uint64_t>(r.value), lease_ns, sent));
   }
 
+  // A caller inside an actor's handler may block below: first run what this thread owns
+  // only through its run queue, which nobody else can run.
+  handoff::detail::run_before_blocking();
   waiter w;
   const std::string id = next_id();
   {
@@ -226,7 +231,7 @@ void client::wake() const noexcept {
 void client::release(hold& h) {
   auto c = pool_.take();
   c->eval(release_script_, {h.names.lock, h.names.queue, h.names.waiters}, {h.owner, channel_prefix_},
-          "unlock " + h.key);
+          "unlock " + handoff::detail::key_excerpt(h.key));
 }
 
 bool client::extend(hold& h, std::int64_t lease_ns) {
@@ -234,7 +239,7 @@ bool client::extend(hold& h, std::int64_t lease_ns) {
   const std::string ms = std::to_string(lease_ms(lease_ns));
   reply r = [&] {
     auto c = pool_.take();
-    return c->eval(extend_script_, {h.names.lock}, {h.owner, ms}, "extend " + h.key);
+    return c->eval(extend_script_, {h.names.lock}, {h.owner, ms}, "extend " + handoff::detail::key_excerpt(h.key));
   }();
   const bool ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
   if (ok) {

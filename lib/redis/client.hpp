@@ -35,6 +35,14 @@ using handoff::detail::add_saturating;
 using handoff::detail::now_ns;
 constexpr std::int64_t ms_ns = 1'000'000;
 constexpr std::int64_t max_sleep = 1000 * ms_ns;  // of the background thread
+// The watchdog renews a lease-less hold when a third of its lease has passed (and retries
+// a failed renewal a third later): two more tries fit before the lease would run out, so
+// one lost round trip or a short server stall never loses a hold.
+constexpr std::int64_t renew_fraction = 3;
+// A waiter's heartbeat deadline on the server is this many recheck_intervals: a waiter
+// whose process died is dropped after missing that many re-checks, while one late
+// re-check (a busy machine) never costs a live waiter its place.
+constexpr std::int64_t missed_heartbeats = 3;
 // The longest lease sent to the server: 2^42 ms, about 139 years. Redis rejects a PX past
 // its clock's range; this is far inside it and far beyond any real lease ("never").
 constexpr std::int64_t max_lease_ms = std::int64_t{1} << 42;
@@ -131,7 +139,7 @@ struct hold {
   // When the watchdog renews: a third into the current lease (also after extend()).
   [[nodiscard]] std::int64_t renewal_due() const noexcept {
     const std::int64_t lease = lease_ns.load(std::memory_order_relaxed);
-    return std::max(retry_at, valid_until.load(std::memory_order_relaxed) - lease + lease / 3);
+    return std::max(retry_at, valid_until.load(std::memory_order_relaxed) - lease + lease / renew_fraction);
   }
 
   [[nodiscard]] bool expired() const noexcept {
@@ -204,7 +212,7 @@ struct client : std::enable_shared_from_this<client> {
   script cancel_script_{scripts::prelude + std::string(scripts::cancel), {}};
   const std::string id_ = random_hex128();
   const std::string channel_prefix_ = o.prefix + "notify:";
-  const std::string heartbeat_ttl_ms_ = std::to_string(3 * o.recheck_interval.count());
+  const std::string heartbeat_ttl_ms_ = std::to_string(missed_heartbeats * o.recheck_interval.count());
   std::atomic<std::uint64_t> seq_{0};
 
   std::mutex reg_mu_;

@@ -29,7 +29,7 @@ void client::run_watchdog(std::int64_t now) {
     const std::int64_t sent = now_ns();
     try {
       reply r = bg_connection().eval(extend_script_, {h->names.lock}, {h->owner, std::to_string(lease_ms(lease))},
-                                     "watchdog renewal of " + h->key);
+                                     "watchdog renewal of " + handoff::detail::key_excerpt(h->key));
       if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
         h->valid_until.store(add_saturating(sent, lease), std::memory_order_relaxed);
         h->retry_at = 0;
@@ -40,7 +40,7 @@ void client::run_watchdog(std::int64_t now) {
       }
     } catch (const error&) {
       // Unreachable: try again a third of a lease later; expired() turns true if it stays so.
-      h->retry_at = now_ns() + lease / 3;
+      h->retry_at = now_ns() + lease / renew_fraction;
     }
   }
   std::erase(watched_, nullptr);

@@ -57,6 +57,7 @@ using handoff::lease;
 using handoff::lock_expired;
 using handoff::redis::keyed_mutex;
 using handoff::redis::options;
+using handoff::test::eventually;
 using handoff::test::fire_and_forget;
 using handoff::test::redis_server;
 using handoff::test::test_timeout;
@@ -64,17 +65,6 @@ using steady = std::chrono::steady_clock;
 using redis_error = handoff::redis::error;
 
 // --- helpers ----------------------------------------------------------------------------
-
-// Polls pred every 5 ms until it holds or `limit` passes; returns its last value.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
-  const auto end = steady::now() + limit;
-  while (!pred()) {
-    if (steady::now() > end) return pred();
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
 
 std::chrono::milliseconds since(steady::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0);
@@ -1311,6 +1301,26 @@ TEST_F(RedisKeyedMutex, AServerThatStallsWhileACallWaitsEndsItWithinItsWaitPlusT
   std::printf("stalled while queued: try_lock_for(400ms) ended after %lld ms\n", took_ms.load());
   EXPECT_TRUE(threw.load());
   EXPECT_LE(took_ms.load(), 400 + 2 * 300 + 200);
+}
+
+TEST_F(RedisKeyedMutex, AnErrorAboutAHugeKeyQuotesOnlyTheStartOfIt) {
+  const std::string key(2U << 20U, 'k');
+  options o = opts();
+  o.command_timeout = 200ms;
+  keyed_mutex m(o);
+  { auto warm = m.try_lock("warm"); }  // a pooled connection: the failure is the command's
+  ::kill(server_.pid(), SIGSTOP);
+  struct resume_server {
+    pid_t pid;
+    ~resume_server() { ::kill(pid, SIGCONT); }
+  } resume{server_.pid()};
+  try {
+    (void)m.try_lock(key);
+    ADD_FAILURE() << "no error from a stalled server";
+  } catch (const redis_error& e) {
+    EXPECT_LT(std::string(e.what()).size(), 400U);
+    EXPECT_NE(std::string(e.what()).find("2097152 bytes"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
