@@ -202,7 +202,7 @@ task add_gold_async(handoff::keyed_mutex<>& locks, player_table& players, std::s
 // [snippet:async_lock_timeout]
 task try_join(handoff::keyed_mutex<>& locks, std::string room, std::promise<bool> joined) {
   auto g = co_await locks.async_lock("room:" + room, 20ms);  // gives up after 20 ms
-  joined.set_value(g.owns_lock());  // false if it timed out: then the mutex's timer thread resumed it
+  joined.set_value(g.owns_lock());  // false if it timed out: then the mutex's completion thread resumed it
 }
 // [/snippet]
 

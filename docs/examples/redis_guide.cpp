@@ -60,7 +60,7 @@ handoff::redis::options options_for(int port) {
   o.host = "127.0.0.1";
   o.port = port;              // or o.unix_socket = "/run/redis/redis.sock"
   o.prefix = "game:locks:";   // every Redis key and channel of these locks starts with it
-  o.command_timeout = 500ms;  // no call waits longer than its wait time plus this
+  o.command_timeout = 500ms;  // each step of a call: see "Failure behaviour" for the bound
   o.watchdog_lease = 10s;     // lock() without a lease: a crashed holder's key frees after 10 s
   // [/snippet]
   return o;
