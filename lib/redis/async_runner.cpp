@@ -19,6 +19,7 @@ namespace {
 // One finished async request on its way to the callback thread.
 struct callback_task final : handoff::detail::task {
   callback_task(std::unique_ptr<async_request> req, guard g, std::exception_ptr e) noexcept
+      // NOLINTNEXTLINE(bugprone-throw-keyword-missing): an exception_ptr is stored, not thrown
       : r(std::move(req)), result(std::move(g)), failure(std::move(e)) {
     run = &call;
   }
@@ -42,9 +43,8 @@ void client::complete(std::unique_ptr<async_request> r, guard g, std::exception_
     const std::lock_guard lock(reg_mu_);
     waiters_.erase(r->id);
   }
-  // Null when out of memory; then nothing was moved from r, g and e.
-  auto* t = new (std::nothrow) callback_task(std::move(r), std::move(g), std::move(e));
-  if (t != nullptr) return callbacks_.post(t);
+  void* memory = ::operator new(sizeof(callback_task), std::nothrow);
+  if (memory != nullptr) return callbacks_.post(::new (memory) callback_task(std::move(r), std::move(g), std::move(e)));
   try {  // no memory for the task: run the callback here rather than lose it
     r->cb(std::move(g), std::move(e));
   } catch (...) {

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <system_error>
 #include <utility>
 
 namespace handoff::redis::detail {
@@ -116,7 +117,8 @@ void connection::flush(std::string_view what) {
     if (errno == EINTR) continue;
     const int e = errno;
     ctx_->err = REDIS_ERR_IO;
-    std::strncpy(ctx_->errstr, std::strerror(e), sizeof ctx_->errstr - 1);
+    const std::string why = std::generic_category().message(e);
+    std::strncpy(ctx_->errstr, why.c_str(), sizeof ctx_->errstr - 1);
     errno = e;  // fail() tells a timeout (EAGAIN) from a lost connection
     fail(what);
   }
