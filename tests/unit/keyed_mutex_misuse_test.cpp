@@ -24,21 +24,7 @@
 
 namespace {
 
-using namespace std::chrono_literals;
-using handoff::key_guard;
-using handoff::keyed_mutex;
-using handoff::lease;
-using handoff::test::async_outcome;
-using handoff::test::await_lock;
-using handoff::test::blocking_call;
-using handoff::test::error_of;
-using handoff::test::eventually;
-using handoff::test::free_elsewhere;
-using handoff::test::grant_log;
-using handoff::test::KeyedMutex;
-using handoff::test::run_threads;
-using handoff::test::would_deadlock;
-using steady = std::chrono::steady_clock;
+using namespace handoff::test;  // keyed_mutex_support.hpp: helpers, chrono literals, the names used
 
 // --- misuse -----------------------------------------------------------------------------
 

@@ -30,6 +30,11 @@
 namespace handoff::test {
 
 using namespace std::chrono_literals;
+// The names every keyed_mutex test uses; a test file says `using namespace handoff::test;`.
+using handoff::key_guard;
+using handoff::keyed_mutex;
+using handoff::lease;
+using steady = std::chrono::steady_clock;
 
 // Every keyed_mutex unit test runs under a 60 s timeout (sanitizer builds included).
 class KeyedMutex : public testing::Test {
