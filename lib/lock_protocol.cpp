@@ -1,7 +1,7 @@
 // The keyed mutex's hand-off protocol (overview in include/handoff/detail/lock_table.hpp):
 // acquiring, queueing, handing off and releasing a key, and arming and disarming its
-// lease. The only code that touches a key's `count` and `waiters` (with the inline fast
-// path, lock_table::try_acquire_fast).
+// lease. The only code that touches a key's ownership word and mailbox (`own`), with the
+// inline fast path, lock_table::try_acquire_fast.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -93,6 +93,14 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
     throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
                             "handoff::keyed_mutex: this thread already holds the key");
   }
+  if (must_run_before_blocking()) {
+    // Inside a handler that owns queued work: run it before standing in this key's queue,
+    // not after (queued work that locks this key would wait behind this thread's own
+    // waiter, which cannot be granted until that work returns). Then look the key up again.
+    s.lock.unlock();
+    run_before_blocking();
+    return {.retry = true};
+  }
   waiter* w;
   try {
     w = new_node<waiter>();
@@ -105,7 +113,6 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   e->own.join_serialized(w);  // held: counted behind the holder, then queued
   s.lock.unlock();
 
-  run_before_blocking();  // inside a handler: what this thread owns through its queue runs first
   const bool granted = wait_for_grant(w, r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline);
   const std::uint64_t token = granted ? w->token : 0;  // written before the grant; racy otherwise
   release_waiter(w);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "keyed_mutex_support.hpp"
 #include "test_support.hpp"
 #include "test_timeout.hpp"
 
@@ -242,18 +243,45 @@ TEST(where_code_runs, a_blocked_lock_wakes_on_its_own_thread) {
   std::atomic<bool> got{false};
   std::thread::id waiter_id;
   std::thread::id woke_on;
-  std::jthread waiter([&] {
-    waiter_id = std::this_thread::get_id();
-    auto g = locks.lock("k");
-    woke_on = std::this_thread::get_id();
-    got.store(g.owns_lock());
-  });
-  while (locks.size() == 0) std::this_thread::yield();  // the waiter has at least looked the key up
-  std::this_thread::sleep_for(20ms);
-  held.unlock();
-  waiter.join();
+  {
+    handoff::test::blocking_call waiter([&] {
+      waiter_id = std::this_thread::get_id();
+      auto g = locks.lock("k");
+      woke_on = std::this_thread::get_id();
+      got.store(g.owns_lock());
+    });
+    ASSERT_TRUE(waiter.wait_until_blocked());
+    held.unlock();
+  }
   EXPECT_TRUE(got.load());
   EXPECT_EQ(woke_on, waiter_id);
+}
+
+// The same for a blocking keyed lock, which also joins the key's queue: the queue runs
+// before that, so queued work that locks the same key is not stuck behind this thread.
+TEST(where_code_runs, a_handler_about_to_block_on_a_keyed_lock_first_runs_its_queue_then_queues_for_the_key) {
+  test_timeout limit{30s};
+  handoff::keyed_mutex<> locks;
+  auto held = locks.lock("k");
+  handoff::actor<int> a{0};
+  handoff::actor<int> j{0};
+  std::vector<char> order;  // written by the blocked thread only, read after it ends
+  {
+    handoff::test::blocking_call handler([&] {
+      a.post([&](int&) {
+        j.post([&](int&) {  // J idle: this thread owns it through its queue
+          auto g = locks.lock("k");
+          order.push_back('j');
+        });
+        auto g = locks.lock("k");
+        order.push_back('a');
+      });
+    });
+    ASSERT_TRUE(handler.wait_until_blocked());
+    held.unlock();
+  }
+  EXPECT_EQ(order, (std::vector<char>{'j', 'a'}));
+  EXPECT_EQ(locks.size(), 0U);
 }
 
 TEST(where_code_runs, an_actor_whose_budget_is_spent_continues_on_its_executor) {

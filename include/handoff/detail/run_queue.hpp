@@ -82,4 +82,9 @@ void schedule(task* t) noexcept;
 // current work (see the overview). No-op at top level or with an empty queue.
 void run_before_blocking() noexcept;
 
+// True when a call about to block must run_before_blocking() first: inside a handler,
+// with entries queued. A blocking call that also joins a queue (a keyed lock's waiters)
+// checks this before joining, so that what it runs cannot end up waiting behind it.
+[[nodiscard]] inline bool must_run_before_blocking() noexcept { return tls.top != nullptr && tls.head != 0; }
+
 }  // namespace handoff::detail
