@@ -545,7 +545,7 @@ void check_chain(benchmark::State& state, std::uint64_t before, std::uint64_t af
 }
 
 // A top-level post returns only once the whole chain has run: each nested post finds its
-// target idle and queues it on this thread's ready list, drained before post() returns.
+// target idle and queues it on this thread's run queue, drained before post() returns.
 void bm_chain_actors(benchmark::State& state, chain_targets& t) {
   const std::uint64_t before = t.actor_total();
   handoff::actor<chain_node>& head = t.actors[0];

@@ -315,7 +315,7 @@ void check_coroutines(handoff::keyed_mutex<>& locks) {
   // [/snippet]
   expect(ran_now, "lock_async on a free key calls back at once");
 
-  // A wait time: resumed by the timer thread, without the key.
+  // A wait time: resumed by the mutex's completion thread, without the key.
   auto g = locks.lock("room:3");
   std::promise<bool> joined;
   auto result = joined.get_future();

@@ -118,7 +118,7 @@ task add_gold_async(handoff::redis::keyed_mutex& locks, player_store& store, std
                     std::promise<void> done) {
   try {
     auto g = co_await locks.async_lock("player:" + id);  // no thread blocks while it waits
-    // Resumed on locks' background thread: keep this short, or hop to your executor.
+    // Resumed on locks' callback thread: keep this short, or hop to your executor.
     store.write(id, g.token(), store.gold(id) + n);
   } catch (const handoff::redis::error&) {  // Redis unreachable: thrown from the co_await
     done.set_exception(std::current_exception());
@@ -199,7 +199,7 @@ int main() {
     expect(!store.write("9", slow.token(), 1), "the stale holder's write is refused by its token");
   }
 
-  // async_lock: waits behind b's hold, resumed on a's background thread.
+  // async_lock: waits behind b's hold, resumed on a's callback thread.
   {
     auto held = b.lock("player:5");
     std::promise<void> done;

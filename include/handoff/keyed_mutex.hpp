@@ -156,7 +156,8 @@ class keyed_mutex {
   // Thread-safe. `co_await m.async_lock(key)` yields a guard, suspending the coroutine (never blocking
   // a thread) while the key is held; FIFO with every other waiter. With a wait time, the
   // guard does not own the lock if it timed out. The coroutine is resumed by the thread
-  // that hands the key over (or the timer thread: see the overview). The key is copied.
+  // that hands the key over (or, at its wait timeout, the mutex's completion thread: see
+  // the overview). The key is copied.
   [[nodiscard]] auto async_lock(Key key) { return lock_awaiter(*this, std::move(key), detail::no_deadline, 0); }
   [[nodiscard]] auto async_lock(Key key, lease l) {
     return lock_awaiter(*this, std::move(key), detail::no_deadline, l.duration.count());
@@ -176,12 +177,10 @@ class keyed_mutex {
     auto* w = detail::new_node<callback_waiter<std::decay_t<F>>>(std::forward<F>(f));
     w->table = &table_;
     detail::lock_shard& s = table_.shard_for(h);
-    s.lock.lock();
     detail::lock_entry* e;
     try {
-      e = find_or_create(s, h, key);
+      e = lock_entry_of(s, h, key);
     } catch (...) {
-      s.lock.unlock();
       detail::delete_node(w);
       throw;
     }
@@ -204,9 +203,17 @@ class keyed_mutex {
   using wait_mode = detail::lock_request::wait_mode;
 
   using entry = detail::keyed_entry<Key>;
-  // With s locked (see keyed_entry::find_or_create).
-  detail::lock_entry* find_or_create(detail::lock_shard& s, std::size_t h, const Key& key) {
-    return entry::find_or_create(s, h, key, eq_);
+  // The lookup every request starts with: locks s (the shard of hash h) and returns key's
+  // entry, created if absent, with s still locked. A throw from Eq or the key's copy
+  // propagates with s unlocked and nothing created (keyed_entry::find_or_create).
+  detail::lock_entry* lock_entry_of(detail::lock_shard& s, std::size_t h, const Key& key) {
+    s.lock.lock();
+    try {
+      return entry::find_or_create(s, h, key, eq_);
+    } catch (...) {
+      s.lock.unlock();
+      throw;
+    }
   }
 
   guard acquire(const Key& key, detail::lock_request r) { return guard(&table_, acquire_grant(key, r)); }
@@ -215,14 +222,7 @@ class keyed_mutex {
     const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
     for (;;) {
-      s.lock.lock();
-      detail::lock_entry* e;
-      try {
-        e = find_or_create(s, h, key);
-      } catch (...) {
-        s.lock.unlock();
-        throw;
-      }
+      detail::lock_entry* e = lock_entry_of(s, h, key);
       detail::grant g;
       if (r.lease == 0 && detail::lock_table::try_acquire_fast(s, e, g)) return g;
       g = table_.acquire(s, e, r);
@@ -260,12 +260,10 @@ class keyed_mutex {
       // shared until the push, which the shard lock publishes).
       if (deadline_ != detail::no_deadline) w->refs.store(3, std::memory_order_relaxed);
       detail::lock_shard& s = m_.table_.shard_for(hash);
-      s.lock.lock();
       detail::lock_entry* e;
       try {
-        e = m_.find_or_create(s, hash, key_);
+        e = m_.lock_entry_of(s, hash, key_);
       } catch (...) {
-        s.lock.unlock();
         detail::delete_node(w);
         throw;
       }

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "handoff/detail/clock.hpp"
+
 namespace handoff {
 
 // A lease: the lock is released automatically this long after it is granted (or last
@@ -14,21 +16,12 @@ namespace handoff {
 // a length <= 0.
 struct lease {
   template <class Rep, class Period>
-  explicit lease(std::chrono::duration<Rep, Period> d) : duration(saturate(d)) {
+  explicit lease(std::chrono::duration<Rep, Period> d) : duration(detail::to_ns_saturating(d)) {
     if (d <= std::chrono::duration<Rep, Period>::zero()) {
       throw std::invalid_argument("handoff::lease: duration must be positive");
     }
   }
-  std::chrono::nanoseconds duration;
-
- private:
-  // Converts to nanoseconds, rounding up and saturating at nanoseconds::max().
-  template <class Rep, class Period>
-  static std::chrono::nanoseconds saturate(std::chrono::duration<Rep, Period> d) noexcept {
-    using ns = std::chrono::nanoseconds;
-    if (std::chrono::duration<double, std::nano>(d).count() >= static_cast<double>(ns::max().count())) return ns::max();
-    return std::chrono::ceil<ns>(d);
-  }
+  std::chrono::nanoseconds duration;  // rounded up; nanoseconds::max() when it saturated
 };
 
 // Thrown by a guard's check() when it no longer holds its key.

@@ -42,7 +42,8 @@ void guard::unlock() {
     h.released.store(true, std::memory_order_relaxed);
     // The lease is over: the server frees (or freed) the key; expired() stays true.
     if (h.expired()) return;
-    h.valid_until.store(INT64_MAX, std::memory_order_relaxed);  // ended by unlock: expired() stays false
+    h.valid_until.store(handoff::detail::no_deadline,
+                        std::memory_order_relaxed);  // ended by unlock: expired() stays false
   }
   h.owner_client->release(h);
 }
@@ -93,12 +94,16 @@ void keyed_mutex::lock_async(std::string key, callback f, std::chrono::nanosecon
                              std::chrono::nanoseconds lease) {
   if (lease < std::chrono::nanoseconds::zero())
     throw std::invalid_argument("handoff::redis::lock_async: negative lease");
+  lock_async_until(std::move(key), std::move(f), deadline_in(wait), lease.count());
+}
+
+void keyed_mutex::lock_async_until(std::string key, callback f, std::int64_t deadline, std::int64_t lease_ns) {
   auto r = std::make_unique<detail::async_request>();
   r->key = std::move(key);
   r->owner = client_->next_id();
   r->id = client_->next_id();
-  r->deadline = wait == std::chrono::nanoseconds::max() ? no_deadline : deadline_in(wait);
-  r->lease_ns = lease.count();
+  r->deadline = deadline;
+  r->lease_ns = lease_ns;
   r->cb = std::move(f);
   client_->submit(std::move(r));
 }

@@ -1,4 +1,4 @@
-// libFuzzer target: decodes the input into a sequence of keyed_mutex operations on three
+// libFuzzer target: decodes the input into a sequence of keyed_mutex operations on four
 // keys, on one thread and a manual clock, and checks every step against a reference model
 // (a holder and a FIFO queue per key, leases and wait deadlines as timed events).
 //
@@ -9,7 +9,8 @@
 // released and size() must be 0.
 //
 // Run: build the `clang` preset (the target needs clang's -fsanitize=fuzzer), then
-//   build/clang/tests/keyed_mutex_fuzz -max_total_time=600 tests/fuzz/corpus
+//   ctest --preset clang -L fuzz   (HANDOFF_FUZZ_SECONDS, default 60), or by hand:
+//   build/clang/tests/fuzz/keyed_mutex_fuzz -max_total_time=600 build/clang/tests/fuzz/corpus
 #include <array>
 #include <coroutine>
 #include <cstddef>

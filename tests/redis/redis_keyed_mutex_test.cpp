@@ -9,6 +9,7 @@
 // Cross-process tests drive tests/redis/redis_lock_helper.cpp with posix_spawn. Waiters are
 // put in a known order by polling the key's queue on the server (LLEN) between requests.
 // Time bounds are generous (seconds), for loaded machines and sanitizer builds.
+#include <handoff/actor.hpp>
 #include <handoff/redis/keyed_mutex.hpp>
 
 #include <gtest/gtest.h>
@@ -265,6 +266,30 @@ TEST_F(RedisKeyedMutex, ExcludesHoldersInOtherThreadsWithTheirOwnInstances) {
   EXPECT_EQ(overlaps.load(), 0);
   EXPECT_EQ(counter.load(), threads * iterations);
   EXPECT_EQ(token_errors.load(), 0);
+}
+
+// A handler of A posts to an idle actor J (this thread now owns J only through its run
+// queue), then blocks on a held key: J runs before the thread blocks, not after the lock.
+TEST_F(RedisKeyedMutex, ABlockingLockInsideAHandlerFirstRunsTheThreadsQueue) {
+  keyed_mutex holder_side(opts());
+  keyed_mutex m(opts());
+  auto held = holder_side.lock("k");
+  handoff::actor<int> a{0};
+  handoff::actor<int> j{0};
+  std::atomic<bool> j_ran{false};
+  std::atomic<bool> locked{false};
+  std::jthread handler_thread([&] {
+    a.post([&](int&) {
+      j.post([&](int&) { j_ran.store(true); });
+      auto g = m.lock("k");
+      locked.store(g.owns_lock());
+    });
+  });
+  EXPECT_TRUE(eventually([&] { return j_ran.load(); })) << "J waited for the lock to return";
+  EXPECT_FALSE(locked.load());
+  held.unlock();
+  handler_thread.join();
+  EXPECT_TRUE(locked.load());
 }
 
 TEST_F(RedisKeyedMutex, ASecondLockOfAHeldKeyOnTheSameInstanceIsNotGranted) {

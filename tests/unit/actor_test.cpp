@@ -107,7 +107,7 @@ TEST(Actor, RunsEachSendersMessagesInTheOrderSent) {
 
 TEST(Actor, RunsSendsOrderedByHappensBeforeInThatOrderAcrossThreads) {
   // Causal order: thread 1 posts, then tells thread 2, which then posts. Thread 1 may be
-  // inside another actor's handler (its send is deferred on its ready list) or the actor
+  // inside another actor's handler (its send is deferred on its run queue) or the actor
   // may be busy on a third thread: either way the first send must run first.
   struct order {
     std::vector<int> ran;
@@ -250,7 +250,7 @@ TEST(Actor, AskFromAHandlerRunsAnIdleTargetInlineSoWaitingDoesNotDeadlock) {
 }
 
 TEST(Actor, AskFromAHandlerReachesATargetThisThreadQueuedEarlier) {
-  // The handler's post makes this thread the target's owner (on its ready list); the ask
+  // The handler's post makes this thread the target's owner (on its run queue); the ask
   // that follows must drain it here rather than wait for a drain that comes later.
   handoff::actor<counter> target;
   handoff::actor<counter> caller;
@@ -374,7 +374,7 @@ TEST(Actor, DestroyingAnActorThisThreadOwnsFromAHandlerRunsItsMessagesFirst) {
   handoff::actor<counter> caller;
   std::atomic<int> ran{0};
   caller.post([&](counter&) {
-    target->post([&](counter&) { ran.fetch_add(1); });  // queued on this thread's ready list
+    target->post([&](counter&) { ran.fetch_add(1); });  // queued on this thread's run queue
     target.reset();
     EXPECT_EQ(ran.load(), 1);
   });

@@ -393,7 +393,7 @@ struct inline_executor {
 
 TEST(DrainBudget, AnInlineExecutorKeepsDrainingOnTheOwnerWithoutGrowingTheStack) {
   // The continuation is run inside execute(), i.e. inside the drain that handed off: it
-  // must be queued on the thread's ready list, not recurse once per hand-off.
+  // must be queued on the thread's run queue, not recurse once per hand-off.
   constexpr int backlog = 5000;
   struct state {
     int runs = 0;

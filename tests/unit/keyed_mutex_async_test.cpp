@@ -107,12 +107,10 @@ TEST_F(KeyedMutex, AsyncLockWithAWaitTimeIsGrantedWhenTheKeyIsReleasedInTime) {
   EXPECT_EQ(m.size(), 0u);
 }
 
-// LIBRARY BUG (reported), checked by LeakSanitizer (asan preset): acquire_or_enqueue()
-// queues a timed async waiter, unlocks the shard and only then schedules its timeout. A
-// holder that grants the waiter in between finds no timeout to cancel and leaves the
-// timer's reference to the timer, which holds the node until the deadline: an hour here,
-// so the node is still in the timer's heap when the mutex is destroyed, and leaks. Other
-// builds run the same race but cannot see the leak.
+// A timed async waiter is queued, the shard unlocked, and only then its timeout scheduled.
+// A holder that grants the waiter in between must leave nothing to the timer: otherwise the
+// node stays in the timer's heap until its deadline (an hour here) and leaks when the mutex
+// is destroyed, which LeakSanitizer (asan preset) reports.
 TEST_F(KeyedMutex, AnAsyncWaitGrantedWhileItsTimeoutIsBeingScheduledLeavesNothingBehind) {
   for (int round = 0; round < 20; ++round) {
     keyed_mutex<> m;  // a fresh mutex: its timer thread starts inside the race window
@@ -132,7 +130,7 @@ TEST_F(KeyedMutex, AnAsyncWaitGrantedWhileItsTimeoutIsBeingScheduledLeavesNothin
       await_lock([&m] { return m.async_lock("k", 1h); }, outcomes.back().get(), false);
       ++started;
       // The coroutine unlocks when it is resumed: wait for it so that the holder runs.
-      while (!outcomes.back()->done()) std::this_thread::yield();
+      while (!outcomes.back()->done()) std::this_thread::yield();  // a spin: the race needs many rounds
       done.fetch_add(1, std::memory_order_relaxed);
     }
     stop.store(true);

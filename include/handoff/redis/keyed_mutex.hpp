@@ -277,6 +277,8 @@ class keyed_mutex {
     return handoff::detail::deadline_after(handoff::detail::now_ns(), d);
   }
   guard acquire(std::string_view key, std::int64_t deadline, std::int64_t lease_ns);
+  // lock_async with a deadline on the library's clock (detail/clock.hpp).
+  void lock_async_until(std::string key, callback f, std::int64_t deadline, std::int64_t lease_ns);
 
   class [[nodiscard]] awaiter {
    public:
@@ -284,16 +286,14 @@ class keyed_mutex {
         : m_(m), key_(std::move(key)), deadline_(deadline), lease_(lease_ns) {}
     [[nodiscard]] static bool await_ready() noexcept { return false; }
     void await_suspend(std::coroutine_handle<> h) {
-      const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-      m_.lock_async(
+      m_.lock_async_until(
           std::move(key_),
           [this, h](guard g, std::exception_ptr e) {
             result_ = std::move(g);
             error_ = std::move(e);
             h.resume();
           },
-          std::chrono::nanoseconds(deadline_ == no_deadline ? INT64_MAX : deadline_ - now),
-          std::chrono::nanoseconds(lease_));
+          deadline_, lease_);
     }
     guard await_resume() {
       if (error_) std::rethrow_exception(error_);
