@@ -8,7 +8,6 @@
 #include <mutex>
 #include <system_error>
 
-#include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/lock_table.hpp"
@@ -202,7 +201,11 @@ void lock_table::drop_ref(lock_entry* e) noexcept {
 
 lock_entry* lock_table::remove_if_unused(lock_shard& s, lock_entry* e) noexcept {
   HANDOFF_ASSERT(e->own.pending() == 0);
+  HANDOFF_ASSERT(e->own.looks_empty());  // released: every waiter was consumed
   if (e->refs != 0) return nullptr;
+  // Freed only without a lease running: an armed lease is a hold (count >= 1) or counted
+  // in refs by the expired guard it left behind.
+  HANDOFF_ASSERT(e->leased.load(std::memory_order_relaxed) == 0);
   s.token_floor = std::max(s.token_floor, e->token);
   s.erase(e);
   return e;

@@ -58,7 +58,7 @@ void client::run() noexcept {
         connect_subscriber();
         wake_all();  // notifications sent while we were not listening are lost: re-check
       } catch (const error&) {
-        sub_retry_at_ = now + std::min<std::int64_t>(o.recheck_interval.count() * ms_ns, 100 * ms_ns);
+        sub_retry_at_ = now + std::min<std::int64_t>(o.recheck_interval.count() * ms_ns, subscriber_retry_max);
       }
     }
     {

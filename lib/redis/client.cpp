@@ -21,7 +21,8 @@ client::client(options opts) : o(std::move(opts)), pool_(o) {
     throw std::invalid_argument("handoff::redis::options: port out of range");
   }
   if (o.pool_size == 0) throw std::invalid_argument("handoff::redis::options: pool_size must be at least 1");
-  if (o.connect_timeout.count() <= 0 || o.command_timeout.count() <= 0 || o.watchdog_lease.count() < 3 ||
+  // watchdog_lease: at least renew_fraction ms, so that renewals come at least 1 ms apart.
+  if (o.connect_timeout.count() <= 0 || o.command_timeout.count() <= 0 || o.watchdog_lease.count() < renew_fraction ||
       o.recheck_interval.count() <= 0) {
     throw std::invalid_argument(
         "handoff::redis::options: timeouts and recheck_interval must be positive, watchdog_lease at least 3 ms");
@@ -139,8 +140,9 @@ std::shared_ptr<hold> client::make_hold(std::string_view key, std::string owner,
       const std::lock_guard lock(in_mu_);
       watch_incoming_.push_back(h);
     }
-    // The background thread wakes at least every max_sleep and picks the hold up then;
-    // only an earlier first renewal needs it now (not the common 30 s lease).
+    // The background thread wakes at least every max_sleep and picks the hold up then,
+    // up to max_sleep late; a renewal due within twice that (a short watchdog_lease, not
+    // the common 30 s) could be missed that way: wake it now.
     if (h->renewal_due() - now_ns() < 2 * max_sleep) wake();
   }
   return h;

@@ -34,7 +34,13 @@ namespace handoff::redis::detail {
 using handoff::detail::add_saturating;
 using handoff::detail::now_ns;
 constexpr std::int64_t ms_ns = 1'000'000;
-constexpr std::int64_t max_sleep = 1000 * ms_ns;  // of the background thread
+// The background thread's longest sleep: it picks up new watchdog holds at least this
+// often (an earlier renewal wakes it, see make_hold), so a hold's first renewal is never
+// later than this past its due time; a second is short against the 30 s default lease.
+constexpr std::int64_t max_sleep = 1000 * ms_ns;
+// After a failed subscriber connect, the next try comes after recheck_interval, at most
+// this: notifications are lost while it is down, so retry quickly (waiters re-check anyway).
+constexpr std::int64_t subscriber_retry_max = 100 * ms_ns;
 // The watchdog renews a lease-less hold when a third of its lease has passed (and retries
 // a failed renewal a third later): two more tries fit before the lease would run out, so
 // one lost round trip or a short server stall never loses a hold.

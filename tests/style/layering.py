@@ -4,7 +4,8 @@
 - include/handoff/detail/ holds the protocols: it includes only other detail headers and
   the small vocabulary headers, never a facade (actor.hpp, keyed_mutex.hpp, ...).
 - lib/ implements detail/: no lib/ file includes the keyed-mutex facade, and the Redis
-  client (include/handoff/redis/, lib/redis/) never includes the in-process lock table.
+  client (include/handoff/redis/, lib/redis/) never includes the in-process lock table,
+  directly or through another header.
 - No file in lib/ or include/ is longer than MAX_LINES: a protocol reads in one sitting.
 
 Usage: layering.py SOURCE_DIR. Prints each violation and exits 1 if there is any.
@@ -20,13 +21,27 @@ VOCABULARY = {
     "handoff/executor.hpp",
     "handoff/lease.hpp",
     "handoff/multi_guard.hpp",
-    "handoff/key_guard.hpp",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 
 def includes(path):
     return INCLUDE.findall(path.read_text(encoding="utf-8"))
+
+
+def reachable(root, path):
+    """Every handoff/ header that path includes, directly or through other handoff/ headers."""
+    seen = set()
+    todo = [inc for inc in includes(path) if inc.startswith("handoff/")]
+    while todo:
+        inc = todo.pop()
+        if inc in seen:
+            continue
+        seen.add(inc)
+        header = root / "include" / inc
+        if header.exists():
+            todo.extend(i for i in includes(header) if i.startswith("handoff/"))
+    return seen
 
 
 def main():
@@ -41,8 +56,8 @@ def main():
             if inc == "handoff/keyed_mutex.hpp":
                 errors.append(f"{f.relative_to(root)}: lib/ includes the facade {inc}")
     for f in sorted(list(root.glob("include/handoff/redis/*.hpp")) + list(root.glob("lib/redis/*.[ch]pp"))):
-        for inc in includes(f):
-            if inc == "handoff/keyed_mutex.hpp" or inc.startswith("handoff/detail/lock_"):
+        for inc in sorted(reachable(root, f)):
+            if inc in ("handoff/keyed_mutex.hpp", "handoff/key_guard.hpp") or inc.startswith("handoff/detail/lock_"):
                 errors.append(f"{f.relative_to(root)}: the Redis client includes the in-process lock table ({inc})")
     for f in sorted(list(root.glob("lib/**/*.[ch]pp")) + list(root.glob("include/**/*.hpp"))):
         n = len(f.read_text(encoding="utf-8").splitlines())

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -207,6 +208,31 @@ TEST_F(KeyedMutex, AHugeKeysMemoryGoesBackAtItsUnlockAndIsNotKeptForTheThread) {
     EXPECT_LT(heap_in_use(), before + huge / 2);
   })
       .join();
+}
+
+// A key that is large in place (no heap to measure) is not kept either: the thread's
+// cached entry would hold its whole size. A small one is.
+template <std::size_t N>
+bool kept_for_the_thread_after_one_lock() {
+  using key = std::array<char, N>;
+  struct hash {
+    std::size_t operator()(const key& k) const noexcept { return static_cast<std::size_t>(k[0]); }
+  };
+  bool kept = false;
+  std::thread([&] {  // a fresh thread: its cache starts empty
+    auto m = std::make_unique<keyed_mutex<key, hash>>();
+    key k{};
+    k[0] = 'k';
+    { key_guard g = m->lock(k); }
+    kept = handoff::detail::cached_entry.entry != nullptr;
+  })
+      .join();
+  return kept;
+}
+
+TEST_F(KeyedMutex, AKeyLargeInPlaceIsNotKeptForTheThreadAndASmallOneIs) {
+  EXPECT_TRUE(kept_for_the_thread_after_one_lock<16>());
+  EXPECT_FALSE(kept_for_the_thread_after_one_lock<4096>());
 }
 
 }  // namespace

@@ -41,6 +41,7 @@
 #include "handoff/actor_options.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
+#include "handoff/detail/node_pool.hpp"
 #include "handoff/detail/ownership.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/detail/run_queue.hpp"
@@ -68,39 +69,6 @@ struct resumable : task {
 
 // The source named when a handler's exception has no hook to go to.
 inline constexpr const char* handler_source = "an actor handler";
-// Node memory for messages; recycled per thread, so steady-state sends do not call malloc.
-[[nodiscard]] void* allocate_node(std::size_t size);
-void free_node(void* p, std::size_t size) noexcept;
-
-// Builds a message node in pooled memory.
-template <class Node, class... Args>
-Node* new_node(Args&&... args) {
-  static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "over-aligned message types are not supported");
-  void* p = allocate_node(sizeof(Node));
-  try {
-    return ::new (p) Node(std::forward<Args>(args)...);
-  } catch (...) {
-    free_node(p, sizeof(Node));
-    throw;
-  }
-}
-
-template <class Node>
-void delete_node(Node* n) noexcept {
-  n->~Node();
-  free_node(n, sizeof(Node));
-}
-
-// Frees a node when a handler returns or throws.
-template <class Node>
-struct node_guard {
-  explicit node_guard(Node* n) noexcept : node(n) {}
-  node_guard(const node_guard&) = delete;
-  node_guard& operator=(const node_guard&) = delete;
-  ~node_guard() { delete_node(node); }
-  Node* node;
-};
-
 class actor_base {
  public:
   actor_base(const actor_base&) = delete;

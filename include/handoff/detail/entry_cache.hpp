@@ -17,8 +17,8 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "handoff/detail/actor_base.hpp"  // HANDOFF_TLS_MODEL
 #include "handoff/detail/lock_entry.hpp"
+#include "handoff/detail/run_queue.hpp"  // HANDOFF_TLS_MODEL
 
 namespace handoff::detail {
 

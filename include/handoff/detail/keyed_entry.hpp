@@ -27,7 +27,9 @@ struct keyed_entry final : lock_entry {
   // capacity-sized key at most max_cached_key_bytes, any other key none (it is trivially
   // destructible).
   static bool keep(const lock_entry* e) noexcept {
-    if constexpr (!std::is_copy_assignable_v<Key>) {
+    if constexpr (!std::is_copy_assignable_v<Key> || sizeof(Key) > max_cached_key_bytes) {
+      // Not reusable, or a key that is large in place (std::array<char, 1 << 26>): the
+      // cache would keep that much for the thread.
       return false;
     } else if constexpr (capacity_sized<Key>) {
       const Key& k = static_cast<const keyed_entry*>(e)->key;

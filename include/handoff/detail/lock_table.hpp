@@ -46,11 +46,11 @@
 #include <memory>
 #include <mutex>
 
-#include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/entry_cache.hpp"
 #include "handoff/detail/lock_entry.hpp"
 #include "handoff/detail/lock_shard.hpp"
+#include "handoff/detail/node_pool.hpp"
 
 namespace handoff::detail {
 

@@ -44,7 +44,11 @@ class ownership {
   // Counts one request. True: the caller became the owner.
   // acquire; pairs with the release in try_release(): everything the previous owner
   // wrote is visible to the new one.
-  [[nodiscard]] bool try_acquire() noexcept { return count_.fetch_add(1, std::memory_order_acquire) == 0; }
+  [[nodiscard]] bool try_acquire() noexcept {
+    const std::uint64_t before = count_.fetch_add(1, std::memory_order_acquire);
+    HANDOFF_ASSERT(before != ~std::uint64_t{0});  // a count that wrapped: a release subtracted too much
+    return before == 0;
+  }
 
   // Serialized acquire, in two steps (the caller holds the lock that serializes every
   // acquirer and the final release; relaxed, that lock orders the owners):

@@ -1,0 +1,45 @@
+// Pooled node memory for messages and waiters (lib/node_pool.cpp): per-thread caches of
+// fixed size classes with a central list between threads, so that steady-state sends and
+// lock waits call no allocator. Shared by the actors and the keyed mutex.
+#pragma once
+
+#include <cstddef>
+#include <new>
+#include <utility>
+
+namespace handoff::detail {
+
+// Node memory; recycled per thread, so steady-state sends do not call malloc. Thread-safe.
+[[nodiscard]] void* allocate_node(std::size_t size);
+void free_node(void* p, std::size_t size) noexcept;
+
+// Builds a node in pooled memory; propagates what Node's constructor or the allocation throws.
+template <class Node, class... Args>
+Node* new_node(Args&&... args) {
+  static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "over-aligned message types are not supported");
+  void* p = allocate_node(sizeof(Node));
+  try {
+    return ::new (p) Node(std::forward<Args>(args)...);
+  } catch (...) {
+    free_node(p, sizeof(Node));
+    throw;
+  }
+}
+
+template <class Node>
+void delete_node(Node* n) noexcept {
+  n->~Node();
+  free_node(n, sizeof(Node));
+}
+
+// Frees a node when a handler returns or throws.
+template <class Node>
+struct node_guard {
+  explicit node_guard(Node* n) noexcept : node(n) {}
+  node_guard(const node_guard&) = delete;
+  node_guard& operator=(const node_guard&) = delete;
+  ~node_guard() { delete_node(node); }
+  Node* node;
+};
+
+}  // namespace handoff::detail
