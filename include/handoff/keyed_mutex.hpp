@@ -46,13 +46,15 @@
 // destructor). The timer thread itself never runs user code: a callback or coroutine that
 // blocks delays only the completions queued after it, never a lease. Resumptions triggered
 // while one is running on a thread are queued and run after it, so chains of hand-offs do
-// not grow the stack.
+// not grow the stack. A blocking call inside an actor's handler that must wait first runs
+// what this thread owns only through its run queue (actors won by nested sends, granted
+// waiters), before it queues for the key: nobody else could run them (docs/runtime.md).
 //
 // Keys: Hash, Eq and Key's copy constructor may throw; the exception propagates out of the
 // locking call with nothing held, nothing queued and no state left for the key. A thread
-// keeps its last idle entry for reuse only when its key owns little heap (a string of at
-// most 256 bytes of capacity, or a trivially destructible key): a big key's memory goes
-// back at its unlock.
+// keeps its last idle entry for reuse only when its key is small (a string of at most 256
+// bytes of capacity, or a trivially destructible key of at most 256 bytes): a big key's
+// memory goes back at its unlock.
 #pragma once
 
 #include <algorithm>
@@ -73,10 +75,10 @@
 #include <utility>
 #include <vector>
 
-#include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/keyed_entry.hpp"
 #include "handoff/detail/lock_table.hpp"
+#include "handoff/detail/node_pool.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/key_guard.hpp"
 #include "handoff/lease.hpp"

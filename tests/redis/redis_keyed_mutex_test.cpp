@@ -170,14 +170,10 @@ class helper_process {
   // (it is then killed).
   int wait(std::chrono::milliseconds limit = 30s) {
     if (pid_ <= 0) return status_;
-    const auto end = steady::now() + limit;
     int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (steady::now() > end) {
-        kill();
-        return status_ = -1000;
-      }
-      std::this_thread::sleep_for(5ms);
+    if (!eventually([&] { return ::waitpid(pid_, &status, WNOHANG) != 0; }, limit)) {
+      kill();
+      return status_ = -1000;
     }
     pid_ = -1;
     return status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);

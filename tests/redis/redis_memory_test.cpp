@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "../unit/test_support.hpp"
 #include "redis_server.hpp"
 
 namespace {
@@ -56,12 +57,13 @@ long long growth(keyed_mutex& m, Cycle cycle) {
   std::this_thread::sleep_for(1500ms);        // the warm-up's holds are forgotten
   const long long before = live_blocks.load(std::memory_order_relaxed);
   for (int i = 0; i < 1000; ++i) cycle(m, i);
-  const auto end = std::chrono::steady_clock::now() + 5s;
-  long long grown = live_blocks.load(std::memory_order_relaxed) - before;
-  while (grown >= slack && std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(50ms);
-    grown = live_blocks.load(std::memory_order_relaxed) - before;
-  }
+  long long grown = 0;
+  handoff::test::eventually(
+      [&] {
+        grown = live_blocks.load(std::memory_order_relaxed) - before;
+        return grown < slack;
+      },
+      5s);
   return grown;
 }
 

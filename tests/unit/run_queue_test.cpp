@@ -26,38 +26,6 @@ using namespace std::chrono_literals;
 using handoff::test::fire_and_forget;
 using handoff::test::test_timeout;
 
-// Keeps `a` busy in a handler on a thread of its own until release() (or destruction):
-// sends from other threads meanwhile queue behind that handler, for its owner to run.
-class busy_on_another_thread {
- public:
-  explicit busy_on_another_thread(handoff::actor<int>& a)
-      : owner_([this, &a] {
-          a.post([this](int&) {
-            entered_.count_down();
-            release_.wait();
-          });
-        }) {
-    entered_.wait();
-  }
-  busy_on_another_thread(const busy_on_another_thread&) = delete;
-  busy_on_another_thread& operator=(const busy_on_another_thread&) = delete;
-  ~busy_on_another_thread() { release(); }
-
-  std::thread::id owner_id() const noexcept { return id_; }
-  // Ends the handler; the owner then drains what was queued and its thread ends.
-  void release() {
-    if (!owner_.joinable()) return;
-    release_.count_down();
-    owner_.join();
-  }
-
- private:
-  std::latch entered_{1};
-  std::latch release_{1};
-  std::jthread owner_;
-  std::thread::id id_ = owner_.get_id();
-};
-
 TEST(where_code_runs, a_send_to_an_idle_actor_runs_on_the_sending_thread_before_post_returns) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
@@ -73,7 +41,8 @@ TEST(where_code_runs, a_send_to_an_idle_actor_runs_on_the_sending_thread_before_
 TEST(where_code_runs, a_send_to_a_busy_actor_runs_on_the_owner_thread_and_the_sender_returns_at_once) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
-  busy_on_another_thread owner(a);
+  // Busy in a handler on another thread until release(): sends meanwhile queue behind it.
+  handoff::test::owner_thread owner([&](auto hold) { a.post([hold](int&) { hold(); }); });
   std::atomic<bool> ran{false};
   std::thread::id ran_on;
   a.post([&](int&) {
@@ -82,8 +51,9 @@ TEST(where_code_runs, a_send_to_a_busy_actor_runs_on_the_owner_thread_and_the_se
   });
   EXPECT_FALSE(ran.load()) << "the sender ran a message of a busy actor";
   owner.release();
+  owner.join();
   EXPECT_TRUE(ran.load());
-  EXPECT_EQ(ran_on, owner.owner_id());
+  EXPECT_EQ(ran_on, owner.id());
 }
 
 TEST(where_code_runs, a_send_from_a_handler_to_an_idle_actor_runs_on_the_same_thread_after_the_handler_returns) {
@@ -125,7 +95,8 @@ TEST(where_code_runs, runnable_work_runs_in_fifo_order_across_actors_and_keyed_w
 TEST(where_code_runs, an_async_ask_coroutine_resumes_on_the_answering_thread_after_its_drain) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
-  busy_on_another_thread owner(a);
+  // Busy in a handler on another thread until release(): sends meanwhile queue behind it.
+  handoff::test::owner_thread owner([&](auto hold) { a.post([hold](int&) { hold(); }); });
   struct observed {
     std::atomic<bool> later_message_ran{false};
     std::atomic<bool> resumed_after_drain{false};
@@ -141,8 +112,9 @@ TEST(where_code_runs, an_async_ask_coroutine_resumes_on_the_answering_thread_aft
   }(a, o);
   a.post([&](int&) { o.later_message_ran.store(true); });
   owner.release();
+  owner.join();
   EXPECT_TRUE(o.resumed.load());
-  EXPECT_EQ(o.resumed_on, owner.owner_id());
+  EXPECT_EQ(o.resumed_on, owner.id());
   EXPECT_TRUE(o.resumed_after_drain.load()) << "resumed before the owner finished draining";
 }
 
@@ -289,11 +261,13 @@ TEST(where_code_runs, an_actor_whose_budget_is_spent_continues_on_its_executor) 
   handoff::thread_pool pool(1);
   handoff::actor<int> a{handoff::actor_options{.executor = pool, .max_messages = 1, .max_time = {}, .on_error = {}}, 0};
   std::promise<std::thread::id> second_ran_on;
-  busy_on_another_thread owner(a);
+  // Busy in a handler on another thread until release(): sends meanwhile queue behind it.
+  handoff::test::owner_thread owner([&](auto hold) { a.post([hold](int&) { hold(); }); });
   a.post([&](int&) { second_ran_on.set_value(std::this_thread::get_id()); });
   owner.release();
+  owner.join();
   const std::thread::id ran_on = second_ran_on.get_future().get();
-  EXPECT_NE(ran_on, owner.owner_id()) << "the owner kept draining past its budget";
+  EXPECT_NE(ran_on, owner.id()) << "the owner kept draining past its budget";
   EXPECT_NE(ran_on, std::this_thread::get_id());
 }
 

@@ -70,12 +70,15 @@ class owner_thread {
   void join() {
     if (thread_.joinable()) thread_.join();
   }
+  // The owning thread's id (valid until join()).
+  [[nodiscard]] std::thread::id id() const noexcept { return id_; }
 
  private:
   std::latch entered_{1};
   std::latch gate_{1};
   bool released_ = false;
   std::thread thread_;
+  std::thread::id id_ = thread_.get_id();
 };
 
 // Busy work the optimizer cannot remove: a handler that takes a while without sleeping.
