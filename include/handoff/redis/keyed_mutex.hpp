@@ -263,7 +263,8 @@ class keyed_mutex {
   // costs no waiter its place), with the guard (empty if the wait timed out) or the Redis
   // error that ended the request. What f makes runnable (actor sends, keyed-mutex grants)
   // runs after it returns, on that thread. Exceptions thrown by f are reported to stderr.
-  // Never blocks.
+  // Never blocks. (Only when no memory is left to post it does f run on the background
+  // thread instead, rather than be lost.)
   using callback = std::function<void(guard, std::exception_ptr)>;
   void lock_async(std::string key, callback f, std::chrono::nanoseconds wait = std::chrono::nanoseconds::max(),
                   std::chrono::nanoseconds lease = std::chrono::nanoseconds::zero());
