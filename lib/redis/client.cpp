@@ -25,7 +25,8 @@ client::client(options opts) : o(std::move(opts)), pool_(o) {
   if (o.connect_timeout.count() <= 0 || o.command_timeout.count() <= 0 || o.watchdog_lease.count() < renew_fraction ||
       o.recheck_interval.count() <= 0) {
     throw std::invalid_argument(
-        "handoff::redis::options: timeouts and recheck_interval must be positive, watchdog_lease at least 3 ms");
+        "handoff::redis::options: timeouts and recheck_interval must be positive, watchdog_lease at least " +
+        std::to_string(renew_fraction) + " ms");
   }
   if (o.database < 0) throw std::invalid_argument("handoff::redis::options: database must be >= 0");
   bg_conn_ = std::make_unique<connection>(o);  // fails fast on a wrong address or password

@@ -35,8 +35,8 @@ using handoff::detail::add_saturating;
 using handoff::detail::now_ns;
 constexpr std::int64_t ms_ns = 1'000'000;
 // The background thread's longest sleep: it picks up new watchdog holds at least this
-// often (an earlier renewal wakes it, see make_hold), so a hold's first renewal is never
-// later than this past its due time; a second is short against the 30 s default lease.
+// often (a hold whose first renewal is due sooner wakes it, see make_hold), so no renewal
+// is sent more than this late: one second, short against the 30 s default lease.
 constexpr std::int64_t max_sleep = 1000 * ms_ns;
 // After a failed subscriber connect, the next try comes after recheck_interval, at most
 // this: notifications are lost while it is down, so retry quickly (waiters re-check anyway).

@@ -70,7 +70,7 @@ class owner_thread {
   void join() {
     if (thread_.joinable()) thread_.join();
   }
-  // The owning thread's id (valid until join()).
+  // The owning thread's id (kept after join()).
   [[nodiscard]] std::thread::id id() const noexcept { return id_; }
 
  private:

@@ -23,9 +23,9 @@ struct keyed_entry final : lock_entry {
   static void destroy(lock_entry* e) noexcept { delete static_cast<keyed_entry*>(e); }
 
   // Whether an idle entry may stay cached for its thread (detail/entry_cache.hpp): only if
-  // reusing it is possible (Key copy-assignable) and its key owns little heap: a
-  // capacity-sized key at most max_cached_key_bytes, any other key none (it is trivially
-  // destructible).
+  // reusing it is possible (Key copy-assignable) and its key is small: at most
+  // max_cached_key_bytes in place, and of heap at most that much for a capacity-sized key,
+  // none for any other (it is trivially destructible).
   static bool keep(const lock_entry* e) noexcept {
     if constexpr (!std::is_copy_assignable_v<Key> || sizeof(Key) > max_cached_key_bytes) {
       // Not reusable, or a key that is large in place (std::array<char, 1 << 26>): the
