@@ -126,7 +126,7 @@ void actor_base::drain_now(std::uint64_t ran, std::int64_t turn_start) noexcept 
 void actor_base::push_ready() noexcept { enqueue_runnable(queue_entry(), &ready_next_); }
 
 void actor_base::defer(message* m) noexcept {
-  enqueue(m);
+  enqueue_first(m);
   push_ready();
 }
 

@@ -129,7 +129,7 @@ class actor : private detail::actor_base {
       detail::run_before_blocking();
       return answer;
     }
-    enqueue(m);
+    enqueue_first(m);
     drain_now(0);  // idle: answer now, even when nested inside another handler
     return answer;
   }

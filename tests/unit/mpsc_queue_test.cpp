@@ -1,6 +1,6 @@
 // Tests for handoff::detail::mpsc_queue, the intrusive Vyukov MPSC queue used as the
-// per-actor mailbox: FIFO order, the stub re-insertion path, and multi-producer
-// exactly-once delivery with per-producer order.
+// per-actor mailbox: FIFO order, the stub re-insertion path, the consumer's push to the
+// front, and multi-producer exactly-once delivery with per-producer order.
 #include "handoff/detail/mpsc_queue.hpp"
 
 #include <gtest/gtest.h>
@@ -96,7 +96,7 @@ TEST(MpscQueue, PoppingTheLastNodeReinsertsTheStubAndTheQueueStaysUsable) {
 
 // Random single-thread interleavings of push and pop against a std::deque model; on a
 // quiescent queue looks_empty() must agree with what pop() then returns.
-TEST(MpscQueue, RandomPushPopInterleavingsMatchAFifoModelAndLooksEmptyAgreesWithPop) {
+TEST(MpscQueue, RandomPushPushFrontPopInterleavingsMatchADequeModelAndLooksEmptyAgreesWithPop) {
   mpsc_queue q;
   std::vector<num_node> nodes(64);
   std::vector<bool> queued(nodes.size(), false);
@@ -104,13 +104,18 @@ TEST(MpscQueue, RandomPushPopInterleavingsMatchAFifoModelAndLooksEmptyAgreesWith
   std::mt19937 rng(12345);
   for (int step = 0; step < 20000; ++step) {
     ASSERT_EQ(q.looks_empty(), model.empty()) << "step " << step;
-    const bool push = rng() % 100 < 55;
-    if (push) {
+    const unsigned op = rng() % 100;
+    if (op < 55) {  // push at the back, or (the consumer's own node) at the front
       const std::size_t i = rng() % nodes.size();
       if (queued[i]) continue;  // a node may be in the queue only once
       queued[i] = true;
-      q.push(&nodes[i]);
-      model.push_back(&nodes[i]);
+      if (op < 10) {
+        q.push_front(&nodes[i]);
+        model.push_front(&nodes[i]);
+      } else {
+        q.push(&nodes[i]);
+        model.push_back(&nodes[i]);
+      }
     } else {
       num_node* got = pop_num(q);
       if (model.empty()) {
@@ -220,6 +225,51 @@ TEST(MpscQueue, ConsumerThatKeepsEmptyingTheQueueNeverReturnsTheStubOrStrandsANo
   threads.clear();
   EXPECT_EQ(q.pop(), nullptr);
   EXPECT_TRUE(q.looks_empty());
+}
+
+// The consumer puts its own node in front while producers keep pushing at the back: the
+// next pop returns it, whatever state the producers left the stub and the tail in, and
+// no producer's node is lost, duplicated or reordered.
+TEST(MpscQueue, PushFrontWhileProducersPushIsPoppedNextAndLosesNothing) {
+  constexpr int producers = 2;
+  constexpr int per_producer = 100000;
+  mpsc_queue q;
+  auto nodes = make_nodes(producers, per_producer);
+  std::latch start(producers + 1);
+  std::vector<std::thread> threads;
+  for (int p = 0; p < producers; ++p) {
+    threads.emplace_back([&, p] {
+      start.arrive_and_wait();
+      for (int i = 0; i < per_producer; ++i) {
+        num_node& n = nodes[static_cast<std::size_t>(p)][static_cast<std::size_t>(i)];
+        n.producer = p;
+        n.seq = i;
+        q.push(&n);
+      }
+    });
+  }
+  start.arrive_and_wait();
+  num_node own;
+  own.producer = -1;
+  std::vector<int> next(producers, 0);
+  int received = 0;
+  int fronts = 0;
+  for (unsigned step = 0; received < producers * per_producer; ++step) {
+    if (step % 7 == 0) {
+      q.push_front(&own);
+      ASSERT_EQ(pop_num(q), &own) << "the consumer's own node must come out next";
+      ++fronts;
+      continue;
+    }
+    num_node* n = pop_num(q);
+    if (n == nullptr) continue;  // empty, or a push in flight
+    ASSERT_NE(n, &own);
+    ASSERT_EQ(n->seq, next[static_cast<std::size_t>(n->producer)]++) << "producer " << n->producer;
+    ++received;
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(q.pop(), nullptr);
+  EXPECT_GT(fronts, 0);
 }
 
 }  // namespace

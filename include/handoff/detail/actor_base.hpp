@@ -24,9 +24,9 @@
 // The count and the mailbox are the shared hand-off primitive (detail/ownership.hpp).
 //
 // Nested sends: a thread that wins an actor while it is already draining one (inside a
-// handler) does not recurse: it enqueues the message and appends the actor to its
-// per-thread run queue (detail/run_queue.hpp), drained after the current actor, as are
-// the coroutines resumed by `async_ask` and the keyed mutex's granted waiters.
+// handler) does not recurse: it puts the message in front of the mailbox through the
+// owner's end (no atomic) and appends the actor to its per-thread run queue (detail/run_queue.hpp), drained after the
+// current actor, as are the coroutines resumed by `async_ask` and the keyed mutex's granted waiters.
 #pragma once
 
 #include <atomic>
@@ -95,8 +95,12 @@ class actor_base {
   // Loser of the hand-off: hand the (already counted) message to the owner.
   void enqueue(message* m) noexcept { core_.enqueue(m); }
 
+  // Winner of the hand-off: its own message goes in front of the mailbox, through the
+  // owner's end (no atomic; the producers' end is never touched), to run first.
+  void enqueue_first(message* m) noexcept { core_.push_front(m); }
+
   // Winner of the hand-off while this thread is inside a handler: no recursion, the
-  // actor joins this thread's run queue with `m` in its mailbox.
+  // actor joins this thread's run queue carrying `m`, its first message.
   void defer(message* m) noexcept;
 
   // Sends one message: counts it, then either hands it to the owner or, having become the
@@ -111,7 +115,7 @@ class actor_base {
       message* m = make();
       if (!try_acquire()) return enqueue(m);
       if (tls.top != nullptr) return defer(m);
-      enqueue(m);
+      enqueue_first(m);
       drain_now(0);
     } else {
       if (!try_acquire()) return enqueue(build_counted(make));

@@ -44,6 +44,15 @@ class mpsc_queue {
     prev->next.store(n, std::memory_order_release);
   }
 
+  // Consumer only: puts n before every node, so that pop() returns it next. Touches only
+  // the consumer's end (tail_ and n), never head_: no atomic read-modify-write, and no
+  // producer can reach n. The owner's own first message takes this way: the 0 -> 1 winner's
+  // message precedes every message counted after it.
+  void push_front(mailbox_node* n) noexcept {
+    n->next.store(tail_, std::memory_order_relaxed);  // read only by this consumer's pop()
+    tail_ = n;
+  }
+
   // Consumer only. Returns the oldest node, or nullptr when the queue is empty *or* a
   // producer is between its exchange and its link (the caller retries later).
   mailbox_node* pop() noexcept {

@@ -70,6 +70,9 @@ class ownership {
   // After losing try_acquire(): hands the (already counted) request to the owner.
   void enqueue(mailbox_node* n) noexcept { mailbox_.push(n); }
 
+  // Owner only: its own request, to be consumed before every queued one (no atomic).
+  void push_front(mailbox_node* n) noexcept { mailbox_.push_front(n); }
+
   // Owner only. The oldest request, or nullptr when none is linked yet (see above).
   [[nodiscard]] mailbox_node* pop() noexcept { return mailbox_.pop(); }
   // Owner only. True when pop() would return nullptr now (two loads, no write).
