@@ -1,11 +1,16 @@
-// Message-node memory. Nodes are freed by the draining thread and allocated by senders, so
-// a per-thread cache alone would fill on one side and starve on the other: caches trade
-// batches through a mutex-protected central list per size class (the lock is taken once
-// per batch, not per message). Under AddressSanitizer the pool is bypassed, so that a
-// use-after-free of a node is reported instead of hidden by recycling.
+// Message-node memory: per-thread slabs of one size class each, carved by bumping a
+// pointer and returned whole. Nodes are mostly allocated by senders and freed by a drainer,
+// often on another thread and in the order they were allocated (a mailbox is FIFO), so a
+// slab counts the nodes it still has out and is reused when the last one comes back: no
+// allocator call per node, no per-node free list to trade between threads, and a burst's
+// memory comes back once the burst has drained. Under AddressSanitizer the pool is
+// bypassed, so that a use-after-free of a node is reported instead of hidden by recycling.
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <new>
 
+#include "handoff/detail/assert.hpp"
 #include "handoff/detail/node_pool.hpp"
 #include "handoff/detail/run_queue.hpp"  // HANDOFF_TLS_MODEL
 #include "thread_annotations.hpp"
@@ -29,18 +34,8 @@ void free_node(void* p, std::size_t) noexcept { ::operator delete(p); }
 
 namespace {
 
-constexpr std::size_t class_count = 4;  // 64, 128, 256, 512 bytes
-// Per thread and class: bounds what a thread keeps to 256 x (64 + 128 + 256 + 512) B =
-// 240 KB, enough for a sender that runs ahead of its drainer by a few hundred messages.
-constexpr std::size_t max_cached = 256;
-// Moved to or from the central list at once: half a cache, so that a thread that fills
-// its cache and then empties it touches the central mutex once per 128 nodes, not per node.
-constexpr std::size_t batch = 128;
-// Per class; beyond it, memory goes back to malloc: at most 64 Ki x 512 B = 32 MB of the
-// largest class kept for a burst to come back.
-constexpr std::size_t max_central = 1 << 16;
-
-constexpr std::size_t class_size(std::size_t c) { return std::size_t{64} << c; }
+constexpr std::size_t class_count = 5;  // 32, 64, 128, 256, 512 bytes
+constexpr std::size_t class_size(std::size_t c) { return std::size_t{32} << c; }
 
 int class_of(std::size_t size) noexcept {
   for (std::size_t c = 0; c < class_count; ++c) {
@@ -49,109 +44,189 @@ int class_of(std::size_t size) noexcept {
   return -1;
 }
 
-struct free_block {
-  free_block* next;
-};
+// 16 KiB, aligned to its size, so that a node finds its slab by masking its address. A
+// thread holds at most one slab per class it uses and one spare: 96 KiB.
+constexpr std::size_t slab_size = std::size_t{16} << 10;
+// Free slabs kept for any thread to reuse; beyond them, slabs go back to the allocator.
+// 4 MiB: a burst of up to about 130,000 small queued messages comes back without an
+// allocator call, and no more than that is held after a larger one.
+constexpr std::size_t max_free_slabs = 256;
 
-struct central_list {
-  annotated_mutex mutex;
-  free_block* head HANDOFF_GUARDED_BY(mutex) = nullptr;
-  std::size_t size HANDOFF_GUARDED_BY(mutex) = 0;
+struct alignas(64) slab {
+  // Nodes handed out and not yet freed, plus 1 while a thread still carves the slab.
+  // acq_rel: each free releases what it did with its node; the subtraction that reaches 0
+  // acquires them all before the slab is reused.
+  std::atomic<std::uint64_t> outstanding;
+  slab* next_free;  // link in a list of free slabs
 };
+constexpr std::size_t header = sizeof(slab);  // the nodes start on the next cache line
+static_assert(header == 64);
 
-// Never destroyed: threads may return their caches after static destruction has begun.
-central_list* central() {
-  static auto* lists = new central_list[class_count];
-  return lists;
+slab* slab_of(void* node) noexcept {
+  auto* p = static_cast<char*>(node);
+  return reinterpret_cast<slab*>(p - (reinterpret_cast<std::uintptr_t>(p) & (slab_size - 1)));
 }
 
-// The per-thread free lists: trivial, so that the hot path reaches them with one
-// %fs-relative access and no TLS-wrapper initialisation check.
-struct thread_cache {
-  free_block* head[class_count];
-  std::size_t size[class_count];
-  bool reaper_armed;  // the thread-exit hook below is registered
-  bool dead;          // the thread is exiting and its cache was returned: bypass the pool
+slab* new_slab() { return static_cast<slab*>(::operator new (slab_size, std::align_val_t{slab_size})); }
+void delete_slab(slab* s) noexcept { ::operator delete (s, std::align_val_t{slab_size}); }
 
-  // Moves up to n blocks from this cache to the central list (or to malloc when full).
-  void give_back(std::size_t c, std::size_t n) noexcept {
-    central_list& list = central()[c];
-    scoped_lock lock(list.mutex);
-    while (n-- != 0 && head[c] != nullptr) {
-      free_block* b = head[c];
-      head[c] = b->next;
-      --size[c];
-      if (list.size >= max_central) {
-        ::operator delete(b);
-        continue;
+// Free slabs, shared by every thread. Never destroyed: nodes may be freed after static
+// destruction has begun.
+struct free_slab_list {
+  annotated_mutex mutex;
+  slab* head HANDOFF_GUARDED_BY(mutex) = nullptr;
+  std::size_t size HANDOFF_GUARDED_BY(mutex) = 0;
+
+  slab* pop() noexcept {
+    scoped_lock lock(mutex);
+    slab* s = head;
+    if (s != nullptr) {
+      head = s->next_free;
+      --size;
+    }
+    return s;
+  }
+  void push(slab* s) noexcept {
+    {
+      scoped_lock lock(mutex);
+      if (size < max_free_slabs) {
+        s->next_free = head;
+        head = s;
+        ++size;
+        return;
       }
-      b->next = list.head;
-      list.head = b;
-      ++list.size;
     }
+    delete_slab(s);
   }
+};
+free_slab_list& free_slabs() {
+  static auto* list = new free_slab_list;
+  return *list;
+}
 
-  void refill(std::size_t c) noexcept {
-    central_list& list = central()[c];
-    scoped_lock lock(list.mutex);
-    for (std::size_t i = 0; i < batch && list.head != nullptr; ++i) {
-      free_block* b = list.head;
-      list.head = b->next;
-      --list.size;
-      b->next = head[c];
-      head[c] = b;
-      ++size[c];
+// One size class of one thread: the slab it carves.
+struct lane {
+  slab* current;
+  char* bump;                 // next node
+  char* end;                  // past the last node
+  std::uint64_t local_freed;  // nodes of `current` freed by this thread: counted without an atomic
+};
+
+// Per-thread state. Trivial, so that the hot path reaches it with one %fs-relative access
+// and no TLS-wrapper initialisation check.
+struct thread_slabs {
+  lane lanes[class_count];
+  slab* spare;        // a free slab kept for this thread's next one
+  bool reaper_armed;  // the thread-exit hook below is registered
+  bool dead;          // the thread is exiting and returned its slabs: carve from the orphan lanes
+
+  void recycle(slab* s) noexcept {
+    // Only a thread whose exit hook is armed may keep one: the hook gives it back.
+    if (spare == nullptr && reaper_armed && !dead) {
+      spare = s;
+    } else {
+      free_slabs().push(s);
     }
   }
 };
 
-HANDOFF_TLS_MODEL constinit thread_local thread_cache cache{};
+HANDOFF_TLS_MODEL constinit thread_local thread_slabs slabs{};
 
-// Returns the thread's cached blocks to the central lists when the thread exits.
-struct cache_reaper {
-  cache_reaper() = default;
-  cache_reaper(const cache_reaper&) = delete;
-  cache_reaper& operator=(const cache_reaper&) = delete;
-  cache_reaper(cache_reaper&&) = delete;
-  cache_reaper& operator=(cache_reaper&&) = delete;
-  ~cache_reaper() {
-    for (std::size_t c = 0; c < class_count; ++c) cache.give_back(c, cache.size[c]);
-    cache.dead = true;
+// The carver is done with l.current: it uncounts the nodes it will never hand out, those
+// it freed itself, and its hold.
+void retire(lane& l, std::size_t size) noexcept {
+  slab* s = l.current;
+  if (s == nullptr) return;
+  const std::uint64_t n = static_cast<std::uint64_t>(l.end - l.bump) / size + l.local_freed + 1;
+  l.current = nullptr;
+  l.bump = l.end = nullptr;
+  l.local_freed = 0;
+  if (s->outstanding.fetch_sub(n, std::memory_order_acq_rel) == n) slabs.recycle(s);
+}
+
+// Retires l.current and starts carving a free or new slab (may throw std::bad_alloc).
+void refill(lane& l, std::size_t size) {
+  retire(l, size);
+  slab* s = slabs.spare;
+  slabs.spare = nullptr;
+  if (s == nullptr) s = free_slabs().pop();
+  if (s == nullptr) s = new_slab();
+  const std::size_t capacity = (slab_size - header) / size;
+  // Relaxed: nothing else refers to a free slab; publishing a node publishes its slab.
+  s->outstanding.store(capacity + 1, std::memory_order_relaxed);
+  l.current = s;
+  l.bump = reinterpret_cast<char*>(s) + header;
+  l.end = l.bump + capacity * size;
+}
+
+void* carve(lane& l, std::size_t size) {
+  if (l.bump == l.end) refill(l, size);
+  void* p = l.bump;
+  l.bump += size;
+  return p;
+}
+
+// Lanes for threads that have exited (their thread_local state is gone), under a mutex.
+struct orphan_lanes {
+  annotated_mutex mutex;
+  lane lanes[class_count] HANDOFF_GUARDED_BY(mutex) = {};
+};
+orphan_lanes& orphans() {
+  static auto* o = new orphan_lanes;
+  return *o;
+}
+
+// Returns the thread's slabs when it exits. A node of them still out comes back through
+// its slab's count like any other thread's free.
+struct slab_reaper {
+  slab_reaper() = default;
+  slab_reaper(const slab_reaper&) = delete;
+  slab_reaper& operator=(const slab_reaper&) = delete;
+  slab_reaper(slab_reaper&&) = delete;
+  slab_reaper& operator=(slab_reaper&&) = delete;
+  ~slab_reaper() {
+    slabs.dead = true;
+    for (std::size_t c = 0; c < class_count; ++c) retire(slabs.lanes[c], class_size(c));
+    if (slabs.spare != nullptr) free_slabs().push(slabs.spare);
+    slabs.spare = nullptr;
   }
 };
 
-// Registers the reaper on the thread's first cached block (a cold path).
+// Registers the reaper on the thread's first node (a cold path).
 void arm_reaper() noexcept {
-  static thread_local cache_reaper reaper;
+  static thread_local slab_reaper reaper;
   (void)reaper;
-  cache.reaper_armed = true;
+  slabs.reaper_armed = true;
 }
 
 }  // namespace
 
 void* allocate_node(std::size_t size) {
   const int c = class_of(size);
-  if (c < 0 || cache.dead) return ::operator new(size);
-  if (cache.head[c] == nullptr) {
-    if (!cache.reaper_armed) arm_reaper();
-    cache.refill(static_cast<std::size_t>(c));
+  if (c < 0) return ::operator new(size);
+  const std::size_t cs = class_size(static_cast<std::size_t>(c));
+  if (slabs.dead) [[unlikely]] {
+    orphan_lanes& o = orphans();
+    scoped_lock lock(o.mutex);
+    return carve(o.lanes[c], cs);
   }
-  if (free_block* b = cache.head[c]) {
-    cache.head[c] = b->next;
-    --cache.size[c];
-    return b;
-  }
-  return ::operator new(class_size(static_cast<std::size_t>(c)));
+  if (!slabs.reaper_armed) [[unlikely]]
+    arm_reaper();
+  return carve(slabs.lanes[c], cs);
 }
 
 void free_node(void* p, std::size_t size) noexcept {
   const int c = class_of(size);
-  if (c < 0 || cache.dead) return ::operator delete(p);
-  if (!cache.reaper_armed) arm_reaper();
-  auto* b = static_cast<free_block*>(p);
-  b->next = cache.head[c];
-  cache.head[c] = b;
-  if (++cache.size[c] > max_cached) cache.give_back(static_cast<std::size_t>(c), batch);
+  if (c < 0) return ::operator delete(p);
+  slab* s = slab_of(p);
+  lane& l = slabs.lanes[c];
+  if (s == l.current) {  // carved by this thread: it uncounts the node when it retires the slab
+    ++l.local_freed;
+    return;
+  }
+  const std::uint64_t before = s->outstanding.fetch_sub(1, std::memory_order_acq_rel);
+  HANDOFF_ASSERT(before >= 1);  // 0: a node freed twice
+  if (before == 1) slabs.recycle(s);
 }
 
 #endif
