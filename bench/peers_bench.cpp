@@ -29,6 +29,8 @@
 //               extra self-message per round in the ping actor is left out, in both.
 //   counting    Savina N = 1000000; here N = 1000000. A producer actor sends N increments
 //               to a counter actor, then a retrieve; the counter answers with its value.
+//               Counters: peak_rss_mb (the process's peak resident memory during the runs)
+//               and, for handoff, bytes_per_queued_msg (heap growth with all N queued).
 //   threadring  Savina N = 100 actors, R = 100000 hops; here the same. A token travels
 //               R hops around the ring, then an exit message goes once around (T hops).
 //   fjthroughput Savina N = 10000 messages per actor, A = 60 actors; here the same.
@@ -45,6 +47,18 @@
 //            max-threads = max(4, hardware concurrency), plus the benchmark thread that
 //            spawns the actors and waits in actor_system::await_all_actors_done() (Savina's
 //            awaitTermination); every actor quits at the end of its protocol.
+//
+// scaling_1actor, scaling_1024actors  S = 1, 2, 4, 8, 16 sender threads send 2^20 trivial
+//               increments in all (2^20 / S each) to one target, or round-robin over 1024
+//               targets from a per-thread offset. One iteration is one run: the threads are
+//               started, joined, and the run ends when every message has run. Time per
+//               message, all senders together; the totals are checked after the runs.
+//                 handoff  actor<S>::post from the sender threads (no other thread).
+//                 mutex    a std::mutex per target, locked around the increment.
+//                 caf      caf::anon_send to event-based counters, default scheduler; the
+//                          end of a run is seen through one shared atomic counter.
+//               With more senders than cores, the rows measure the scheduler as much as
+//               the primitive: the machine's core count is in the page's machine line.
 //
 // mem_idle_10k  Bytes per idle actor: heap in use (mallinfo2, all arenas) before and after
 //               creating 10000 actors that hold an int, divided by 10000. Not timed.
@@ -74,6 +88,7 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,6 +108,7 @@ constexpr int threadring_actors = 100;                              // Savina: 1
 constexpr int threadring_hops = 100000;                             // Savina: 100000
 constexpr int fj_actors = 60;                                       // Savina: 60
 constexpr int fj_messages = 10000;                                  // Savina: 10000
+constexpr std::int64_t scaling_messages = 1 << 20;                  // per run, all senders together
 constexpr double savina_min_time_s = 1.0;                           // per instance and repetition
 
 // Savina's fork-join payload. theta arrives in every message (a runtime value), and the
@@ -108,6 +124,21 @@ inline double perform_computation(double theta) {
   return res;
 }
 
+std::size_t heap_in_use() noexcept {
+  const struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
+// Peak resident memory of the process since the last reset_peak_rss(), in bytes (Linux:
+// VmHWM; writing 5 to clear_refs resets it). 0 where that is not available.
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+std::size_t peak_rss() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoul(line.substr(6)) * 1024;  // in kB
+  }
+  return 0;
+}
 void skip_unless(benchmark::State& state, bool ok, const std::string& what) {
   if (!ok) state.SkipWithError(what.c_str());
 }
@@ -197,13 +228,128 @@ void bm_1to1_caf(benchmark::State& state) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Scaling: S sender threads -> 1 target, and -> 1024 targets (uniform), trivial work.
+
+// One run: `senders` threads, each sending its share of scaling_messages trivial
+// increments, round-robin over the targets from a per-thread offset; the run ends when
+// every message has run (`wait_all`). The totals are read and checked outside the runs.
+template <class Send, class Total, class WaitAll>
+void scaling(benchmark::State& state, int os_threads, Send&& send, Total&& total, WaitAll&& wait_all) {
+  const int senders = static_cast<int>(state.range(0));
+  const std::size_t targets = static_cast<std::size_t>(state.range(1));
+  const std::int64_t per_sender = scaling_messages / senders;
+  const std::uint64_t sent = static_cast<std::uint64_t>(per_sender) * static_cast<std::uint64_t>(senders);
+  const std::uint64_t before = total();
+  std::uint64_t expected = before;
+  for (auto _ : state) {
+    std::vector<std::thread> threads;
+    threads.reserve(static_cast<std::size_t>(senders));
+    for (int t = 0; t < senders; ++t) {
+      threads.emplace_back([&, t] {
+        std::size_t target = static_cast<std::size_t>(t) * 7919 % targets;
+        for (std::int64_t i = 0; i < per_sender; ++i) {
+          send(target);
+          if (++target == targets) target = 0;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    expected += sent;
+    wait_all(expected);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(sent));
+  state.counters["senders"] = senders;
+  state.counters["os_threads"] = os_threads + senders;
+  const std::uint64_t after = total();
+  skip_unless(state, after == expected,
+              "lost or duplicated messages: ran " + std::to_string(after - before) + ", sent " +
+                  std::to_string(expected - before));
+}
+
+void bm_scaling_handoff(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(1));
+  std::unique_ptr<handoff::actor<count_state>[]> actors { new handoff::actor<count_state>[ n ] };
+  auto total = [&] {
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < n; ++i) sum += actors[i].ask([](count_state& s) { return s.n; }).get();
+    return sum;
+  };
+  // A post returns once its message is queued or run; after the senders joined, every
+  // owner has drained and released (an owner is a sender, which returns only then).
+  scaling(
+      state, 0, [&](std::size_t t) { actors[t].post([](count_state& s) { ++s.n; }); }, total, [](std::uint64_t) {});
+}
+
+void bm_scaling_mutex(benchmark::State& state) {
+  struct locked {
+    std::mutex m;
+    std::uint64_t n = 0;
+  };
+  const auto n = static_cast<std::size_t>(state.range(1));
+  std::unique_ptr<locked[]> targets{new locked[n]};
+  auto total = [&] {
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::lock_guard g(targets[i].m);
+      sum += targets[i].n;
+    }
+    return sum;
+  };
+  scaling(
+      state, 0,
+      [&](std::size_t t) {
+        std::lock_guard g(targets[t].m);
+        ++targets[t].n;
+      },
+      total, [](std::uint64_t) {});
+}
+
+// Each CAF counter also adds to one shared atomic, so that the end of a run is seen without
+// a message per actor.
+struct caf_scaling_state {
+  std::uint64_t n = 0;
+  std::atomic<std::uint64_t>* ran = nullptr;
+};
+caf::behavior caf_scaling_counter(caf::stateful_actor<caf_scaling_state>* self, std::atomic<std::uint64_t>* ran) {
+  self->state.ran = ran;
+  return {
+      [=](inc_atom) {
+        ++self->state.n;
+        self->state.ran->fetch_add(1, std::memory_order_release);
+      },
+  };
+}
+
+void bm_scaling_caf(benchmark::State& state) {
+  caf::actor_system_config cfg;  // default scheduler: max(4, cores) workers
+  caf::actor_system sys{cfg};
+  const auto n = static_cast<std::size_t>(state.range(1));
+  std::atomic<std::uint64_t> ran{0};
+  std::vector<caf::actor> actors;
+  actors.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) actors.push_back(sys.spawn(caf_scaling_counter, &ran));
+  const int workers = static_cast<int>(sys.scheduler().num_workers());
+  scaling(
+      state, workers, [&](std::size_t t) { caf::anon_send(actors[t], inc_atom::value); },
+      [&] { return ran.load(std::memory_order_acquire); },
+      [&](std::uint64_t expected) {
+        while (ran.load(std::memory_order_acquire) < expected) std::this_thread::yield();
+      });
+  for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+// ---------------------------------------------------------------------------------------
 // Savina, handoff: actor<State>::post, every run on the benchmark thread (see the top).
 
 // Runs one complete Savina run per iteration; run() returns true if its result checked.
 template <class Run>
 void savina(benchmark::State& state, std::int64_t messages_per_run, int threads, Run&& run) {
   bool ok = true;
+  reset_peak_rss();
   for (auto _ : state) ok = run() && ok;
+  // The process's resident memory at its peak during these runs (what earlier benchmarks
+  // left resident included, the same for both implementations).
+  state.counters["peak_rss_mb"] = static_cast<double>(peak_rss()) / (1 << 20);
   state.SetItemsProcessed(state.iterations() * messages_per_run);
   state.counters["messages_per_run"] = static_cast<double>(messages_per_run);
   state.counters["os_threads"] = threads;
@@ -264,13 +410,20 @@ struct cnt_producer {
   std::promise<std::uint64_t>* result;  // set to the counter's answer
 };
 
+double counting_bytes_per_queued = 0;  // heap per queued increment, from the last run
+
 bool counting_handoff_run() {
   std::promise<std::uint64_t> answer;
   auto result = answer.get_future();
   handoff::actor<cnt_counter> counter;
   handoff::actor<cnt_producer> producer(&counter, &answer);
   producer.post([&producer](cnt_producer& p) {  // start
+    const std::size_t before = heap_in_use();
     for (int i = 0; i < counting_n; ++i) p.counter->post([](cnt_counter& c) { ++c.n; });
+    // Every increment is queued now (the counter runs after this handler). Heap growth:
+    // free slabs kept from an earlier run are reused unseen, so this reads below the
+    // 32 bytes (and a 64-byte header per 16 KiB slab) a queued increment occupies.
+    counting_bytes_per_queued = static_cast<double>(heap_in_use() - before) / counting_n;
     p.counter->post([&producer](cnt_counter& c) {  // retrieve: answer to the producer
       producer.post([n = c.n](cnt_producer& p) { p.result->set_value(n); });
     });
@@ -532,10 +685,6 @@ void savina_caf(benchmark::State& state, std::int64_t messages_per_run, Run run)
 constexpr std::size_t idle_actors = 10000;
 
 // Heap bytes in use (arena + mmapped chunks), all arenas (CAF's workers allocate in theirs).
-std::size_t heap_in_use() noexcept {
-  const struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
-}
 
 void report_idle_bytes(benchmark::State& state, double per_actor) {
   state.counters["bytes_per_actor"] = per_actor;
@@ -641,10 +790,21 @@ int main(int argc, char** argv) {
         savina_workload{"fjthroughput", fj_msgs, fjthroughput_handoff_run, fjthroughput_caf_run}}) {
     add(std::string(w.name) + "/handoff", [w](benchmark::State& s) {
       savina(s, w.messages, 1, w.handoff_run);
+      if (w.handoff_run == counting_handoff_run) s.counters["bytes_per_queued_msg"] = counting_bytes_per_queued;
     })->MinTime(savina_min_time_s);
     add(std::string(w.name) + "/caf", [w](benchmark::State& s) {
       savina_caf(s, w.messages, w.caf_run);
     })->MinTime(savina_min_time_s);
+  }
+
+  // Scaling: 1..16 sender threads, to 1 target and to 1024 (time per message, all senders).
+  for (const std::int64_t targets : {1, 1024}) {
+    const std::string w = targets == 1 ? "scaling_1actor" : "scaling_1024actors";
+    for (auto [impl, fn] : {std::pair{"handoff", &bm_scaling_handoff}, std::pair{"mutex", &bm_scaling_mutex},
+                            std::pair{"caf", &bm_scaling_caf}}) {
+      auto* b = add(w + "/" + impl, fn)->ArgNames({"senders", "targets"})->MinTime(0.3);
+      for (const std::int64_t senders : {1, 2, 4, 8, 16}) b->Args({senders, targets});
+    }
   }
 
   // Bytes per idle actor (not timed: mem_ workloads show their counters only).
