@@ -49,8 +49,8 @@
 //            awaitTermination); every actor quits at the end of its protocol.
 //
 // scaling_1actor, scaling_1024actors  S = 1, 2, 4, 8, 16 sender threads send 2^20 trivial
-//               increments in all (2^20 / S each) to one target, or round-robin over 1024
-//               targets from a per-thread offset. One iteration is one run: the threads are
+//               increments in all (2^20 / S each) to one target, or to uniformly random
+//               ones of 1024 targets (one index table, a per-thread offset). One iteration is one run: the threads are
 //               started, joined, and the run ends when every message has run. Time per
 //               message, all senders together; the totals are checked after the runs.
 //                 handoff  actor<S>::post from the sender threads (no other thread).
@@ -89,6 +89,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -231,7 +232,7 @@ void bm_1to1_caf(benchmark::State& state) {
 // Scaling: S sender threads -> 1 target, and -> 1024 targets (uniform), trivial work.
 
 // One run: `senders` threads, each sending its share of scaling_messages trivial
-// increments, round-robin over the targets from a per-thread offset; the run ends when
+// increments to uniformly random targets (one table, a per-thread offset); the run ends when
 // every message has run (`wait_all`). The totals are read and checked outside the runs.
 template <class Send, class Total, class WaitAll>
 void scaling(benchmark::State& state, int os_threads, Send&& send, Total&& total, WaitAll&& wait_all) {
@@ -239,6 +240,11 @@ void scaling(benchmark::State& state, int os_threads, Send&& send, Total&& total
   const std::size_t targets = static_cast<std::size_t>(state.range(1));
   const std::int64_t per_sender = scaling_messages / senders;
   const std::uint64_t sent = static_cast<std::uint64_t>(per_sender) * static_cast<std::uint64_t>(senders);
+  // Uniformly random targets: senders walking the targets in order would fall into step
+  // behind each other and measure that convoy instead.
+  std::vector<std::uint32_t> index(std::size_t{1} << 16);
+  std::mt19937 rng(42);
+  for (auto& i : index) i = static_cast<std::uint32_t>(rng() % targets);
   const std::uint64_t before = total();
   std::uint64_t expected = before;
   for (auto _ : state) {
@@ -246,11 +252,8 @@ void scaling(benchmark::State& state, int os_threads, Send&& send, Total&& total
     threads.reserve(static_cast<std::size_t>(senders));
     for (int t = 0; t < senders; ++t) {
       threads.emplace_back([&, t] {
-        std::size_t target = static_cast<std::size_t>(t) * 7919 % targets;
-        for (std::int64_t i = 0; i < per_sender; ++i) {
-          send(target);
-          if (++target == targets) target = 0;
-        }
+        std::size_t at = static_cast<std::size_t>(t) * 7919;
+        for (std::int64_t i = 0; i < per_sender; ++i) send(index[at++ & (index.size() - 1)]);
       });
     }
     for (auto& th : threads) th.join();
