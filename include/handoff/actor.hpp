@@ -90,7 +90,7 @@ class actor : private detail::actor_base {
   // drains the actor, then runs this thread's run queue (actors it won in nested sends,
   // coroutines it answered, granted keyed waiters); a budget bounds the actor's turn. The
   // owner may spin, then yield, while another sender is between counting and enqueueing.
-  // Allocates a pooled node (per-thread caches, no allocator call in the steady state)
+  // Allocates a pooled node (per-thread slabs, no allocator call in the steady state)
   // only if the actor is busy, the caller is inside a handler, or building decay_t<F>
   // from f may throw (then the node is built first). Exceptions thrown by f go to the
   // error hook. Throws only if building the message throws (then nothing was sent); if

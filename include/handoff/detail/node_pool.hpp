@@ -1,6 +1,7 @@
-// Pooled node memory for messages and waiters (lib/node_pool.cpp): per-thread caches of
-// fixed size classes with a central list between threads, so that steady-state sends and
-// lock waits call no allocator. Shared by the actors and the keyed mutex.
+// Pooled node memory for messages and waiters (lib/node_pool.cpp): per-thread slabs of
+// fixed size classes (32 to 512 bytes), carved by bumping and reused whole once their last
+// node comes back, so that steady-state sends and lock waits call no allocator. Shared by
+// the actors and the keyed mutex.
 #pragma once
 
 #include <cstddef>
