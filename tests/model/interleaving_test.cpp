@@ -39,6 +39,9 @@ struct config {
   int messages;                      // per sender
   std::uint32_t budget = 0;          // max_messages; 0: none (no executor)
   bool count_after_enqueue = false;  // the broken order
+  // A winner puts its message in front of the mailbox and drains from 0 (a message built
+  // before counting, a nested send, an ask) instead of running it inline.
+  bool winner_enqueues_first = false;
 };
 
 // Holds continuations until the executor process runs them.
@@ -179,7 +182,11 @@ class world {
         ++s.next;
         if (!won) return {};
         if (broken) return become_owner(s.owner, false);  // its message is in the mailbox
-        log_.emplace_back(m->sender, m->seq);             // won: run it inline, then drain
+        if (cfg_.winner_enqueues_first) {                 // through the owner's end, then drain
+          access::enqueue_first(*actor_, m);
+          return become_owner(s.owner, false);
+        }
+        log_.emplace_back(m->sender, m->seq);  // won: run it inline, then drain
         return become_owner(s.owner, true);
       }
       case sender::claim:
@@ -293,6 +300,14 @@ TEST(Interleavings, EveryScheduleOfThreeSendersWithOneMessageKeepsEveryInvariant
 TEST(Interleavings, EveryScheduleWithABudgetHandsOffWithoutASecondOwner) {
   expect_every_schedule_correct({.senders = 3, .messages = 1, .budget = 1});  // 12,822 schedules
   expect_every_schedule_correct({.senders = 2, .messages = 2, .budget = 2});  // 33,498 schedules
+}
+
+TEST(Interleavings, EveryScheduleWhereTheWinnerQueuesItsMessageInFrontKeepsEveryInvariant) {
+  // The winner's message goes in front while later senders' pushes are in flight: it must
+  // still run first among them, exactly once, with one owner.
+  expect_every_schedule_correct({.senders = 2, .messages = 3, .winner_enqueues_first = true});
+  expect_every_schedule_correct({.senders = 3, .messages = 1, .winner_enqueues_first = true});
+  expect_every_schedule_correct({.senders = 2, .messages = 2, .budget = 2, .winner_enqueues_first = true});
 }
 
 TEST(Interleavings, RandomSchedulesOfThreeSendersWithThreeMessagesKeepEveryInvariant) {

@@ -15,6 +15,7 @@ struct actor_core_access {
   static bool try_acquire(actor_base& a) { return a.try_acquire(); }
   static bool try_release(actor_base& a, std::uint64_t n) { return a.try_release(n); }
   static void enqueue(actor_base& a, message* m) { a.enqueue(m); }
+  static void enqueue_first(actor_base& a, message* m) { a.enqueue_first(m); }
   static void drain_now(actor_base& a, std::uint64_t ran) { a.drain_now(ran); }
   static std::uint64_t count(const actor_base& a) { return a.core_.pending(); }
   // The two halves of a mailbox push, and one pop, as the owner would do it.
