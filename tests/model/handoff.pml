@@ -23,8 +23,9 @@
  *                  run out after any message of a turn (covers every message budget).
  *                  Needs EXEC.
  *   BOTH_PATHS     1 (default): a winning sender either runs its message inline
- *                  (submit<false>: run_inline + finish_inline) or enqueues it and drains
- *                  from 0 (submit<true>); 0: inline only
+ *                  (submit<false>: run_inline + finish_inline) or puts it in front of
+ *                  the mailbox and drains from 0 (submit<true>, a nested send, an ask);
+ *                  0: inline only
  *   RELEASE_CAS    release with compare_exchange_strong(X -> 0), on failure count -= X
  *                  (the equivalent form); default: fetch_sub(X) == X, as in the code
  * Broken variants, each expected to be rejected:
@@ -72,8 +73,12 @@ byte slot[TOTAL + 1];
 bit linked[TOTAL + 1];
 byte R = 0;               /* slots reserved */
 byte H = 0;               /* next slot the consumer pops */
-#define POPPABLE (H < R && linked[H] && (H + 1 == R || linked[H + 1]))
-#define LOOKS_EMPTY (!(H < R && linked[H]))   /* mpsc_queue::looks_empty() */
+/* The owner's own message, put in front through the consumer's end (push_front): popped
+ * before every slot, never touched by a producer. */
+byte front = 0;
+bit has_front = 0;
+#define POPPABLE (has_front || (H < R && linked[H] && (H + 1 == R || linked[H + 1])))
+#define LOOKS_EMPTY (!has_front && !(H < R && linked[H]))   /* mpsc_queue::looks_empty() */
 
 /* Executor: continuations posted and not yet started (resume(a) -> drain(0, 0)). */
 chan cont = [2] of { bit };
@@ -87,7 +92,7 @@ byte done = 0;            /* senders finished */
 #define TOKENS (owners + len(cont))
 /* At most one owner (a posted continuation holds the ownership it will resume); the
  * count is non-zero exactly while someone holds it; count 0 leaves no message behind. */
-#define INVARIANT (TOKENS <= 1 && (count == 0) == (TOKENS == 0) && (count != 0 || H == R) && count >= 0)
+#define INVARIANT (TOKENS <= 1 && (count == 0) == (TOKENS == 0) && (count != 0 || (H == R && !has_front)) && count >= 0)
 
 #ifdef LIVENESS
 ltl every_message_runs { <> (nrun == TOTAL) }
@@ -188,7 +193,8 @@ inline drain(X, turn, got, ok, mm) {
      fi;
      d_step {                               /* mailbox_.pop() */
        if
-       :: POPPABLE -> mm = slot[H]; H++; got = 1
+       :: has_front -> mm = front; has_front = 0; front = 0; got = 1
+       :: !has_front && POPPABLE -> mm = slot[H]; H++; got = 1
        :: else -> got = 0
        fi
      }
@@ -249,8 +255,8 @@ proctype sender(byte s) {
               fi
            fi
 #if BOTH_PATHS
-        :: true ->                          /* submit<true>: enqueue, then drain_now(0) */
-           push(mm, sl);
+        :: true ->                          /* submit<true>: enqueue_first, then drain_now(0) */
+           d_step { assert(!has_front); front = mm; has_front = 1; mm = 0 }
            X = 0; turn = 0; drain(X, turn, got, ok, mm)
 #endif
         fi
