@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "handoff/detail/lock_table.hpp"
+#include "thread_exit.hpp"
 
 namespace handoff::detail {
 
@@ -11,23 +12,15 @@ HANDOFF_TLS_MODEL constinit thread_local entry_cache cached_entry{};
 
 namespace {
 // Frees the thread's cached entry when the thread exits.
-struct entry_reaper {
-  entry_reaper() = default;
-  entry_reaper(const entry_reaper&) = delete;
-  entry_reaper& operator=(const entry_reaper&) = delete;
-  entry_reaper(entry_reaper&&) = delete;
-  entry_reaper& operator=(entry_reaper&&) = delete;
-  ~entry_reaper() {
-    entry_cache& c = cached_entry;
-    if (c.entry != nullptr) c.destroy(std::exchange(c.entry, nullptr));
-    c.dead = true;
-  }
-};
+void free_cached_entry() noexcept {
+  entry_cache& c = cached_entry;
+  if (c.entry != nullptr) c.destroy(std::exchange(c.entry, nullptr));
+  c.dead = true;
+}
 
-// Registers the reaper on the thread's first cached entry (a cold path).
+// Registers free_cached_entry on the thread's first cached entry (a cold path).
 void arm_entry_reaper() noexcept {
-  static thread_local entry_reaper reaper;
-  (void)reaper;
+  run_at_thread_exit<&free_cached_entry>();
   cached_entry.reaper_armed = true;
 }
 }  // namespace

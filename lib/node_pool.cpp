@@ -14,6 +14,7 @@
 #include "handoff/detail/node_pool.hpp"
 #include "handoff/detail/run_queue.hpp"  // HANDOFF_TLS_MODEL
 #include "thread_annotations.hpp"
+#include "thread_exit.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define HANDOFF_POOL_BYPASS 1
@@ -132,6 +133,14 @@ struct thread_slabs {
 
 HANDOFF_TLS_MODEL constinit thread_local thread_slabs slabs{};
 
+// Subtracts n freed (or never carved) nodes from s's count; the subtraction that reaches 0
+// recycles the slab.
+void uncount(slab* s, std::uint64_t n) noexcept {
+  const std::uint64_t before = s->outstanding.fetch_sub(n, std::memory_order_acq_rel);
+  HANDOFF_ASSERT(before >= n);  // less: a node freed twice
+  if (before == n) slabs.recycle(s);
+}
+
 // The carver is done with l.current: it uncounts the nodes it will never hand out, those
 // it freed itself, and its hold.
 void retire(lane& l, std::size_t size) noexcept {
@@ -141,7 +150,7 @@ void retire(lane& l, std::size_t size) noexcept {
   l.current = nullptr;
   l.bump = l.end = nullptr;
   l.local_freed = 0;
-  if (s->outstanding.fetch_sub(n, std::memory_order_acq_rel) == n) slabs.recycle(s);
+  uncount(s, n);
 }
 
 // Retires l.current and starts carving a free or new slab (may throw std::bad_alloc).
@@ -178,24 +187,16 @@ orphan_lanes& orphans() {
 
 // Returns the thread's slabs when it exits. A node of them still out comes back through
 // its slab's count like any other thread's free.
-struct slab_reaper {
-  slab_reaper() = default;
-  slab_reaper(const slab_reaper&) = delete;
-  slab_reaper& operator=(const slab_reaper&) = delete;
-  slab_reaper(slab_reaper&&) = delete;
-  slab_reaper& operator=(slab_reaper&&) = delete;
-  ~slab_reaper() {
-    slabs.dead = true;
-    for (std::size_t c = 0; c < class_count; ++c) retire(slabs.lanes[c], class_size(c));
-    if (slabs.spare != nullptr) free_slabs().push(slabs.spare);
-    slabs.spare = nullptr;
-  }
-};
+void return_slabs() noexcept {
+  slabs.dead = true;
+  for (std::size_t c = 0; c < class_count; ++c) retire(slabs.lanes[c], class_size(c));
+  if (slabs.spare != nullptr) free_slabs().push(slabs.spare);
+  slabs.spare = nullptr;
+}
 
-// Registers the reaper on the thread's first node (a cold path).
+// Registers return_slabs on the thread's first node (a cold path).
 void arm_reaper() noexcept {
-  static thread_local slab_reaper reaper;
-  (void)reaper;
+  run_at_thread_exit<&return_slabs>();
   slabs.reaper_armed = true;
 }
 
@@ -224,9 +225,7 @@ void free_node(void* p, std::size_t size) noexcept {
     ++l.local_freed;
     return;
   }
-  const std::uint64_t before = s->outstanding.fetch_sub(1, std::memory_order_acq_rel);
-  HANDOFF_ASSERT(before >= 1);  // 0: a node freed twice
-  if (before == 1) slabs.recycle(s);
+  uncount(s, 1);
 }
 
 #endif
