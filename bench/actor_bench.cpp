@@ -41,7 +41,6 @@
 // (SkipWithError if a message was lost or duplicated).
 #include <benchmark/benchmark.h>
 #include <concurrentqueue/concurrentqueue.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -69,6 +68,8 @@
 #include "handoff/detail/mpsc_queue.hpp"
 
 namespace {
+
+using handoff::bench::heap_in_use;
 
 constexpr double min_time_s = 1.0;  // per benchmark instance and repetition
 constexpr std::size_t many_actors = 1024;
@@ -181,12 +182,6 @@ void check_count(benchmark::State& state, std::uint64_t before, std::uint64_t af
                          std::to_string(expected - before))
                             .c_str());
   }
-}
-
-// Heap bytes in use (arena + mmapped chunks), all arenas.
-std::size_t heap_in_use() noexcept {
-  const struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
 }
 
 // ---------------------------------------------------------------------------------------

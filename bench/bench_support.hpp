@@ -4,8 +4,10 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 #include <sys/utsname.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <fstream>
 #include <future>
@@ -68,6 +70,13 @@ class parked_thread {
   std::promise<void> stop_;
   std::thread thread_;
 };
+
+// Heap bytes in use: what the C allocator handed out and did not get back (small blocks
+// and mmapped ones, all arenas).
+inline std::size_t heap_in_use() noexcept {
+  const struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
 
 // Thread 0, after the timed loop: fails the benchmark unless a counter incremented once
 // per iteration under the lock by every thread went from `before` to exactly `after`.

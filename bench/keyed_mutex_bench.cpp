@@ -75,7 +75,6 @@
 // km_1m_keys/handoff before every other memory workload. Their time is one sample, not a
 // median. tbbmalloc's memory does not show in mallinfo2: RSS is the comparable measure.
 #include <benchmark/benchmark.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -111,6 +110,7 @@
 namespace {
 
 using handoff::bench::check_total;
+using handoff::bench::heap_in_use;
 
 constexpr double min_time_s = 0.3;            // per throughput instance and repetition
 constexpr std::size_t key_count = 1024;       // km_uncontended, km_design
@@ -129,11 +129,6 @@ std::size_t rss_bytes() {
   std::size_t size = 0, resident = 0;
   in >> size >> resident;
   return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-}
-
-std::size_t heap_in_use() noexcept {
-  const struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
 }
 
 double kb(std::size_t after, std::size_t before) {

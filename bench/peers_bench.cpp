@@ -72,7 +72,6 @@
 #include <utility>  // before the Asio headers (GCC 12, C++20)
 
 #include <benchmark/benchmark.h>
-#include <malloc.h>
 
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
@@ -99,6 +98,8 @@
 
 namespace {
 
+using handoff::bench::heap_in_use;
+
 // ---------------------------------------------------------------------------------------
 // Scale.
 
@@ -123,11 +124,6 @@ inline double perform_computation(double theta) {
   const double res = s * s;
   if (res <= 0) std::abort();  // "unrealistic res value", as in Savina
   return res;
-}
-
-std::size_t heap_in_use() noexcept {
-  const struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
 }
 
 // Peak resident memory of the process since the last reset_peak_rss(), in bytes (Linux:

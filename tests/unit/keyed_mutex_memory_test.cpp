@@ -14,7 +14,6 @@
 
 #include <functional>
 #include <latch>
-#include <malloc.h>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -178,12 +177,6 @@ TEST_F(KeyedMutexDeathTest, DestroyingTheMutexWhileAGuardIsAliveTerminatesWithAM
         std::_Exit(0);  // not reached; a clean exit fails the test
       },
       testing::KilledBySignal(SIGABRT), "keyed_mutex destroyed while 1 key\\(s\\) still have a guard or a waiter");
-}
-
-// Bytes the C allocator has handed out and not got back (small blocks and mmapped ones).
-std::size_t heap_in_use() {
-  const struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
 }
 
 // Regression: the thread's cached entry kept the capacity of the last key it held, so a

@@ -31,6 +31,23 @@ std::vector<std::vector<num_node>> make_nodes(int producers, int per_producer) {
   return nodes;
 }
 
+// One thread per producer p: it waits on `start`, then pushes nodes[p] in order, each
+// numbered (p, its index).
+std::vector<std::jthread> start_producers(mpsc_queue& q, std::vector<std::vector<num_node>>& nodes, std::latch& start) {
+  std::vector<std::jthread> threads;
+  for (std::size_t p = 0; p < nodes.size(); ++p) {
+    threads.emplace_back([&q, &mine = nodes[p], &start, p] {
+      start.arrive_and_wait();
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        mine[i].producer = static_cast<int>(p);
+        mine[i].seq = static_cast<int>(i);
+        q.push(&mine[i]);
+      }
+    });
+  }
+  return threads;
+}
+
 TEST(MpscQueue, PopOnANewQueueReturnsNull) {
   mpsc_queue q;
   EXPECT_TRUE(q.looks_empty());
@@ -145,18 +162,7 @@ TEST(MpscQueue, ManyProducersOneConsumerLoseNothingDuplicateNothingAndKeepPerPro
   mpsc_queue q;
   auto nodes = make_nodes(producers, per_producer);
   std::latch start(producers + 1);
-  std::vector<std::jthread> threads;
-  for (int p = 0; p < producers; ++p) {
-    threads.emplace_back([&, p] {
-      auto& mine = nodes[static_cast<std::size_t>(p)];
-      start.arrive_and_wait();
-      for (int i = 0; i < per_producer; ++i) {
-        mine[static_cast<std::size_t>(i)].producer = p;
-        mine[static_cast<std::size_t>(i)].seq = i;
-        q.push(&mine[static_cast<std::size_t>(i)]);
-      }
-    });
-  }
+  std::vector<std::jthread> threads = start_producers(q, nodes, start);
   std::vector<int> next_seq(producers, 0);
   int received = 0;
   int out_of_order = 0;
@@ -236,18 +242,7 @@ TEST(MpscQueue, PushFrontWhileProducersPushIsPoppedNextAndLosesNothing) {
   mpsc_queue q;
   auto nodes = make_nodes(producers, per_producer);
   std::latch start(producers + 1);
-  std::vector<std::thread> threads;
-  for (int p = 0; p < producers; ++p) {
-    threads.emplace_back([&, p] {
-      start.arrive_and_wait();
-      for (int i = 0; i < per_producer; ++i) {
-        num_node& n = nodes[static_cast<std::size_t>(p)][static_cast<std::size_t>(i)];
-        n.producer = p;
-        n.seq = i;
-        q.push(&n);
-      }
-    });
-  }
+  std::vector<std::jthread> threads = start_producers(q, nodes, start);
   start.arrive_and_wait();
   num_node own;
   own.producer = -1;
@@ -267,7 +262,7 @@ TEST(MpscQueue, PushFrontWhileProducersPushIsPoppedNextAndLosesNothing) {
     ASSERT_EQ(n->seq, next[static_cast<std::size_t>(n->producer)]++) << "producer " << n->producer;
     ++received;
   }
-  for (auto& t : threads) t.join();
+  threads.clear();  // join
   EXPECT_EQ(q.pop(), nullptr);
   EXPECT_GT(fronts, 0);
 }

@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -14,10 +12,13 @@
 #include <thread>
 #include <vector>
 
+#include "test_support.hpp"
+
 namespace {
 
 using handoff::detail::allocate_node;
 using handoff::detail::free_node;
+using handoff::test::heap_in_use;
 
 struct block {
   unsigned char* p;
@@ -105,11 +106,6 @@ TEST(NodePool, ThreadExitHooksThatAllocateAfterThePoolsOwnHookStillGetNodes) {
   ASSERT_EQ(from_exiting_thread.size(), 1000U);
   for (void* n : from_exiting_thread) free_node(n, 64);
   from_exiting_thread.clear();
-}
-
-std::size_t heap_in_use() {
-  const struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
 }
 
 TEST(NodePool, ADrainedBurstGivesItsMemoryBack) {

@@ -1,8 +1,11 @@
 // Helpers shared by the tests.
 #pragma once
 
+#include <malloc.h>
+
 #include <chrono>
 #include <coroutine>
+#include <cstddef>
 #include <exception>
 #include <latch>
 #include <thread>
@@ -31,6 +34,13 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::second
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+// Bytes the C allocator has handed out and not got back (small blocks and mmapped ones,
+// all arenas). Sanitizer builds replace the allocator, and mallinfo2 does not see theirs.
+inline std::size_t heap_in_use() noexcept {
+  const struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
 }
 
 // Runs body(i) on n threads, started together, and joins them.
