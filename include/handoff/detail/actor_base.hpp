@@ -25,8 +25,9 @@
 //
 // Nested sends: a thread that wins an actor while it is already draining one (inside a
 // handler) does not recurse: it puts the message in front of the mailbox through the
-// owner's end (no atomic) and appends the actor to its per-thread run queue (detail/run_queue.hpp), drained after the
-// current actor, as are the coroutines resumed by `async_ask` and the keyed mutex's granted waiters.
+// owner's end (no atomic) and appends the actor to its per-thread run queue
+// (detail/run_queue.hpp), drained after the current actor, as are the coroutines resumed
+// by `async_ask` and the keyed mutex's granted waiters.
 #pragma once
 
 #include <atomic>
