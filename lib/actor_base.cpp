@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "handoff/detail/backoff.hpp"
+#include "thread_exit.hpp"
 
 namespace handoff::detail {
 
@@ -33,6 +34,10 @@ struct destroy_marker final : message {
     return false;
   }
 };
+
+void run_deferred_at_exit() noexcept {
+  if (tls.top == nullptr) run_queued();
+}
 
 }  // namespace
 
@@ -123,11 +128,34 @@ void actor_base::drain_now(std::uint64_t ran, std::int64_t turn_start) noexcept 
   if (top_level) run_queued();
 }
 
-void actor_base::push_ready() noexcept { enqueue_runnable(queue_entry(), &ready_next_); }
+void actor_base::queue_later() noexcept { push_later(queue_entry(), &ready_next_); }
 
-void actor_base::defer(message* m) noexcept {
+void actor_base::run_after_current(message* m) noexcept {
   enqueue_first(m);
-  push_ready();
+  push_now(queue_entry(), &ready_next_);
+}
+
+void actor_base::submit_deferred(message* m) noexcept {
+  if (!try_acquire()) return enqueue(m);
+  enqueue_first(m);
+  if (options_ != nullptr && options_->executor) {
+    try {
+      options_->executor.execute(work{&resume, this});
+      return;
+    } catch (...) {
+      // Still ours and counted: run it here, later, rather than strand it.
+    }
+  }
+  queue_later();
+  // A thread that ends with deferred work runs it as it exits: nobody else can.
+  if (tls.top == nullptr) run_at_thread_exit<&run_deferred_at_exit>();
+}
+
+bool actor_base::hand_to_idle_executor() noexcept {
+  const actor_options* o = options_.get();
+  if (o == nullptr || !o->executor.has_idle_workers()) return false;
+  o->executor.execute(work{&resume, this});
+  return true;
 }
 
 void actor_base::check_not_draining() const {
@@ -141,7 +169,7 @@ void actor_base::check_not_draining() const {
 
 void actor_base::resume(void* a) noexcept {
   auto* self = static_cast<actor_base*>(a);
-  if (tls.top != nullptr) return self->push_ready();  // an executor that runs work inline
+  if (tls.top != nullptr) return self->queue_later();  // an executor that runs work inline
   self->drain(0, 0);
   run_queued();
 }

@@ -6,12 +6,18 @@
 #include <new>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include "handoff/detail/report.hpp"
 
 namespace handoff {
 
 struct thread_pool::impl {
-  moodycamel::BlockingConcurrentQueue<work> queue;
+  moodycamel::BlockingConcurrentQueue<job> queue;
+  // Workers blocked (or about to block) waiting for work. relaxed: a hint for
+  // has_idle_workers(); nothing is published through it.
+  std::atomic<std::uint32_t> idle{0};
   // Work submitted and not yet finished. The destructor waits for 0 before stopping the
   // workers, so that work which submits more work (an actor's continuation) is not cut off.
   std::atomic<std::uint64_t> outstanding{0};
@@ -19,10 +25,20 @@ struct thread_pool::impl {
 
   void run() noexcept {
     for (;;) {
-      work w;
-      queue.wait_dequeue(w);
-      if (w.fn == nullptr) return;  // stop sentinel, sent only once outstanding == 0
-      w();
+      job j;
+      // A busy worker never touches `idle`: only one that finds the queue empty does.
+      if (!queue.try_dequeue(j)) {
+        idle.fetch_add(1, std::memory_order_relaxed);
+        queue.wait_dequeue(j);
+        idle.fetch_sub(1, std::memory_order_relaxed);
+      }
+      if (!j) return;  // stop sentinel, sent only once outstanding == 0
+      try {
+        j();
+      } catch (...) {
+        detail::report_to_stderr(std::current_exception(), "a job run by handoff::thread_pool");
+      }
+      j = job{};  // destroy the callable before the count says it is done
       // acq_rel: the release publishes what the work did to the destructor's acquire load.
       if (outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) outstanding.notify_all();
     }
@@ -42,7 +58,7 @@ thread_pool::thread_pool(std::size_t threads) : impl_(std::make_unique<impl>()) 
 
 void thread_pool::stop() noexcept {
   for (std::size_t i = 0; i < impl_->workers.size(); ++i) {
-    while (!impl_->queue.enqueue(work{})) std::this_thread::yield();  // stop sentinels
+    while (!impl_->queue.enqueue(job{})) std::this_thread::yield();  // stop sentinels
   }
   for (std::thread& t : impl_->workers) t.join();
 }
@@ -54,18 +70,20 @@ thread_pool::~thread_pool() {
   stop();
 }
 
-void thread_pool::execute(work w) {
-  // A null function is the workers' stop sentinel: it would end a worker early.
-  if (w.fn == nullptr) throw std::invalid_argument("handoff::thread_pool::execute: work without a function");
+void thread_pool::execute(job j) {
+  // An empty job is the workers' stop sentinel: it would end a worker early.
+  if (!j) throw std::invalid_argument("handoff::thread_pool::execute: an empty job (work without a function)");
   // relaxed: the queue's own release/acquire orders the work; the count only needs to be
   // non-zero before the worker's decrement, which the enqueue below guarantees.
   impl_->outstanding.fetch_add(1, std::memory_order_relaxed);
-  if (!impl_->queue.enqueue(w)) {
+  if (!impl_->queue.enqueue(std::move(j))) {
     impl_->outstanding.fetch_sub(1, std::memory_order_relaxed);
     throw std::bad_alloc();
   }
 }
 
 std::size_t thread_pool::size() const noexcept { return impl_->workers.size(); }
+
+bool thread_pool::has_idle_workers() const noexcept { return impl_->idle.load(std::memory_order_relaxed) != 0; }
 
 }  // namespace handoff

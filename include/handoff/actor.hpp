@@ -5,6 +5,13 @@
 //   a.post([](Account& s) { s.deposit(5); });        // fire and forget
 //   std::future<int> f = a.ask([](Account& s) { return s.balance(); });
 //   int b = co_await a.async_ask([](Account& s) { return s.balance(); });
+//   a.post([](Account& s, handoff::actor<Account>& self) { ... });  // a handler may take its actor
+//   a.defer([](Account& s) { s.audit(); });          // never runs on this thread now
+//
+// Every handler is invoked as f(state) or, if it accepts it, f(state, self), where self
+// is the actor running it (to send to itself, or hand out a reference in a message).
+// State may be incomplete where actor<State> is only named (a message type can hold an
+// actor<State>* of the state that handles it).
 //
 // Who runs a handler: the sender whose message finds the actor idle becomes its owner and
 // runs that message, then every message that arrived meanwhile, then releases it. Other
@@ -38,13 +45,28 @@
 
 #include "handoff/actor_options.hpp"
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/run_deferred.hpp"
 
 namespace handoff {
 
 template <class State>
 class actor : private detail::actor_base {
+ public:
+  // What post, ask, async_ask and defer take: a callable invoked as f(state, self) or f(state).
   template <class F>
-  using result_of = std::invoke_result_t<F&, State&>;
+  static constexpr bool is_handler = std::invocable<F&, State&, actor&> || std::invocable<F&, State&>;
+
+ private:
+  template <class F>
+  static decltype(auto) call(F& f, actor& self) {
+    if constexpr (std::invocable<F&, State&, actor&>) {
+      return std::invoke(f, self.state_, self);
+    } else {
+      return std::invoke(f, self.state_);
+    }
+  }
+  template <class F>
+  using result_of = decltype(call(std::declval<F&>(), std::declval<actor&>()));
 
  public:
   using state_type = State;
@@ -96,13 +118,28 @@ class actor : private detail::actor_base {
   // error hook. Throws only if building the message throws (then nothing was sent); if
   // that cannot throw, never, and running out of memory for a node terminates.
   template <class F>
-    requires(std::invocable<std::decay_t<F>&, State&>)
+    requires(is_handler<std::decay_t<F>>)
   void post(F&& f) {
     using node = post_node<std::decay_t<F>>;
     constexpr bool build_first = !std::is_nothrow_constructible_v<std::decay_t<F>, F&&>;
     submit<build_first>([&] { return static_cast<detail::message*>(detail::new_node<node>(std::forward<F>(f))); },
-                        [&] { f(state_); });
+                        [&] { call(f, *this); });
   }
+
+  // Thread-safe. Like post(), but never runs f on the calling thread now: if the actor is
+  // busy, its owner runs f; if it is idle, the caller becomes its owner and hands it over
+  // at once: to the actor's executor, or, without one, to this thread's run queue, behind
+  // the work already queued there (FIFO). That queue runs at this thread's next drain:
+  // after the current handler when called from one, else the next send this thread runs
+  // at top level, handoff::run_deferred(), a blocking call (ask(), a keyed lock, ~actor),
+  // or the thread's exit. Every message sent before f runs before it, as for post().
+  // Use it to start many actors before any runs, or to leave a handler's caller free.
+  // Allocates a pooled node. Throws only what building decay_t<F> throws, or
+  // std::bad_alloc; then nothing was sent. If the executor's execute() throws, the actor
+  // goes to this thread's run queue instead.
+  template <class F>
+    requires(is_handler<std::decay_t<F>>)
+  void defer(F&& f) { submit_deferred(detail::new_node<post_node<std::decay_t<F>>>(std::forward<F>(f))); }
 
   // Thread-safe. Runs f(state) once under the actor's mutual exclusion; the future holds its
   // result (not decayed: a reference returned by f stays a reference into the state) or
@@ -117,7 +154,7 @@ class actor : private detail::actor_base {
   // decay_t<F> throws; after a throw nothing was sent.
   // Hazard: handlers of two actors on two threads waiting on each other's ask() deadlock.
   template <class F>
-    requires(std::invocable<std::decay_t<F>&, State&>)
+    requires(is_handler<std::decay_t<F>>)
   [[nodiscard]] std::future<result_of<std::decay_t<F>>> ask(F&& f) {
     if (detail::tls.top != nullptr) check_not_draining();
     auto* m = detail::new_node<ask_node<std::decay_t<F>>>(std::forward<F>(f));
@@ -147,7 +184,7 @@ class actor : private detail::actor_base {
   // is copied. Destroying the coroutine while it is suspended here is not supported (its
   // node is still queued).
   template <class F>
-    requires(std::invocable<std::decay_t<F>&, State&>)
+    requires(is_handler<std::decay_t<F>>)
   [[nodiscard]] auto async_ask(F&& f) { return ask_awaiter<std::decay_t<F>>(*this, std::forward<F>(f)); }
 
  private:
@@ -162,7 +199,7 @@ class actor : private detail::actor_base {
 
     static bool run(detail::message* m, detail::actor_base* a, bool execute) {
       detail::node_guard<post_node> guard{static_cast<post_node*>(m)};
-      if (execute) guard.node->fn(static_cast<actor*>(a)->state_);
+      if (execute) call(guard.node->fn, *static_cast<actor*>(a));
       return true;
     }
   };
@@ -183,10 +220,10 @@ class actor : private detail::actor_base {
       auto& self = *guard.node;
       try {
         if constexpr (std::is_void_v<result_of<Fn>>) {
-          self.fn(static_cast<actor*>(a)->state_);
+          call(self.fn, *static_cast<actor*>(a));
           self.promise.set_value();
         } else {
-          self.promise.set_value(self.fn(static_cast<actor*>(a)->state_));
+          self.promise.set_value(call(self.fn, *static_cast<actor*>(a)));
         }
       } catch (...) {
         self.promise.set_exception(std::current_exception());
@@ -218,10 +255,10 @@ class actor : private detail::actor_base {
         return true;
       }
       if (detail::tls.top != nullptr) {
-        target_.defer(this);  // drained by this thread after its current handler
+        target_.run_after_current(this);  // drained by this thread after its current handler
         return true;
       }
-      auto body = [this] { answer(target_.state_); };
+      auto body = [this] { answer(); };
       target_.run_inline(body);
       return false;  // answered: continue without suspending
     }
@@ -232,23 +269,23 @@ class actor : private detail::actor_base {
     }
 
    private:
-    void answer(State& s) noexcept {
+    void answer() noexcept {
       try {
         if constexpr (std::is_void_v<result>) {
-          fn_(s);
+          call(fn_, target_);
           value_.emplace();
         } else {
-          value_.emplace(fn_(s));
+          value_.emplace(call(fn_, target_));
         }
       } catch (...) {
         error_ = std::current_exception();
       }
     }
 
-    static bool run(detail::message* m, detail::actor_base* a, bool execute) {
+    static bool run(detail::message* m, detail::actor_base* /*a: target_*/, bool execute) {
       auto* self = static_cast<ask_awaiter*>(m);
       if (execute) {
-        self->answer(static_cast<actor*>(a)->state_);
+        self->answer();
       } else {
         self->error_ = std::make_exception_ptr(std::future_error(std::future_errc::broken_promise));
       }

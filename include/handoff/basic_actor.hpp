@@ -7,8 +7,18 @@
 // Messages are stored by value in pooled mailbox nodes: no type erasure and no call to
 // the allocator per message in the steady state (nodes are recycled through per-thread
 // caches; a send that finds the actor idle at top level, with a Message whose move cannot
-// throw, uses no node at all). The Handler is the
-// actor's state: it is invoked as `handler(std::move(message))`, one message at a time.
+// throw, uses no node at all). The Handler is the actor's state: it is invoked as
+// `handler(std::move(message), self)` if it accepts that (self: this basic_actor), else
+// `handler(std::move(message))`, one message at a time.
+//
+// Message and Handler may be incomplete where the actor is only named, so a message can
+// carry a pointer to the actor that handles its own type:
+//
+//   struct pong;
+//   struct ping { handoff::basic_actor<int, pong>* reply_to; };
+//
+// The requirements (Handler invocable with the message, Message move-constructible) are
+// checked where send() and defer() are used.
 //
 // Same protocol and guarantees as handoff::actor (see actor.hpp): mutual exclusion with
 // happens-before between handler runs, exactly once, causal FIFO (per-sender FIFO
@@ -22,15 +32,22 @@
 
 #include "handoff/actor_options.hpp"
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/run_deferred.hpp"
 
 namespace handoff {
 
 template <class Message, class Handler>
-  requires(std::invocable<Handler&, Message&&>&& std::move_constructible<Message>)
 class basic_actor : private detail::actor_base {
  public:
   using message_type = Message;
   using handler_type = Handler;
+
+  // What send() and defer() need (checked there, so that both types may be incomplete
+  // where the actor is only named).
+  static constexpr bool accepts_messages() noexcept {
+    return std::move_constructible<Message> &&
+           (std::invocable<Handler&, Message&&, basic_actor&> || std::invocable<Handler&, Message&&>);
+  }
 
   template <class... Args>
     requires std::constructible_from<Handler, Args...>
@@ -57,20 +74,33 @@ class basic_actor : private detail::actor_base {
   // may throw (every send, then). Throws only when Message's move constructor may throw:
   // std::bad_alloc or what that move throws, and then nothing was sent; with a noexcept
   // move, running out of memory while the actor is busy terminates.
-  void send(Message m) {
+  void send(Message m) requires(accepts_messages()) {
     constexpr bool build_first = !std::is_nothrow_move_constructible_v<Message>;
     submit<build_first>([&] { return static_cast<detail::message*>(detail::new_node<node>(std::move(m))); },
-                        [&] { handler_(std::move(m)); });
+                        [&] { deliver(std::move(m)); });
   }
 
+  // Thread-safe. Like send(), but never runs the handler on the calling thread now: the
+  // same contract as actor::defer (see actor.hpp). Always uses a pooled node. Throws
+  // std::bad_alloc or what Message's move throws; then nothing was sent.
+  void defer(Message m) requires(accepts_messages()) { submit_deferred(detail::new_node<node>(std::move(m))); }
+
  private:
+  void deliver(Message&& m) {
+    if constexpr (std::invocable<Handler&, Message&&, basic_actor&>) {
+      handler_(std::move(m), *this);
+    } else {
+      handler_(std::move(m));
+    }
+  }
+
   struct node final : detail::message {
     explicit node(Message&& m) : msg(std::move(m)) { invoke = &run; }
     Message msg;
 
     static bool run(detail::message* m, detail::actor_base* a, bool execute) {
       detail::node_guard<node> guard{static_cast<node*>(m)};
-      if (execute) static_cast<basic_actor*>(a)->handler_(std::move(guard.node->msg));
+      if (execute) static_cast<basic_actor*>(a)->deliver(std::move(guard.node->msg));
       return true;
     }
   };

@@ -26,11 +26,18 @@ class thread_pool {
   // destructor runs is a precondition violation.
   ~thread_pool();
 
-  // Thread-safe, never blocks. Queues `w` to run once on a worker, never inside this call
-  // (not even from a worker); what the caller did before execute() happens-before `w`
-  // runs. Throws std::invalid_argument for a work item without a function,
-  // std::bad_alloc if the queue cannot grow; after a throw `w` was not queued.
-  void execute(work w);
+  // Thread-safe, never blocks. Queues `j` to run once on a worker, never inside this call
+  // (not even from a worker); what the caller did before execute() happens-before `j`
+  // runs. Takes any callable: `pool.execute([p = std::move(p)] { ... })`, a `work`
+  // included; a small one is stored without allocating (see handoff::job). An exception
+  // thrown by the callable is printed to stderr and the worker goes on. Throws
+  // std::invalid_argument for an empty job (a work item without a function),
+  // std::bad_alloc if the queue cannot grow; after a throw `j` was not queued.
+  void execute(job j);
+
+  // Thread-safe, approximate: whether some worker is waiting for work. Actors that use
+  // this pool read it to spread over the workers (see executor_ref::has_idle_workers).
+  [[nodiscard]] bool has_idle_workers() const noexcept;
 
   // Thread-safe: the number of workers.
   [[nodiscard]] std::size_t size() const noexcept;

@@ -4,40 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <latch>
 #include <memory>
-#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "test_support.hpp"
-
-// Counts every allocation made through operator new in this test binary, so that the
-// steady-state send path can be shown not to allocate.
-namespace {
-std::atomic<long> allocations{0};
-}  // namespace
-
-// GCC cannot see that these replace the global operators as a matched pair.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(std::size_t n) {
-  allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, std::align_val_t a) {  // the node pool's slabs
-  allocations.fetch_add(1, std::memory_order_relaxed);
-  const auto align = static_cast<std::size_t>(a);
-  if (void* p = std::aligned_alloc(align, (n + align - 1) / align * align)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -166,9 +140,9 @@ TEST(BasicActor, SendsWithoutCallingTheAllocatorInTheSteadyState) {
     handoff::basic_actor<long, gated_sum> a{gated_sum{&total, &entered, &gate}};
     std::thread owner([&] { a.send(-1); });  // becomes the owner and blocks, inline
     entered.wait();
-    const long before = allocations.load();
+    const long before = handoff::test::allocations_so_far();
     for (int i = 0; i < per_round; ++i) a.send(1);  // all queued behind the blocked owner
-    allocations_per_round.push_back(allocations.load() - before);
+    allocations_per_round.push_back(handoff::test::allocations_so_far() - before);
     gate.count_down();
     owner.join();
   }

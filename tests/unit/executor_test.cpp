@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -37,6 +38,8 @@
 #include "handoff/basic_actor.hpp"
 #include "handoff/executor.hpp"
 #include "handoff/thread_pool.hpp"
+#include "test_support.hpp"
+#include "test_timeout.hpp"
 
 namespace {
 
@@ -665,3 +668,130 @@ TEST(ThreadPool, RejectsWorkWithoutAFunctionAndKeepsAllItsWorkers) {
   both.wait();
   EXPECT_EQ(ran.load(), 2);
 }
+
+// ---------------------------------------------------------------------------------------
+// Jobs: any callable on the pool, and on any executor through handoff::execute
+
+namespace {
+
+TEST(Job, StoresSmallCallablesInlineAndLargeOnesOnTheHeapAndRunsMoveOnlyOnes) {
+  auto p = std::make_unique<int>(7);
+  int seen = 0;
+  long before = handoff::test::allocations_so_far();
+  handoff::job small([p = std::move(p), &seen] { seen = *p; });  // two pointers: inline
+  handoff::job moved = std::move(small);
+  handoff::job from_work(handoff::work{[](void* s) noexcept { ++*static_cast<int*>(s); }, &seen});
+  EXPECT_EQ(handoff::test::allocations_so_far() - before, 0) << "a small job allocated";
+  EXPECT_FALSE(small);  // NOLINT(bugprone-use-after-move): moved-from jobs are empty
+  ASSERT_TRUE(moved);
+  moved();
+  EXPECT_EQ(seen, 7);
+  from_work();
+  EXPECT_EQ(seen, 8);
+
+  std::array<long, 16> big{};
+  big[15] = 5;
+  before = handoff::test::allocations_so_far();
+  handoff::job large([big, &seen] { seen = static_cast<int>(big[15]); });
+  EXPECT_EQ(handoff::test::allocations_so_far() - before, 1);
+  handoff::job large_moved = std::move(large);
+  large_moved();
+  EXPECT_EQ(seen, 5);
+  EXPECT_FALSE(handoff::job(handoff::work{})) << "a work item without a function is an empty job";
+}
+
+TEST(ThreadPool, RunsMoveOnlyLambdasAndKeepsGoingAfterOneThrows) {
+  handoff::test::test_timeout limit{30s};
+  std::promise<int> answer;
+  {
+    handoff::thread_pool pool(1);
+    pool.execute([] { throw std::runtime_error("a throwing job: printed to stderr"); });
+    pool.execute([p = std::make_unique<int>(42), &answer] { answer.set_value(*p); });
+  }
+  EXPECT_EQ(answer.get_future().get(), 42);
+}
+
+// An executor that takes only handoff::work, and counts the calls.
+struct work_only_executor {
+  std::vector<handoff::work> queued;
+  void execute(handoff::work w) { queued.push_back(w); }
+  void run_all() {
+    for (const handoff::work& w : queued) w();
+    queued.clear();
+  }
+};
+
+TEST(Execute, RunsAnyCallableOnAnExecutorThatTakesOnlyWork) {
+  work_only_executor e;
+  e.queued.reserve(8);  // so that only handoff::execute could allocate below
+  int seen = 0;
+  long before = handoff::test::allocations_so_far();
+  handoff::execute(e, [&seen] { seen += 1; });  // one pointer, trivially copyable: in the argument
+  EXPECT_EQ(handoff::test::allocations_so_far() - before, 0);
+  handoff::execute(e, [&seen, s = std::string(100, 'x')] { seen += static_cast<int>(s.size()); });
+  handoff::execute(e, [] { throw std::runtime_error("thrown inside work: printed to stderr"); });
+  ASSERT_EQ(e.queued.size(), 3U);
+  e.run_all();
+  EXPECT_EQ(seen, 101);
+}
+
+TEST(Execute, GivesAThreadPoolAJob) {
+  handoff::test::test_timeout limit{30s};
+  handoff::thread_pool pool(1);
+  std::promise<std::string> answer;
+  handoff::execute(pool, [s = std::make_unique<std::string>("moved"), &answer] { answer.set_value(*s); });
+  EXPECT_EQ(answer.get_future().get(), "moved");
+}
+
+// ---------------------------------------------------------------------------------------
+// Spreading actors over a pool
+
+TEST(ThreadPool, ReportsIdleWorkersAndExecutorRefForwardsTheHint) {
+  handoff::test::test_timeout limit{30s};
+  handoff::thread_pool pool(1);
+  EXPECT_TRUE(handoff::test::eventually([&] { return pool.has_idle_workers(); }));
+  const handoff::executor_ref ref = pool;
+  EXPECT_TRUE(ref.has_idle_workers());
+  std::latch entered(1), release(1);
+  pool.execute([&] {
+    entered.count_down();
+    release.wait();
+  });
+  entered.wait();
+  EXPECT_FALSE(pool.has_idle_workers());
+  release.count_down();
+  counting_executor plain;
+  EXPECT_FALSE(handoff::executor_ref(plain).has_idle_workers()) << "no hint: never idle";
+}
+
+TEST(Spreading, ActorsMadeRunnableOnABusyWorkerMoveToAnIdleOne) {
+  // One handler on a worker makes 40 actors runnable (nested sends: they join that
+  // worker's queue). With the other worker idle, the queue hands them to the pool.
+  handoff::test::test_timeout limit{60s};
+  handoff::thread_pool pool(2);
+  ASSERT_TRUE(handoff::test::eventually([&] { return pool.has_idle_workers(); }));
+  const auto options = std::make_shared<const handoff::actor_options>(handoff::actor_options{.executor = pool});
+  constexpr int n = 40;
+  std::vector<std::unique_ptr<handoff::actor<std::thread::id>>> workers;
+  for (int i = 0; i < n; ++i) workers.push_back(std::make_unique<handoff::actor<std::thread::id>>(options));
+  std::latch all_ran(n);
+  handoff::actor<int> fan_out{options, 0};
+  fan_out.defer([&](int&) {
+    for (auto& w : workers) {
+      w->post([&](std::thread::id& ran_on) {
+        ran_on = std::this_thread::get_id();
+        const auto until = std::chrono::steady_clock::now() + 2ms;  // heavy: worth moving
+        while (std::chrono::steady_clock::now() < until) {
+        }
+        all_ran.count_down();
+      });
+    }
+  });
+  all_ran.wait();
+  std::vector<std::thread::id> ids;
+  for (auto& w : workers) ids.push_back(w->ask([](std::thread::id& t) { return t; }).get());
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(std::unique(ids.begin(), ids.end()) - ids.begin(), 2) << "every actor ran on one worker";
+}
+
+}  // namespace

@@ -1,7 +1,8 @@
 // Where code runs: one test per row of the table in docs/runtime.md. Actors, async_ask
 // coroutines and the keyed mutex's coroutine and callback waiters share one per-thread run
 // queue: what becomes runnable while a handler, a coroutine or a callback runs on a thread
-// runs after it returns, FIFO, in constant stack.
+// runs after it returns, depth-first (before older work, in the order it became
+// runnable), in constant stack.
 #include <handoff/actor.hpp>
 #include <handoff/keyed_mutex.hpp>
 #include <handoff/thread_pool.hpp>
@@ -73,7 +74,7 @@ TEST(where_code_runs, a_send_from_a_handler_to_an_idle_actor_runs_on_the_same_th
   EXPECT_EQ(b_ran_on, std::this_thread::get_id());
 }
 
-TEST(where_code_runs, runnable_work_runs_in_fifo_order_across_actors_and_keyed_waiters) {
+TEST(where_code_runs, runnable_work_runs_in_the_order_it_became_runnable_across_actors_and_keyed_waiters) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   handoff::actor<int> b{0};
@@ -312,6 +313,59 @@ TEST(where_code_runs, destroying_an_actor_owned_through_the_queue_runs_its_messa
     EXPECT_EQ(ran, 1);
   });
   EXPECT_EQ(ran, 1);
+}
+
+// What a drain makes runnable runs before work queued earlier: a tree of sends is walked
+// depth-first, as calls would be, and each handler's sends run in the order it made them.
+TEST(where_code_runs, work_made_runnable_by_the_current_work_runs_before_older_queued_work) {
+  test_timeout limit{30s};
+  handoff::actor<int> root{0}, a{0}, b{0}, a1{0}, a2{0};
+  std::vector<std::string> order;
+  auto record = [&](const char* name) { return [&order, name](int&) { order.emplace_back(name); }; };
+  root.post([&](int&) {
+    a.post([&](int&) {
+      a1.post(record("a1"));
+      a2.post(record("a2"));
+      order.emplace_back("a");
+    });
+    b.post(record("b"));
+    order.emplace_back("root");
+  });
+  EXPECT_EQ(order, (std::vector<std::string>{"root", "a", "a1", "a2", "b"}));
+}
+
+// Two actors that keep winning each other stay at the front of the queue; after a bounded
+// streak the rest gets a turn, so a conversation that never ends starves nothing.
+TEST(where_code_runs, a_conversation_that_keeps_requeueing_itself_lets_older_work_run_within_a_bounded_streak) {
+  test_timeout limit{30s};
+  struct side {
+    handoff::actor<side>* peer = nullptr;
+    int* rounds = nullptr;
+    const bool* stop = nullptr;
+  };
+  int rounds = 0;
+  bool stop = false;
+  handoff::actor<side> ping, pong;
+  ping.post([&](side& s) { s = side{&pong, &rounds, &stop}; });
+  pong.post([&](side& s) { s = side{&ping, &rounds, &stop}; });
+  auto volley = [](side& s) {
+    auto bounce = [](side& t, auto& self_fn) -> void {
+      if (*t.stop || ++*t.rounds > 100000) return;
+      t.peer->post([self_fn](side& u) { self_fn(u, self_fn); });
+    };
+    bounce(s, bounce);
+  };
+  int rounds_when_other_ran = -1;
+  handoff::actor<int> starter{0}, other{0};
+  starter.post([&](int&) {
+    ping.post(volley);  // starts the conversation: ping and pong win each other forever
+    other.post([&](int&) {
+      rounds_when_other_ran = rounds;
+      stop = true;
+    });
+  });
+  EXPECT_GE(rounds_when_other_ran, 1) << "the conversation never started first";
+  EXPECT_LE(rounds_when_other_ran, 200) << "older work waited behind the conversation";
 }
 
 }  // namespace

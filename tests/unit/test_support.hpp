@@ -43,6 +43,10 @@ inline std::size_t heap_in_use() noexcept {
   return mi.uordblks + mi.hblkhd;
 }
 
+// Allocations made through operator new in this binary so far (the unit tests replace it
+// with a counting one: allocation_counter.cpp).
+long allocations_so_far() noexcept;
+
 // Runs body(i) on n threads, started together, and joins them.
 template <class Body>
 void run_threads(int n, Body body) {

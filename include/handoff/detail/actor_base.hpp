@@ -102,7 +102,14 @@ class actor_base {
 
   // Winner of the hand-off while this thread is inside a handler: no recursion, the
   // actor joins this thread's run queue carrying `m`, its first message.
-  void defer(message* m) noexcept;
+  void run_after_current(message* m) noexcept;
+
+  // A send that never runs here (defer): counts `m`; a loser enqueues it; the winner puts
+  // it in front of the mailbox and hands the actor to its executor, or, without one (or
+  // if execute() throws), to the FIFO end of this thread's run queue, which runs at this
+  // thread's next drain: the next send or grant it runs at top level, run_deferred(), a
+  // blocking call, or its exit.
+  void submit_deferred(message* m) noexcept;
 
   // Sends one message: counts it, then either hands it to the owner or, having become the
   // owner, runs it. `make()` builds the mailbox node (only needed when the actor is busy
@@ -115,12 +122,12 @@ class actor_base {
     if constexpr (BuildFirst) {
       message* m = make();
       if (!try_acquire()) return enqueue(m);
-      if (tls.top != nullptr) return defer(m);
+      if (tls.top != nullptr) return run_after_current(m);
       enqueue_first(m);
       drain_now(0);
     } else {
       if (!try_acquire()) return enqueue(build_counted(make));
-      if (tls.top != nullptr) return defer(build_counted(make));
+      if (tls.top != nullptr) return run_after_current(build_counted(make));
       run_inline(run);
     }
   }
@@ -144,7 +151,7 @@ class actor_base {
     }
     tls.top = nullptr;
     if (!frame.destroyed) return finish_inline(turn_start);
-    if (tls.head != 0) run_queued();
+    if (has_queued()) run_queued();
   }
 
   // Owner only, after the winner ran its own message inline at top level: release if
@@ -152,7 +159,7 @@ class actor_base {
   void finish_inline(std::int64_t turn_start) noexcept {
     std::uint64_t uncounted = 1;
     if (!try_release_inline(uncounted)) return drain_now(uncounted, turn_start);
-    if (tls.head != 0) run_queued();
+    if (has_queued()) run_queued();
   }
 
   // Owner only: the uncontended release after one inline message. False: still owned, and
@@ -213,7 +220,10 @@ class actor_base {
   [[nodiscard]] drain_cursor start_turn(std::uint64_t ran, std::int64_t turn_start, drain_frame& frame) const noexcept;
   drain_status drain_step(drain_cursor& c) noexcept;
   void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
-  void push_ready() noexcept;
+  void queue_later() noexcept;
+  // Run-queue pop of an actor with more work queued behind it: hands it to its executor
+  // if that executor reports idle workers (spreading work over a pool). True if handed.
+  [[nodiscard]] bool hand_to_idle_executor() noexcept;
   // The run-queue entry of an actor: its address, tagged (see run_queue.hpp).
   [[nodiscard]] std::uintptr_t queue_entry() noexcept { return reinterpret_cast<std::uintptr_t>(this) | 1U; }
   [[nodiscard]] bool budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns) const noexcept;

@@ -1,17 +1,22 @@
 // The per-thread run queue: everything that becomes runnable on a thread while that thread
 // is running something else — an actor won by a nested send, a coroutine resumed by
 // async_ask, a keyed-mutex waiter (coroutine or callback) that was granted or timed out,
-// a callback of handoff::redis — waits here and runs after the current work, FIFO.
+// a callback of handoff::redis — waits here and runs after the current work.
 //
 // The rule: work made runnable while a handler, a resumed coroutine or a callback runs on
-// this thread runs after it returns, in the order it became runnable, from a loop (the
-// stack stays constant however long the chain). Work made runnable on a thread that runs
-// nothing of the library (top level) runs at once, on that thread, before the call that
-// made it runnable returns; anything it makes runnable queues behind it.
+// this thread runs after it returns, depth-first: before work queued earlier, in the order
+// it became runnable, from a loop (the stack stays constant however long the chain). So a
+// recursive fan-out (an actor per call) keeps one path of the tree alive, as a call stack
+// would, instead of a whole level. After 64 such runs in a row, older work gets a turn, so
+// that two actors that keep winning each other starve nothing. Work made runnable on a
+// thread that runs nothing of the library (top level) runs at once, on that thread, before
+// the call that made it runnable returns; anything it makes runnable queues behind it.
+// Deferred sends (and an executor that runs a continuation inline) join a second, FIFO
+// list, which runs when the depth-first one gives it a turn or is empty.
 //
-// One exception keeps threads from deadlocking: a thread about to block inside a handler
-// (ask() on a busy actor, a blocking keyed lock, destroying a busy actor) first runs
-// what it owns only through this queue (run_before_blocking), since nobody else can.
+// One exception keeps threads from deadlocking: a thread about to block (ask() on a busy
+// actor, a blocking keyed lock, destroying a busy actor) first runs what it owns only
+// through this queue (run_before_blocking), since nobody else can.
 //
 // Entries are intrusive: an actor's link is its `ready_next_` word, a task's is `next`.
 // A link word holds the next entry's address with bit 0 set for an actor (tagged
@@ -41,9 +46,12 @@ struct drain_frame {
 // Per-thread scheduler state; touched only by its own thread. Trivial, so that access
 // needs no TLS wrapper call on the hot path.
 struct thread_state {
-  drain_frame* top;      // innermost work running on this thread; nullptr at top level
-  std::uintptr_t head;   // first queued entry (tagged link), 0: empty
-  std::uintptr_t* tail;  // link word of the last entry; nullptr: empty
+  drain_frame* top;        // innermost work running on this thread; nullptr at top level
+  std::uintptr_t now;      // depth-first list: what the running work made runnable, first
+  std::uintptr_t* insert;  // link word the current work's next entry goes after; nullptr: `now`
+  unsigned now_streak;     // entries run from `now` in a row (see run_next)
+  std::uintptr_t later;    // FIFO list (tagged links), 0: empty
+  std::uintptr_t* tail;    // link word of the last `later` entry; nullptr: empty
 };
 // initial-exec: a direct %fs-relative access even from the -fPIC library (the default
 // model there calls __tls_get_addr on every access). The state is a few words, well within
@@ -55,36 +63,49 @@ struct thread_state {
 #endif
 HANDOFF_TLS_MODEL extern constinit thread_local thread_state tls;
 
-// Appends an entry (its tagged address and its link word) to this thread's queue.
-inline void enqueue_runnable(std::uintptr_t entry, std::uintptr_t* link) noexcept {
+// Makes an entry (its tagged address and its link word) runnable after the current work,
+// behind what the current work made runnable before it and ahead of everything else.
+inline void push_now(std::uintptr_t entry, std::uintptr_t* link) noexcept {
+  std::uintptr_t* at = tls.insert != nullptr ? tls.insert : &tls.now;
+  *link = *at;
+  *at = entry;
+  tls.insert = link;
+}
+
+// Appends an entry to the FIFO list: it runs after everything queued before it.
+inline void push_later(std::uintptr_t entry, std::uintptr_t* link) noexcept {
   *link = 0;
   if (tls.tail != nullptr) {
     *tls.tail = entry;
   } else {
-    tls.head = entry;
+    tls.later = entry;
   }
   tls.tail = link;
 }
 
-// Pops and runs the first entry under `parent` (the current frame; nullptr at top level):
+// True when this thread has queued work.
+[[nodiscard]] inline bool has_queued() noexcept { return (tls.now | tls.later) != 0; }
+
+// Pops and runs the next entry under `parent` (the current frame; nullptr at top level):
 // drains an actor, or runs a task under a sentinel frame so that what it makes runnable
-// queues. False when the queue is empty.
+// queues. An actor with an executor that has idle workers is handed to it instead when
+// more work waits here (the pool spreads it). False when the queue is empty.
 bool run_next(drain_frame* parent) noexcept;
 
 // Runs the queue until it is empty. Top level only (tls.top == nullptr).
 void run_queued() noexcept;
 
 // Makes t runnable on this thread: runs it now (and then the queue) at top level, else
-// queues it behind the current work.
+// queues it after the current work (push_now).
 void schedule(task* t) noexcept;
 
-// Inside a handler, before blocking: runs every queued entry now, nested under the
-// current work (see the overview). No-op at top level or with an empty queue.
+// Before blocking: runs every queued entry now, nested under the current work if any (see
+// the overview). At top level the queue holds only deferred sends. No-op when empty.
 void run_before_blocking() noexcept;
 
-// True when a call about to block must run_before_blocking() first: inside a handler,
-// with entries queued. A blocking call that also joins a queue (a keyed lock's waiters)
-// checks this before joining, so that what it runs cannot end up waiting behind it.
-[[nodiscard]] inline bool must_run_before_blocking() noexcept { return tls.top != nullptr && tls.head != 0; }
+// True when a call about to block must run_before_blocking() first: entries are queued.
+// A blocking call that also joins a queue (a keyed lock's waiters) checks this before
+// joining, so that what it runs cannot end up waiting behind it.
+[[nodiscard]] inline bool must_run_before_blocking() noexcept { return has_queued(); }
 
 }  // namespace handoff::detail
