@@ -8,7 +8,9 @@
 // tests/redis/redis_server.hpp), then runs each snippet with two keyed_mutex objects, as
 // two processes would, and checks what the guide says about it; a failed check exits with
 // status 1.
+#include <handoff/redis/fenced_store.hpp>
 #include <handoff/redis/keyed_mutex.hpp>
+#include <handoff/redis/versioned_store.hpp>
 
 #include <chrono>
 #include <coroutine>
@@ -17,6 +19,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -128,6 +131,51 @@ task add_gold_async(handoff::redis::keyed_mutex& locks, player_store& store, std
 }
 // [/snippet]
 
+// A courier booking: slow, and not to be done twice for one order.
+int couriers_booked = 0;
+void book_courier(const std::string& /*order*/) { ++couriers_booked; }
+
+// [snippet:fenced_write]
+// Pessimistic: hold the order while a slow step that must not run twice runs, then write
+// with the grant's token. A holder paused past its lease is refused, whoever holds the key
+// now and whether or not it has written yet.
+bool ship(handoff::redis::keyed_mutex& locks, handoff::redis::fenced_store& orders, const std::string& id) {
+  const std::string key = "order:" + id;
+  auto g = locks.lock(key, handoff::lease{5s});
+  const handoff::redis::fenced_value order = orders.read(key);  // {value, token of its write}
+  if (order.value != "paid") return false;                      // shipped already, or unpaid
+  book_courier(id);                                             // under the lock: once per order
+  return orders.write(key, "shipped", g.token());               // false: our lease ran out meanwhile
+}
+// [/snippet]
+
+// [snippet:versioned_update]
+// Optimistic: no lock. Read, compute, write if nobody wrote since; otherwise compute again
+// from the newer record. The function may run more than once: keep it free of effects.
+bool add_to_cart(handoff::redis::versioned_store& carts, const std::string& user, const std::string& item) {
+  const std::optional<handoff::redis::versioned_value> written = carts.update(
+      "cart:" + user,
+      [&](const handoff::redis::versioned_value& cart) { return cart.value.empty() ? item : cart.value + "," + item; });
+  return written.has_value();  // std::nullopt: 16 other writers came first, one after the other
+}
+// [/snippet]
+
+// [snippet:versioned_form]
+// The version travels with a form: the address changes only if nobody changed it since
+// the form was shown (a lock cannot be held across a user's think time).
+struct address_form {
+  std::string address;
+  std::uint64_t version;  // a hidden field
+};
+address_form show(handoff::redis::versioned_store& addresses, const std::string& order) {
+  handoff::redis::versioned_value v = addresses.read("address:" + order);
+  return {std::move(v.value), v.version};
+}
+bool submit(handoff::redis::versioned_store& addresses, const std::string& order, const address_form& f) {
+  return addresses.compare_and_set("address:" + order, f.version, f.address);  // false: reload
+}
+// [/snippet]
+
 bool unreachable_server_is_an_error() {
   // [snippet:errors]
   handoff::redis::options o;
@@ -210,6 +258,40 @@ int main() {
     expect(finished.wait_for(5s) == std::future_status::ready, "resumed once b unlocked");
     finished.get();
     expect(store.gold("5") == 7, "the coroutine wrote under the key");
+  }
+
+  // ship: a fenced write under the lock; a stale holder's write is refused.
+  {
+    handoff::redis::fenced_store orders(options_for(server.port()));
+    const std::uint64_t seller = a.lock("order:1").token();  // the seller's grant marks it paid
+    expect(orders.write("order:1", "paid", seller), "a fenced write with a fresh token stores");
+    expect(ship(b, orders, "1"), "ship a paid order");
+    expect(!ship(a, orders, "1") && couriers_booked == 1, "a shipped order ships once");
+    expect(orders.read("order:1").value == "shipped", "the record says shipped");
+
+    auto stale = a.lock("order:2", handoff::lease{50ms});
+    std::this_thread::sleep_for(100ms);  // paused past the lease
+    auto next = b.lock("order:2");       // granted again, nothing written yet
+    expect(!orders.write("order:2", "late", stale.token()), "the stale holder is refused before its successor writes");
+    expect(orders.write("order:2", "paid", next.token()), "the current holder writes");
+  }
+
+  // add_to_cart and the form: optimistic writes, from two threads and across a think time.
+  {
+    handoff::redis::versioned_store carts(options_for(server.port()));
+    std::thread t([&] {
+      for (int i = 0; i < 20; ++i) expect(add_to_cart(carts, "7", "a"), "add_to_cart from thread 1");
+    });
+    for (int i = 0; i < 20; ++i) expect(add_to_cart(carts, "7", "b"), "add_to_cart from thread 2");
+    t.join();
+    const handoff::redis::versioned_value cart = carts.read("cart:7");
+    expect(cart.version == 40 && cart.value.size() == 40 * 2 - 1, "40 items in the cart: no update lost");
+
+    const address_form mine = show(carts, "9");
+    address_form theirs = show(carts, "9");
+    theirs.address = "1 Main St";
+    expect(submit(carts, "9", theirs), "the first form submitted wins");
+    expect(!submit(carts, "9", mine), "a form shown before that change is refused");
   }
 
   expect(unreachable_server_is_an_error(), "an unreachable server is a handoff::redis::error, not a hang");

@@ -27,6 +27,7 @@
 #include "connection.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/redis/keyed_mutex.hpp"
+#include "names.hpp"
 #include "scripts.hpp"
 
 namespace handoff::redis::detail {
@@ -74,46 +75,6 @@ inline std::string random_hex128() {
   }
   return s;
 }
-
-// The Redis keys of one lock name (see the header's overview): prefix + "{" + escaped key
-// + "}:lock" (":queue", ":waiters", ":fence"). The escape keeps every (prefix, key) pair
-// apart: the escaped key holds no brace, so the last "{" of a name ends the prefix, and
-// escaping is one-to-one ('{' -> "\x01(", '}' -> "\x01)", '\x01' -> "\x01\x01"; other bytes
-// as they are). Keys without braces or \x01 keep their plain names.
-inline std::string escape_key(std::string_view key) {
-  std::string out;
-  out.reserve(key.size());
-  for (const char c : key) {
-    switch (c) {
-      case '{':
-        out += "\x01(";
-        break;
-      case '}':
-        out += "\x01)";
-        break;
-      case '\x01':
-        out += "\x01\x01";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-struct key_names {
-  key_names(std::string_view prefix, std::string_view key) {
-    std::string base(prefix);
-    base += '{';
-    base += escape_key(key);
-    base += "}:";
-    lock = base + "lock";
-    queue = base + "queue";
-    waiters = base + "waiters";
-    fence = base + "fence";
-  }
-  std::string lock, queue, waiters, fence;
-};
 
 // One grant, shared by its guard and, for lease-less holds, the watchdog.
 struct hold {
@@ -204,8 +165,6 @@ struct client : std::enable_shared_from_this<client> {
   attempt_result attempt(connection& c, const key_names& n, std::string_view owner, std::int64_t lease_ms,
                          std::string_view waiter_id, std::string_view key);
   void cancel(connection& c, const key_names& n, std::string_view waiter_id, std::string_view key);
-  // Applies options::if_server_evicts to the server behind c (throws error for refuse).
-  void check_eviction(connection& c) const;
   std::shared_ptr<hold> make_hold(std::string_view key, std::string owner, std::uint64_t fence, std::int64_t lease_ns,
                                   std::int64_t sent_at);
   // When a waiter that was not granted re-checks next: a notification wakes it earlier.

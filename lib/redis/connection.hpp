@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "handoff/redis/keyed_mutex.hpp"
+#include "handoff/redis/options.hpp"
 
 namespace handoff::redis::detail {
 
@@ -72,6 +72,13 @@ class connection {
 
   redisContext* ctx_ = nullptr;
 };
+
+// Throws std::invalid_argument for nonsensical options (see keyed_mutex's constructor).
+void validate(const options& o);
+
+// Applies options::if_server_evicts to the server behind c: throws error for refuse, prints
+// a warning for warn. `what` names what an evicted key would break.
+void check_eviction(connection& c, const options& o, std::string_view what);
 
 // Command connections shared by the callers of one keyed_mutex: at most options::pool_size
 // open at once; a caller takes one for one command (or script) and gives it back.

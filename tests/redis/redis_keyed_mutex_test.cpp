@@ -44,12 +44,7 @@
 #include "../unit/test_support.hpp"
 #include "../unit/test_timeout.hpp"
 #include "redis_server.hpp"
-
-#ifndef HANDOFF_REDIS_LOCK_HELPER
-#error "HANDOFF_REDIS_LOCK_HELPER: the path of redis_lock_helper (tests/CMakeLists.txt)"
-#endif
-
-extern char** environ;  // NOLINT: POSIX, for posix_spawn
+#include "redis_test_support.hpp"
 
 namespace {
 
@@ -60,138 +55,15 @@ using handoff::redis::keyed_mutex;
 using handoff::redis::options;
 using handoff::test::eventually;
 using handoff::test::fire_and_forget;
+using handoff::test::helper_process;
+using handoff::test::raw_redis;
 using handoff::test::redis_server;
+using handoff::test::since;
 using handoff::test::test_timeout;
 using steady = std::chrono::steady_clock;
 using redis_error = handoff::redis::error;
 
 // --- helpers ----------------------------------------------------------------------------
-
-std::chrono::milliseconds since(steady::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0);
-}
-
-// A plain hiredis connection: the tests' view of the server, independent of the library.
-class raw_redis {
- public:
-  explicit raw_redis(int port) : ctx_(redisConnect("127.0.0.1", port)) {
-    if (ctx_ == nullptr || ctx_->err != 0) {
-      const std::string why = ctx_ != nullptr ? ctx_->errstr : "out of memory";
-      if (ctx_ != nullptr) redisFree(ctx_);
-      throw std::runtime_error("raw_redis: connect: " + why);
-    }
-  }
-  ~raw_redis() { redisFree(ctx_); }
-  raw_redis(const raw_redis&) = delete;
-  raw_redis& operator=(const raw_redis&) = delete;
-
-  struct reply_free {
-    void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
-  };
-  using reply = std::unique_ptr<redisReply, reply_free>;
-
-  reply command(const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    for (const std::string& a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    reply r(static_cast<redisReply*>(redisCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data())));
-    if (r == nullptr) throw std::runtime_error("raw_redis: I/O error: " + std::string(ctx_->errstr));
-    if (r->type == REDIS_REPLY_ERROR) throw std::runtime_error("raw_redis: " + std::string(r->str, r->len));
-    return r;
-  }
-  long long integer(const std::vector<std::string>& args) {
-    reply r = command(args);
-    if (r->type != REDIS_REPLY_INTEGER) throw std::runtime_error("raw_redis: not an integer reply");
-    return r->integer;
-  }
-  std::string string(const std::vector<std::string>& args) {
-    reply r = command(args);
-    return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ? std::string(r->str, r->len) : "";
-  }
-  std::vector<std::string> strings(const std::vector<std::string>& args) {
-    reply r = command(args);
-    std::vector<std::string> out;
-    for (std::size_t i = 0; i < r->elements; ++i) out.emplace_back(r->element[i]->str, r->element[i]->len);
-    return out;
-  }
-
-  // The key names of the default prefix (keyed_mutex.hpp's overview).
-  static std::string lock_key(const std::string& k) { return "handoff:{" + k + "}:lock"; }
-  static std::string queue_key(const std::string& k) { return "handoff:{" + k + "}:queue"; }
-  static std::string waiters_key(const std::string& k) { return "handoff:{" + k + "}:waiters"; }
-  static std::string fence_key(const std::string& k) { return "handoff:{" + k + "}:fence"; }
-
-  long long queue_length(const std::string& k) { return integer({"LLEN", queue_key(k)}); }
-  bool locked(const std::string& k) { return integer({"EXISTS", lock_key(k)}) == 1; }
-  long long pttl(const std::string& k) { return integer({"PTTL", lock_key(k)}); }
-
-  // Calls of EVALSHA the server has run (INFO commandstats): the library's scripts.
-  long long evalsha_calls() {
-    const std::string info = string({"INFO", "commandstats"});
-    const auto at = info.find("cmdstat_evalsha:calls=");
-    if (at == std::string::npos) return 0;
-    return std::stoll(info.substr(at + std::char_traits<char>::length("cmdstat_evalsha:calls=")));
-  }
-
-  // Waits until `k`'s queue holds `n` waiters.
-  bool wait_queue_length(const std::string& k, long long n, std::chrono::milliseconds limit = 10s) {
-    return eventually([&] { return queue_length(k) == n; }, limit);
-  }
-
- private:
-  redisContext* ctx_;
-};
-
-// A redis_lock_helper process (see that file for its modes), spawned with posix_spawn.
-class helper_process {
- public:
-  explicit helper_process(std::vector<std::string> args) {
-    args.insert(args.begin(), HANDOFF_REDIS_LOCK_HELPER);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-    posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
-#endif
-    const int rc = posix_spawn(&pid_, HANDOFF_REDIS_LOCK_HELPER, &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw std::runtime_error("posix_spawn(redis_lock_helper) failed: " + std::to_string(rc));
-  }
-  helper_process(const helper_process&) = delete;
-  helper_process& operator=(const helper_process&) = delete;
-  ~helper_process() { kill(); }
-
-  // The exit status (0: success), -signal if killed, or -1000 if it did not end in `limit`
-  // (it is then killed).
-  int wait(std::chrono::milliseconds limit = 30s) {
-    if (pid_ <= 0) return status_;
-    int status = 0;
-    if (!eventually([&] { return ::waitpid(pid_, &status, WNOHANG) != 0; }, limit)) {
-      kill();
-      return status_ = -1000;
-    }
-    pid_ = -1;
-    return status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    status_ = -SIGKILL;
-  }
-  void signal(int sig) const { ::kill(pid_, sig); }
-
- private:
-  pid_t pid_ = -1;
-  int status_ = 0;
-};
 
 // One test's server and its options: short intervals so that the suite stays fast, with
 // margins that hold on a loaded machine.

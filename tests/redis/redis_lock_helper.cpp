@@ -9,9 +9,18 @@
 //       lock(key) (blocking, FIFO); RPUSH <list key> <id>; unlock.
 //   redis_lock_helper <port> <recheck ms> <key> wait
 //       lock(key), then sleeps for ever: a waiter (or holder) to be SIGKILLed.
+//   redis_lock_helper <port> <recheck ms> <key> fenced <iterations> <lease ms> <stale every> <result key>
+//       Each iteration: lock(key, lease); read key's fenced record; every <stale every>th
+//       iteration sleep 4 leases (the lease runs out: a stale holder); write the value + 1
+//       with the grant's token; INCR <result key>:accepted or <result key>:refused.
+//   redis_lock_helper <port> <recheck ms> <key> versioned <iterations> <result key>
+//       Each iteration: versioned_store::update(key, value + 1); INCRBY <result key>:calls
+//       by the number of times the update function ran (1 + its conflicts).
 //
 // Exits 0 on success, 1 with a message on stderr on any failure.
+#include <handoff/redis/fenced_store.hpp>
 #include <handoff/redis/keyed_mutex.hpp>
+#include <handoff/redis/versioned_store.hpp>
 
 #include <hiredis/hiredis.h>
 
@@ -97,6 +106,40 @@ int run(int argc, char** argv) {
     if (!g.owns_lock()) throw std::runtime_error("helper: lock() returned an empty guard");
     raw.command({"RPUSH", argv[5], argv[6]});
     g.unlock();
+    return 0;
+  }
+  if (mode == "fenced" && argc == 9) {
+    const int iterations = std::stoi(argv[5]);
+    const std::chrono::milliseconds lease(std::stoi(argv[6]));
+    const int stale_every = std::stoi(argv[7]);
+    const std::string result = argv[8];
+    handoff::redis::fenced_store store(o);
+    for (int i = 0; i < iterations; ++i) {
+      auto g = m.lock(key, handoff::lease{lease});
+      const handoff::redis::fenced_value v = store.read(key);
+      if (i % stale_every == stale_every - 1) std::this_thread::sleep_for(4 * lease);
+      const long long next = (v.value.empty() ? 0 : std::stoll(v.value)) + 1;
+      const bool stored = store.write(key, std::to_string(next), g.token());
+      raw.command({"INCR", result + (stored ? ":accepted" : ":refused")});
+    }
+    return 0;
+  }
+  if (mode == "versioned" && argc == 7) {
+    const int iterations = std::stoi(argv[5]);
+    const std::string result = argv[6];
+    handoff::redis::versioned_store store(o);
+    for (int i = 0; i < iterations; ++i) {
+      int calls = 0;
+      const auto written = store.update(
+          key,
+          [&calls](const handoff::redis::versioned_value& cur) {
+            ++calls;
+            return std::to_string((cur.value.empty() ? 0 : std::stoll(cur.value)) + 1);
+          },
+          1000);
+      if (!written) throw std::runtime_error("helper: update lost 1000 times in a row");
+      raw.command({"INCRBY", result + ":calls", std::to_string(calls)});
+    }
     return 0;
   }
   if (mode == "wait" && argc == 5) {

@@ -9,7 +9,10 @@
 #include <handoff/keyed_mutex.hpp>
 #include <handoff/lease.hpp>
 #include <handoff/multi_guard.hpp>
+#include <handoff/redis/fenced_store.hpp>
 #include <handoff/redis/keyed_mutex.hpp>
+#include <handoff/redis/options.hpp>
+#include <handoff/redis/versioned_store.hpp>
 #include <handoff/thread_pool.hpp>
 
 namespace {
@@ -35,6 +38,8 @@ struct counter {
   auto rall = r.lock_all({"a", "b"});
   (void)r.with_lock("k", [] { return 1; });
   auto aw = r.async_lock("k", std::chrono::milliseconds(5));
+  handoff::redis::versioned_store v;
+  (void)v.update("k", [](const handoff::redis::versioned_value& cur) { return cur.value + "x"; });
 }
 
 }  // namespace

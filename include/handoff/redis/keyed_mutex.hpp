@@ -78,43 +78,9 @@
 #include "handoff/detail/clock.hpp"
 #include "handoff/lease.hpp"
 #include "handoff/multi_guard.hpp"
+#include "handoff/redis/options.hpp"
 
 namespace handoff::redis {
-
-// A Redis failure: the message says what was being done and what Redis or hiredis said.
-class error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// What the constructor does with a server that may evict keys under memory pressure
-// (maxmemory set, with a maxmemory-policy other than noeviction): lock keys are ordinary
-// keys with an expiry, so an evicted lock lets a second holder in.
-enum class eviction_check : std::uint8_t {
-  refuse,  // throw error (also when the policy cannot be read)
-  warn,    // print a warning to stderr and go on
-  allow,   // do not check
-};
-
-struct options {
-  std::string host = "127.0.0.1";
-  int port = 6379;
-  std::string unix_socket{};  // when set, used instead of host:port
-  std::string username{};     // ACL user (Redis 6+); empty: AUTH with the password alone
-  std::string password{};     // AUTH when non-empty
-  int database = 0;           // SELECT
-  std::chrono::milliseconds connect_timeout{1000};
-  std::chrono::milliseconds command_timeout{1000};  // every command, also the watchdog's
-  std::size_t pool_size = 4;                        // command connections shared by callers
-  std::string prefix = "handoff:";                  // of every Redis key and channel
-  // lock() without a lease: the key's lease on the server, renewed by the watchdog every
-  // third of it while the guard holds (a crashed process's locks free after this long).
-  std::chrono::milliseconds watchdog_lease{30000};
-  // A waiter's fallback re-check and heartbeat period (see the overview).
-  std::chrono::milliseconds recheck_interval{1000};
-  // A server that may evict keys (checked once, with INFO memory, at construction).
-  eviction_check if_server_evicts = eviction_check::refuse;
-};
 
 namespace detail {
 struct client;

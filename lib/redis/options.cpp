@@ -1,0 +1,68 @@
+// Checks of the options and of the server, shared by keyed_mutex and the stores.
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "client.hpp"
+#include "connection.hpp"
+
+namespace handoff::redis::detail {
+
+void validate(const options& o) {
+  if (o.unix_socket.empty() && (o.port <= 0 || o.port > 65535)) {
+    throw std::invalid_argument("handoff::redis::options: port out of range");
+  }
+  if (o.pool_size == 0) throw std::invalid_argument("handoff::redis::options: pool_size must be at least 1");
+  // watchdog_lease: at least renew_fraction ms, so that renewals come at least 1 ms apart.
+  if (o.connect_timeout.count() <= 0 || o.command_timeout.count() <= 0 || o.watchdog_lease.count() < renew_fraction ||
+      o.recheck_interval.count() <= 0) {
+    throw std::invalid_argument(
+        "handoff::redis::options: timeouts and recheck_interval must be positive, watchdog_lease at least " +
+        std::to_string(renew_fraction) + " ms");
+  }
+  if (o.database < 0) throw std::invalid_argument("handoff::redis::options: database must be >= 0");
+}
+
+namespace {
+// The value of `field` in an INFO reply ("field:value\r\n" lines), or "" if absent.
+std::string info_field(std::string_view info, std::string_view field) {
+  for (std::size_t at = 0; at < info.size();) {
+    const std::size_t end = std::min(info.find('\n', at), info.size());
+    std::string_view line = info.substr(at, end - at);
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    if (line.size() > field.size() && line.starts_with(field) && line[field.size()] == ':') {
+      return std::string(line.substr(field.size() + 1));
+    }
+    at = end + 1;
+  }
+  return {};
+}
+}  // namespace
+
+void check_eviction(connection& c, const options& o, std::string_view what) {
+  if (o.if_server_evicts == eviction_check::allow) return;
+  std::string problem;
+  try {
+    const reply r = c.command({"INFO", "memory"}, "INFO memory");
+    const std::string_view info(r->str != nullptr ? r->str : "", r->str != nullptr ? r->len : 0);
+    const std::string limit = info_field(info, "maxmemory");
+    const std::string policy = info_field(info, "maxmemory_policy");
+    if (limit.empty() || policy.empty()) {
+      problem = "cannot read maxmemory and maxmemory_policy from INFO memory";
+    } else if (limit != "0" && policy != "noeviction") {
+      problem = "the server may evict keys (maxmemory " + limit + ", maxmemory-policy " + policy +
+                "): " + std::string(what) + "; use maxmemory-policy noeviction";
+    }
+  } catch (const error& e) {
+    problem = std::string("cannot check the eviction policy: ") + e.what();
+  }
+  if (problem.empty()) return;
+  if (o.if_server_evicts == eviction_check::refuse) {
+    throw error("handoff::redis: " + problem + " (options::if_server_evicts decides)");
+  }
+  std::fprintf(stderr, "handoff::redis: warning: %s\n", problem.c_str());
+}
+
+}  // namespace handoff::redis::detail
