@@ -60,6 +60,21 @@
 //               With more senders than cores, the rows measure the scheduler as much as
 //               the primitive: the machine's core count is in the page's machine line.
 //
+// fib25         Recursive Fibonacci with an actor per call (150,049 actors per run): each call
+//               actor sends "start" to two new child actors, each child answers its parent
+//               with its value, and an actor whose answer is sent is destroyed. What it
+//               measures is memory as much as time: how many actors are alive at once, which
+//               depends on the order the scheduler runs what a handler made runnable.
+//               Counters: peak_live_actors, rss_growth_mb (VmHWM during the runs minus the
+//               resident memory before them, after malloc_trim), peak_live_vs_depth_first
+//               (peak live actors over the depth-first reference's, for handoff). CAF is
+//               left out: spawning an actor per call took about 14 s per run here.
+//                 handoff               actor<fib_call>, new/delete per call, one thread.
+//                 depth_first_reference the same program (same message order per actor) on a
+//                                       hand-written single-threaded scheduler with a LIFO
+//                                       stack of pending messages: the depth-first run that
+//                                       bounds how few actors can be alive at once.
+//
 // mem_idle_10k  Bytes per idle actor: heap in use (mallinfo2, all arenas) before and after
 //               creating 10000 actors that hold an int, divided by 10000. Not timed.
 //                 handoff_actor  handoff::actor<int>[10000] (sizeof + what the constructor
@@ -86,6 +101,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <malloc.h>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -679,6 +695,140 @@ void savina_caf(benchmark::State& state, std::int64_t messages_per_run, Run run)
 }
 
 // ---------------------------------------------------------------------------------------
+// fib25: an actor per call (see the top).
+
+constexpr int fib_n = 25;
+constexpr long fib_expected = 75025;
+constexpr std::int64_t fib_actors = 150049;  // calls of fib(25)
+
+std::size_t current_rss() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6)) * 1024;  // in kB
+  }
+  return 0;
+}
+
+struct fib_stats {
+  long live = 0;
+  long peak = 0;
+  void born() { peak = std::max(peak, ++live); }
+};
+
+// handoff: the state names its own actor type (its parent).
+struct fib_call {
+  handoff::actor<fib_call>* parent;
+  int n;
+  long* result;
+  fib_stats* stats;
+  long sum = 0;
+  int pending = 2;
+};
+
+void fib_answer(fib_call& s, handoff::actor<fib_call>& self, long value) {
+  if (s.parent == nullptr) {
+    *s.result = value;
+    return;
+  }
+  s.parent->post([value](fib_call& p, handoff::actor<fib_call>& parent) {
+    p.sum += value;
+    if (--p.pending == 0) fib_answer(p, parent, p.sum);
+  });
+  --s.stats->live;
+  delete &self;  // from its own last handler: nothing queued behind it
+}
+
+void fib_start(fib_call& s, handoff::actor<fib_call>& self) {
+  if (s.n < 2) return fib_answer(s, self, s.n);
+  for (int k : {1, 2}) {
+    s.stats->born();
+    (new handoff::actor<fib_call>(&self, s.n - k, s.result, s.stats))->post(fib_start);
+  }
+}
+
+long fib_handoff_run(fib_stats& stats) {
+  long result = 0;
+  stats.born();
+  handoff::actor<fib_call> root(nullptr, fib_n, &result, &stats);
+  root.post(fib_start);
+  --stats.live;
+  return result;
+}
+
+// The depth-first reference: the same program, its pending messages on a LIFO stack.
+long fib_depth_first_run(fib_stats& stats) {
+  struct call {
+    call* parent;
+    int n;
+    long sum = 0;
+    int pending = 2;
+  };
+  struct msg {
+    call* to;
+    bool start;
+    long value;
+  };
+  std::vector<msg> stack;
+  long result = 0;
+  auto answer = [&](call* c, long value) {
+    if (c->parent == nullptr) {
+      result = value;
+    } else {
+      stack.push_back(msg{c->parent, false, value});
+    }
+    --stats.live;
+    delete c;
+  };
+  stats.born();
+  stack.push_back(msg{new call{nullptr, fib_n}, true, 0});
+  while (!stack.empty()) {
+    const msg m = stack.back();
+    stack.pop_back();
+    call* c = m.to;
+    if (!m.start) {
+      c->sum += m.value;
+      if (--c->pending == 0) answer(c, c->sum);
+    } else if (c->n < 2) {
+      answer(c, c->n);
+    } else {
+      // Pushed in reverse so that the first child runs first, as handoff runs them.
+      stats.born();
+      stats.born();
+      stack.push_back(msg{new call{c, c->n - 2}, true, 0});
+      stack.push_back(msg{new call{c, c->n - 1}, true, 0});
+    }
+  }
+  return result;
+}
+
+template <class Run>
+void fib_bench(benchmark::State& state, int threads, Run run) {
+  long peak_live = 0;
+  bool ok = true;
+  malloc_trim(0);
+  const std::size_t rss_before = current_rss();
+  reset_peak_rss();
+  for (auto _ : state) {
+    fib_stats stats;
+    ok = run(stats) == fib_expected && stats.live == 0 && ok;
+    peak_live = std::max(peak_live, stats.peak);
+  }
+  const std::size_t hwm = peak_rss();
+  state.counters["peak_live_actors"] = static_cast<double>(peak_live);
+  state.counters["rss_growth_mb"] = static_cast<double>(hwm > rss_before ? hwm - rss_before : 0) / (1 << 20);
+  state.counters["os_threads"] = threads;
+  state.SetItemsProcessed(state.iterations() * fib_actors);
+  skip_unless(state, ok, "a run returned a wrong result or left actors alive");
+}
+
+void bm_fib_handoff(benchmark::State& state) {
+  fib_bench(state, 1, fib_handoff_run);
+  fib_stats reference;
+  fib_depth_first_run(reference);
+  state.counters["peak_live_vs_depth_first"] = state.counters["peak_live_actors"] / static_cast<double>(reference.peak);
+}
+void bm_fib_depth_first(benchmark::State& state) { fib_bench(state, 1, fib_depth_first_run); }
+// ---------------------------------------------------------------------------------------
 // Bytes per idle actor: handoff against CAF.
 
 constexpr std::size_t idle_actors = 10000;
@@ -805,6 +955,11 @@ int main(int argc, char** argv) {
       for (const std::int64_t senders : {1, 2, 4, 8, 16}) b->Args({senders, targets});
     }
   }
+
+  // An actor per call: memory follows the run order (first: before other workloads grow
+  // the heap).
+  add("fib25/handoff", bm_fib_handoff)->MinTime(0.5);
+  add("fib25/depth_first_reference", bm_fib_depth_first)->MinTime(0.5);
 
   // Bytes per idle actor (not timed: mem_ workloads show their counters only).
   add("mem_idle_10k/handoff_actor", bm_idle_handoff)->Iterations(3);

@@ -31,6 +31,18 @@
 //
 // One iteration is one complete run of 1011 requests (wall-clock time); the pool and the
 // actors are created outside the timed loop, once per repetition.
+//
+// mesh_120actors_1us: does CPU-bound work spread over the pool's workers? 120 actors (one
+// per "player"), each message 1 us of CPU work (a spin on the clock), after which it goes
+// on to an actor picked at random, 100 hops per message, 240 messages in flight: 24,000
+// handler runs per iteration. The messages start with defer() from the benchmark thread;
+// after that every send is a nested send on a worker, which keeps an idle target on that
+// worker's run queue unless the pool reports idle workers (executor_ref::has_idle_workers),
+// in which case the worker hands it to the pool. Actors: actor_options{.executor = pool},
+// no budget. Impls: handoff_1worker, handoff_2workers (target: >= 1.7x the 1-worker
+// throughput on 2 cores), and handoff_2workers_nohint, the same pool behind an executor
+// that does not forward the idle hint (how the run queue behaved before the hint). Checks:
+// every run handles exactly 24,000 messages, and no actor runs two handlers at once.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -43,6 +55,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "bench_support.hpp"
@@ -160,6 +173,93 @@ void bm_keyed_pool(benchmark::State& state, std::size_t workers) {
                                         work_ms * static_cast<double>(kp.max_key_requests()));
 }
 
+// ---------------------------------------------------------------------------------------
+// mesh_120actors_1us
+
+constexpr std::size_t mesh_actors = 120;
+constexpr std::size_t mesh_in_flight = 240;
+constexpr int mesh_hops = 100;
+constexpr auto mesh_work = std::chrono::microseconds(1);
+
+// The pool without its idle hint: an executor with execute() only.
+struct no_hint_executor {
+  handoff::thread_pool* pool;
+  void execute(handoff::work w) const { pool->execute(w); }
+};
+
+struct mesh {
+  struct node {
+    mesh* m;
+    std::uint64_t rng;  // xorshift64, per actor
+    std::atomic<bool> inside{false};
+    std::uint64_t handled = 0;
+    node(mesh* owner, std::uint64_t seed) : m(owner), rng(seed) {}
+  };
+
+  handoff::thread_pool pool;
+  no_hint_executor plain{&pool};
+  std::vector<std::unique_ptr<handoff::actor<node>>> actors;
+  std::atomic<std::uint64_t> remaining{0};
+  std::atomic<std::uint64_t> violations{0};
+
+  mesh(std::size_t workers, bool hint) : pool(workers) {
+    handoff::actor_options o;
+    if (hint) {
+      o.executor = pool;
+    } else {
+      o.executor = plain;
+    }
+    auto options = std::make_shared<const handoff::actor_options>(std::move(o));
+    for (std::size_t i = 0; i < mesh_actors; ++i) {
+      actors.push_back(std::make_unique<handoff::actor<node>>(options, this, 0x9E3779B97F4A7C15ULL * (i + 1)));
+    }
+  }
+
+  static void hop(node& n, int left) noexcept {
+    if (n.inside.exchange(true, std::memory_order_acquire)) n.m->violations.fetch_add(1, std::memory_order_relaxed);
+    const auto until = std::chrono::steady_clock::now() + mesh_work;
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    ++n.handled;
+    n.rng ^= n.rng << 13;
+    n.rng ^= n.rng >> 7;
+    n.rng ^= n.rng << 17;
+    n.inside.store(false, std::memory_order_release);
+    mesh* m = n.m;
+    if (left > 0) {
+      m->actors[n.rng % mesh_actors]->post([left](node& next) { hop(next, left - 1); });
+    } else if (m->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      m->remaining.notify_all();
+    }
+  }
+
+  void run() {
+    remaining.store(mesh_in_flight, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < mesh_in_flight; ++i) {
+      actors[i % mesh_actors]->defer([](node& n) { hop(n, mesh_hops - 1); });
+    }
+    for (std::uint64_t n; (n = remaining.load(std::memory_order_acquire)) != 0;) {
+      remaining.wait(n, std::memory_order_acquire);
+    }
+  }
+};
+
+void bm_mesh(benchmark::State& state, std::size_t workers, bool hint) {
+  mesh m(workers, hint);
+  for (auto _ : state) m.run();
+  std::uint64_t handled = 0;
+  for (auto& a : m.actors) handled += a->ask([](mesh::node& n) { return n.handled; }).get();
+  const auto expected = static_cast<std::uint64_t>(state.iterations()) * mesh_in_flight * mesh_hops;
+  if (handled != expected) {
+    state.SkipWithError(
+        ("handled " + std::to_string(handled) + " messages, expected " + std::to_string(expected)).c_str());
+  } else if (m.violations.load() != 0) {
+    state.SkipWithError("an actor ran two handlers at once");
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<benchmark::IterationCount>(mesh_in_flight * mesh_hops));
+  state.counters["workers"] = static_cast<double>(workers);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,6 +280,17 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond)
         ->Iterations(runs_per_repetition);
+  }
+
+  for (auto [impl, workers, hint] : {std::tuple{"handoff_1worker", 1, true}, std::tuple{"handoff_2workers", 2, true},
+                                     std::tuple{"handoff_2workers_nohint", 2, false}}) {
+    const std::string name = std::string("mesh_120actors_1us/") + impl;
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [workers = workers, hint = hint](benchmark::State& s) { bm_mesh(s, static_cast<std::size_t>(workers), hint); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.5);
   }
 
   benchmark::RunSpecifiedBenchmarks();

@@ -11,54 +11,56 @@ HANDOFF_TLS_MODEL constinit thread_local thread_state tls{};
 
 namespace {
 
-// Depth-first runs in a row before older work gets a turn: long enough that a recursive
-// fan-out keeps its memory near a depth-first run's (a tree of actors, measured in the
-// benchmarks), short enough that a conversation that keeps winning actors delays queued
-// coroutines and grants by at most this many drains.
+// Depth-first runs in a row, while other work waits, before older work gets a turn: long
+// enough that a recursive fan-out keeps its memory near a depth-first run's (a tree of
+// actors, measured in the benchmarks), short enough that a conversation that keeps winning
+// actors delays queued coroutines and grants by at most this many drains.
 constexpr unsigned max_now_streak = 64;
+
+std::uintptr_t* link_of(std::uintptr_t e) noexcept {
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): a tagged entry (see run_queue.hpp)
+  if ((e & 1U) != 0) return actor_link(reinterpret_cast<actor_base*>(e & ~std::uintptr_t{1}));
+  return &reinterpret_cast<task*>(e)->next;  // NOLINT(performance-no-int-to-ptr): untagged: a task
+}
+
+// The streak is spent (or `now` is empty): the next entry comes from `later` if anything
+// waits there; else the front of `now` (which may be a conversation that keeps re-queueing
+// itself there) goes behind the rest. 0 when both lists are empty.
+[[gnu::noinline]] std::uintptr_t pop_after_streak() noexcept {
+  tls.now_streak = 0;
+  if (tls.now != 0 && tls.later == 0) {
+    const std::uintptr_t e = tls.now;
+    tls.now = *link_of(e);
+    push_later(e, link_of(e));
+  }
+  std::uintptr_t e = tls.now;
+  if (e != 0) {
+    tls.now = *link_of(e);
+  } else if ((e = tls.later) != 0) {
+    tls.later = *link_of(e);
+    if (tls.later == 0) tls.tail = nullptr;
+  }
+  return e;
+}
 
 }  // namespace
 
 bool run_next(drain_frame* parent) noexcept {
   HANDOFF_ASSERT(tls.top == parent);
-  auto link_of = [](std::uintptr_t e) {
-    // NOLINTNEXTLINE(performance-no-int-to-ptr): a tagged entry (see run_queue.hpp)
-    if ((e & 1U) != 0) return &reinterpret_cast<actor_base*>(e & ~std::uintptr_t{1})->ready_next_;
-    return &reinterpret_cast<task*>(e)->next;  // NOLINT(performance-no-int-to-ptr): untagged: a task
-  };
-  auto pop_now = [&] {
-    const std::uintptr_t e = tls.now;
-    tls.now = *link_of(e);
-    ++tls.now_streak;
-    return e;
-  };
   for (;;) {
-    std::uintptr_t entry = 0;
-    if (tls.now != 0 && tls.now_streak < max_now_streak) {
-      entry = pop_now();
-    } else {
-      if (tls.now != 0 && tls.later == 0) {
-        // Streak spent and nothing older waits: the entry at the front (which may be a
-        // conversation that keeps re-queueing itself there) goes behind the rest.
-        const std::uintptr_t e = tls.now;
-        tls.now = *link_of(e);
-        push_later(e, link_of(e));
-      }
-      tls.now_streak = 0;
-      if (tls.now != 0) {
-        entry = pop_now();
-      } else if ((entry = tls.later) != 0) {
-        tls.later = *link_of(entry);
-        if (tls.later == 0) tls.tail = nullptr;
-      } else {
-        return false;
-      }
+    std::uintptr_t entry = tls.now;
+    if (entry != 0 && tls.now_streak < max_now_streak) {
+      tls.now = *link_of(entry);
+    } else if ((entry = pop_after_streak()) == 0) {
+      return false;
     }
-    tls.insert = nullptr;  // what this entry makes runnable goes first
+    const bool more = has_queued();
+    tls.now_streak = more ? tls.now_streak + 1 : 0;  // nothing else waits: nothing to starve
+    tls.insert = nullptr;                            // what this entry makes runnable goes first
     if ((entry & 1U) != 0) {
       // NOLINTNEXTLINE(performance-no-int-to-ptr): a tagged entry (see run_queue.hpp)
       auto* a = reinterpret_cast<actor_base*>(entry & ~std::uintptr_t{1});
-      if (has_queued() && a->hand_to_idle_executor()) continue;
+      if (more && a->hand_to_idle_executor()) continue;
       a->drain(0, 0);  // pushes its own frame on `parent`
     } else {
       auto* t = reinterpret_cast<task*>(entry);  // NOLINT(performance-no-int-to-ptr): untagged: a task
@@ -70,8 +72,6 @@ bool run_next(drain_frame* parent) noexcept {
       t->run(t);
       tls.top = parent;
     }
-    // The cursor may point into an entry a nested run_before_blocking() has run since.
-    tls.insert = nullptr;
     return true;
   }
 }
@@ -80,6 +80,7 @@ void run_queued() noexcept {
   HANDOFF_ASSERT(tls.top == nullptr);
   while (run_next(nullptr)) {
   }
+  tls.insert = nullptr;  // it points into an entry that has run (perhaps freed since)
 }
 
 void run_before_blocking() noexcept {
@@ -90,6 +91,7 @@ void run_before_blocking() noexcept {
   }
   while (run_next(top)) {
   }
+  tls.insert = nullptr;  // the caller's sends go to the (empty) front, not after a run entry
 }
 
 void schedule(task* t) noexcept {

@@ -195,6 +195,7 @@ class actor_base {
 
  private:
   friend bool run_next(drain_frame* parent) noexcept;
+  friend std::uintptr_t* actor_link(actor_base* a) noexcept;
   friend struct actor_core_access;  // tests
 
   template <class Make>
@@ -233,5 +234,7 @@ class actor_base {
   std::uintptr_t ready_next_ = 0;                 // touched only by the owner (its run-queue link)
   std::shared_ptr<const actor_options> options_;  // immutable after construction; may be null
 };
+
+inline std::uintptr_t* actor_link(actor_base* a) noexcept { return &a->ready_next_; }
 
 }  // namespace handoff::detail

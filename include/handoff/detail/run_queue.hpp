@@ -92,6 +92,9 @@ inline void push_later(std::uintptr_t entry, std::uintptr_t* link) noexcept {
 // more work waits here (the pool spreads it). False when the queue is empty.
 bool run_next(drain_frame* parent) noexcept;
 
+// An actor's run-queue link word (its `ready_next_`).
+std::uintptr_t* actor_link(actor_base* a) noexcept;
+
 // Runs the queue until it is empty. Top level only (tls.top == nullptr).
 void run_queued() noexcept;
 
