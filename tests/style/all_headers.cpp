@@ -13,7 +13,10 @@
 #include <handoff/redis/keyed_mutex.hpp>
 #include <handoff/redis/options.hpp>
 #include <handoff/redis/versioned_store.hpp>
+#include <handoff/run_deferred.hpp>
 #include <handoff/thread_pool.hpp>
+
+#include <memory>
 
 namespace {
 
@@ -26,9 +29,16 @@ struct counter {
 [[maybe_unused]] void instantiate() {
   handoff::actor<int> a;
   a.post([](int& x) { ++x; });
+  a.post([](int& x, handoff::actor<int>& self) { self.post([&x](int&) { ++x; }); });
+  a.defer([](int& x) { ++x; });
   (void)a.ask([](int& x) { return x; });
   handoff::basic_actor<int, counter> b;
   b.send(1);
+  b.defer(2);
+  (void)handoff::run_deferred();
+  handoff::thread_pool pool(1);
+  pool.execute([p = std::make_unique<int>(1)] { (void)*p; });
+  handoff::execute(pool, [] {});
   handoff::keyed_mutex<> m;
   auto g = m.try_lock("k");
   auto all = m.lock_all({"a", "b"});
