@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Checks that a guide's C++ code blocks are exact copies of compiled example code.
 
-Usage: check_snippets.py [--write] SOURCE.cpp GUIDE.md
+Usage: check_snippets.py [--write] SOURCE.cpp [MORE.cpp ...] GUIDE.md
 
-In SOURCE, a snippet is the lines between `// [snippet:NAME]` and `// [/snippet]`
+In a SOURCE, a snippet is the lines between `// [snippet:NAME]` and `// [/snippet]`
 (each marker alone on its line). In GUIDE, every ```cpp block must follow a line
-`<!-- snippet: NAME -->` and equal that snippet, both with their common indentation
-removed. Exits 1 and prints a diff for each block that differs, names no snippet, or
+`<!-- snippet: NAME -->` and equal that snippet (from any of the sources; a name may be
+defined once across them), both with their common indentation removed. Exits 1 and prints a diff for each block that differs, names no snippet, or
 names one that does not exist. With --write, first copies every named snippet into its
 block in GUIDE (after editing the code, run this, then review the guide's diff).
 """
@@ -83,8 +83,15 @@ def write(guide, code):
 def main():
     args = sys.argv[1:]
     fix = args[:1] == ["--write"]
-    source, guide = args[1:] if fix else args
-    code = snippets(source)
+    files = args[1:] if fix else args
+    sources, guide = files[:-1], files[-1]
+    source = ", ".join(sources)
+    code = {}
+    for path in sources:
+        for name, text in snippets(path).items():
+            if name in code:
+                sys.exit(f"{path}: snippet '{name}' is also defined in another source")
+            code[name] = text
     if fix:
         write(guide, code)
     failures, used = 0, set()

@@ -51,10 +51,12 @@ struct cache_stats {
 
 class locked_cache {
  public:
+  // [snippet:before_put]
   void put(const std::string& key, std::string value) {
     std::lock_guard lock(mutex_);
     map_[key] = std::move(value);
   }
+  // [/snippet]
 
   std::optional<std::string> get(const std::string& key) {
     std::lock_guard lock(mutex_);
@@ -101,19 +103,24 @@ class locked_cache {
 
 // --- after: the same state in an actor -----------------------------------------------------
 
+// [snippet:cache_state]
 struct cache_state {
   std::unordered_map<std::string, std::string> map;
   cache_stats stats;
 };
+// [/snippet]
 
 class actor_cache {
  public:
+  // [snippet:after_put]
   void put(std::string key, std::string value) {  // returns at once; runs in order with this thread's other calls
     state_.post([key = std::move(key), value = std::move(value)](cache_state& s) mutable {
       s.map[std::move(key)] = std::move(value);
     });
   }
+  // [/snippet]
 
+  // [snippet:after_get]
   std::future<std::optional<std::string>> get(std::string key) {
     return state_.ask([key = std::move(key)](cache_state& s) -> std::optional<std::string> {
       auto it = s.map.find(key);
@@ -125,6 +132,7 @@ class actor_cache {
       return it->second;
     });
   }
+  // [/snippet]
 
   // The whole read-modify-write is one handler: as atomic as under the mutex. An
   // exception from load travels to the future.
@@ -152,7 +160,9 @@ class actor_cache {
   }
 
  private:
+  // [snippet:state_member]
   handoff::actor<cache_state> state_;
+  // [/snippet]
 };
 
 // --- the same workload against both ----------------------------------------------------------
@@ -231,8 +241,10 @@ int main() {
         // keeps it alive until its message is copied (future::get() lets go of it first);
         // otherwise ThreadSanitizer reports a false race, because libstdc++'s exception
         // reference counts are not instrumented.
+        // [snippet:shared_future]
         std::shared_future<std::string> answer = c.get_or_load(k, load_user).share();
         return or_error([&] { return answer.get(); });
+        // [/snippet]
       });
 
   expect(before_answers == after_answers, "every call answered the same before and after");
@@ -243,8 +255,10 @@ int main() {
 
   // Reading one's own writes: put() returned before it ran, yet this thread's next call
   // runs after it.
+  // [snippet:reads_own_write]
   after.put("me", "written");
   expect(after.get("me").get() == std::optional<std::string>("written"), "a thread reads its own write");
+  // [/snippet]
 
   const cache_stats s = before.stats();
   std::printf("mutex_cache: %zu answers identical; %llu hits, %llu misses\n",
