@@ -717,6 +717,7 @@ struct fib_stats {
 
 // handoff: the state names its own actor type (its parent).
 struct fib_call {
+  fib_call(handoff::actor<fib_call>* p, int k, long* r, fib_stats* st) : parent(p), n(k), result(r), stats(st) {}
   handoff::actor<fib_call>* parent;
   int n;
   long* result;
@@ -758,6 +759,7 @@ long fib_handoff_run(fib_stats& stats) {
 // The depth-first reference: the same program, its pending messages on a LIFO stack.
 long fib_depth_first_run(fib_stats& stats) {
   struct call {
+    call(call* p, int k) : parent(p), n(k) {}
     call* parent;
     int n;
     long sum = 0;

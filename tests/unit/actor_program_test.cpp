@@ -8,6 +8,7 @@
 #endif
 #include <handoff/actor.hpp>
 #include <handoff/basic_actor.hpp>
+#include <handoff/keyed_mutex.hpp>
 #include <handoff/thread_pool.hpp>
 
 #include <gtest/gtest.h>
@@ -123,13 +124,15 @@ TEST(IncompleteTypes, AMessageMayCarryAPointerToTheBasicActorTypeThatHandlesIt) 
 // Fibonacci with an actor per call: the state names the actor type of its own parent.
 // Counts live actors, to show that a recursive fan-out runs depth-first.
 struct fib_call {
+  fib_call(handoff::actor<fib_call>* p, int k, long* r, std::atomic<long>* l, std::atomic<long>* pk)
+      : parent(p), n(k), result(r), live(l), peak_live(pk) {}
   handoff::actor<fib_call>* parent;  // nullptr: the root, which stores its result
   int n;
-  long sum = 0;
-  int pending = 0;
   long* result;
   std::atomic<long>* live;
   std::atomic<long>* peak_live;
+  long sum = 0;
+  int pending = 0;
 };
 
 void finish(fib_call& s, handoff::actor<fib_call>& self, long value);
@@ -140,7 +143,7 @@ void start(fib_call& s, handoff::actor<fib_call>& self) {
   for (int k : {1, 2}) {
     const long now = s.live->fetch_add(1) + 1;
     if (now > s.peak_live->load()) s.peak_live->store(now);
-    auto* child = new handoff::actor<fib_call>(&self, s.n - k, 0L, 0, s.result, s.live, s.peak_live);
+    auto* child = new handoff::actor<fib_call>(&self, s.n - k, s.result, s.live, s.peak_live);
     child->post(start);
   }
 }
@@ -163,7 +166,7 @@ TEST(IncompleteTypes, AnActorStateMayNameItsOwnActorTypeAndAFanOutRunsDepthFirst
   constexpr int n = 20;  // 21,891 calls
   long result = 0;
   std::atomic<long> live{1}, peak{1};
-  handoff::actor<fib_call> root{nullptr, n, 0L, 0, &result, &live, &peak};
+  handoff::actor<fib_call> root{nullptr, n, &result, &live, &peak};
   root.post(start);
   EXPECT_EQ(result, 6765);
   EXPECT_EQ(live.load(), 1);  // every child deleted itself
@@ -204,6 +207,16 @@ TEST(Defer, TheNextSendThisThreadRunsAtTopLevelRunsTheDeferredWorkToo) {
   a.defer([&](int&) { order.emplace_back("deferred"); });
   other.post([&](int&) { order.emplace_back("other"); });  // wins `other`, then runs the queue
   EXPECT_EQ(order, (std::vector<std::string>{"other", "deferred"}));
+}
+
+TEST(Defer, ABlockingKeyedLockAtTopLevelFirstRunsTheDeferredWork) {
+  test_timeout limit{30s};
+  handoff::keyed_mutex<> locks;
+  handoff::actor<int> a{0};
+  auto held = locks.lock("k");
+  a.defer([g = std::move(held)](int&) mutable { g.unlock(); });  // the only way "k" is released
+  auto again = locks.lock("k");  // would wait for ever if the deferred message did not run first
+  EXPECT_TRUE(again.owns_lock());
 }
 
 TEST(Defer, DestroyingAnActorThisThreadTookOverByDeferRunsItsMessages) {
