@@ -142,6 +142,122 @@ TEST(ActorStress, BudgetedActorsHandedToAThreadPoolKeepEveryGuarantee) {
   actors.clear();  // destroyed while continuations may still be queued on the pool
 }
 
+// Actors on a pool forwarding to each other (nested sends, which the pool's idle workers
+// take over), fed by threads with post and defer: every message runs once, one handler
+// per actor at a time, and each sender's messages to one actor (an actor's handlers are a
+// sender too) in the order sent.
+struct mesh_cell {
+  std::atomic<int> inside{0};
+  int index = 0;
+  std::mt19937_64 rng;
+  std::vector<long> seen;     // last sequence number seen from each sender
+  std::vector<long> out_seq;  // next sequence number to each target
+  long received = 0;
+  int overlaps = 0;
+  int order_violations = 0;
+};
+
+struct mesh_message {
+  int from;
+  long seq;
+  int hops;
+};
+
+using mesh_actor = handoff::actor<mesh_cell>;
+
+// Messages handled so far, over every mesh actor: lets the feeders bound the backlog.
+std::atomic<long> mesh_handled{0};
+
+void mesh_deliver(std::vector<std::unique_ptr<mesh_actor>>& mesh, std::atomic<long>& sent, std::size_t to,
+                  mesh_message m, bool deferred);
+
+void mesh_handle(std::vector<std::unique_ptr<mesh_actor>>& mesh, std::atomic<long>& sent, mesh_cell& c,
+                 mesh_message m) {
+  mesh_handled.fetch_add(1, std::memory_order_relaxed);
+  if (c.inside.fetch_add(1, std::memory_order_relaxed) != 0) ++c.overlaps;
+  if (c.seen[static_cast<std::size_t>(m.from)] >= m.seq) ++c.order_violations;
+  c.seen[static_cast<std::size_t>(m.from)] = m.seq;
+  ++c.received;
+  c.inside.fetch_sub(1, std::memory_order_relaxed);
+  if (m.hops == 0) return;
+  for (int k = 0; k < 2; ++k) {  // fan out: two forwards per hop while hops last
+    const std::size_t to = c.rng() % mesh.size();
+    mesh_deliver(mesh, sent, to, mesh_message{c.index, c.out_seq[to]++, m.hops - 1}, c.rng() % 4 == 0);
+  }
+}
+
+void mesh_deliver(std::vector<std::unique_ptr<mesh_actor>>& mesh, std::atomic<long>& sent, std::size_t to,
+                  mesh_message m, bool deferred) {
+  sent.fetch_add(1, std::memory_order_relaxed);
+  auto handler = [&mesh, &sent, m](mesh_cell& c) { mesh_handle(mesh, sent, c, m); };
+  if (deferred) {
+    mesh[to]->defer(handler);
+  } else {
+    mesh[to]->post(handler);
+  }
+}
+
+TEST(ActorStress, AMeshOfActorsOnAPoolSpreadingAndDeferringKeepsEveryGuarantee) {
+  constexpr int actors = 48;
+  constexpr int threads = 2;
+  handoff::thread_pool pool(3);
+  handoff::actor_options o;
+  o.executor = pool;
+  const auto options = std::make_shared<const handoff::actor_options>(o);
+  std::vector<std::unique_ptr<mesh_actor>> mesh;
+  for (int i = 0; i < actors; ++i) {
+    mesh.push_back(std::make_unique<mesh_actor>(options));
+    mesh.back()->post([i](mesh_cell& c) {
+      c.index = i;
+      c.rng.seed(static_cast<unsigned>(i) + 17);
+      c.seen.assign(actors + threads, -1);
+      c.out_seq.assign(actors, 0);
+    });
+  }
+  std::atomic<long> sent{0};
+  mesh_handled.store(0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
+  {
+    std::vector<std::jthread> feeders;
+    for (int t = 0; t < threads; ++t) {
+      feeders.emplace_back([&, t] {
+        std::mt19937_64 rng(static_cast<unsigned>(t) + 1);
+        std::vector<long> seq(actors, 0);
+        while (std::chrono::steady_clock::now() < deadline) {
+          // Each message fans out to up to 2^hops: keep the backlog bounded.
+          while (sent.load(std::memory_order_relaxed) - mesh_handled.load(std::memory_order_relaxed) > 20'000 &&
+                 std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::yield();
+          }
+          const std::size_t to = rng() % actors;
+          mesh_deliver(mesh, sent, to, mesh_message{actors + t, seq[to]++, static_cast<int>(rng() % 6)},
+                       rng() % 2 == 0);
+        }
+        handoff::run_deferred();  // this thread's deferred sends to actors it took over
+      });
+    }
+  }
+  long received = 0;
+  const bool all_ran = handoff::test::eventually(
+      [&] {
+        received = 0;
+        for (auto& a : mesh) received += a->ask([](mesh_cell& c) { return c.received; }).get();
+        return received == sent.load();
+      },
+      std::chrono::seconds(60));
+  EXPECT_TRUE(all_ran) << received << " of " << sent.load() << " messages ran";
+  int overlaps = 0, order_violations = 0;
+  for (auto& a : mesh) {
+    auto [ov, vi] = a->ask([](mesh_cell& c) { return std::pair(c.overlaps, c.order_violations); }).get();
+    overlaps += ov;
+    order_violations += vi;
+  }
+  EXPECT_EQ(overlaps, 0) << "two handlers of one actor overlapped";
+  EXPECT_EQ(order_violations, 0) << "a sender's messages ran out of order (or twice)";
+  std::printf("stress: mesh of %d actors on a pool of 3: %ld messages\n", actors, sent.load());
+  mesh.clear();
+}
+
 TEST(ActorStress, ActorsDestroyedWhileAnotherThreadDrainsThemRunEverythingSentBefore) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
   long rounds = 0;
