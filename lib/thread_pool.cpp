@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "handoff/detail/report.hpp"
+#include "handoff/detail/run_queue.hpp"
 
 namespace handoff {
 
@@ -38,6 +39,8 @@ struct thread_pool::impl {
       } catch (...) {
         detail::report_to_stderr(std::current_exception(), "a job run by handoff::thread_pool");
       }
+      // What the job deferred to actors without an executor: this is the worker's next drain.
+      if (detail::has_queued()) detail::run_queued();
       j = job{};  // destroy the callable before the count says it is done
       // acq_rel: the release publishes what the work did to the destructor's acquire load.
       if (outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) outstanding.notify_all();

@@ -178,7 +178,8 @@ class actor : private detail::actor_base {
   // the thread that ran f, after that thread has finished draining the actor (so code
   // after co_await never runs under the actor's exclusion); from inside a handler, an
   // idle target is queued on this thread's run queue, so the coroutine resumes on this
-  // thread after the current handler. co_await throws std::future_error(broken_promise)
+  // thread after the current handler (unless the target's executor takes it over to
+  // spread work: see run_queue.hpp; then on the executor's thread). co_await throws std::future_error(broken_promise)
   // if the actor is destroyed by its own handler before f ran. The awaiter is the mailbox
   // node: no allocation; it is not copyable: await it at once. A reference returned by f
   // is copied. Destroying the coroutine while it is suspended here is not supported (its

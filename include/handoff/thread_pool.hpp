@@ -30,7 +30,9 @@ class thread_pool {
   // (not even from a worker); what the caller did before execute() happens-before `j`
   // runs. Takes any callable: `pool.execute([p = std::move(p)] { ... })`, a `work`
   // included; a small one is stored without allocating (see handoff::job). An exception
-  // thrown by the callable is printed to stderr and the worker goes on. Throws
+  // thrown by the callable is printed to stderr and the worker goes on. What the job
+  // left on the worker's run queue (defer() to an actor without an executor) runs right
+  // after it, on that worker. Throws
   // std::invalid_argument for an empty job (a work item without a function),
   // std::bad_alloc if the queue cannot grow; after a throw `j` was not queued.
   void execute(job j);

@@ -242,6 +242,18 @@ TEST(Defer, AThreadThatEndsWithDeferredWorkRunsItAsItExits) {
   EXPECT_EQ(a.ask([](int& s) { return s; }).get(), 0);  // released: a new sender owns it
 }
 
+TEST(Defer, ADeferFromAJobOnAPoolWorkerRunsOnThatWorkerRightAfterTheJob) {
+  test_timeout limit{30s};
+  handoff::thread_pool pool(1);
+  handoff::actor<int> a{0};  // no executor: the worker that defers takes it over
+  std::promise<std::thread::id> job_ran_on, deferred_ran_on;
+  pool.execute([&] {
+    job_ran_on.set_value(std::this_thread::get_id());
+    a.defer([&](int&) { deferred_ran_on.set_value(std::this_thread::get_id()); });
+  });
+  EXPECT_EQ(deferred_ran_on.get_future().get(), job_ran_on.get_future().get());
+}
+
 TEST(Defer, FromAHandlerItRunsAfterTheWorkTheHandlerMadeRunnable) {
   handoff::actor<int> a{0}, b{0}, c{0};
   std::vector<std::string> order;
