@@ -71,9 +71,11 @@ class job {
 
  private:
   static constexpr std::size_t inline_size = 3 * sizeof(void*);
+  // NOLINTBEGIN(misc-redundant-expression): a constant per F, true for some and not others
   template <class F>
   static constexpr bool stored_inline = sizeof(F) <= inline_size &&
                                         alignof(F) <= alignof(void*) && std::is_nothrow_move_constructible_v<F>;
+  // NOLINTEND(misc-redundant-expression)
 
   template <class F, class A>
   void emplace(A&& a) {
@@ -201,14 +203,15 @@ void run_reporting(F& f) noexcept {
 // are moved to the heap. Exceptions thrown by f go to stderr (a work item cannot
 // throw). Throws what e.execute() throws, or std::bad_alloc; then f does not run.
 template <executor E, class F>
-  requires std::invocable < std::decay_t<F>
-& > &&std::constructible_from<std::decay_t<F>, F&&> void execute(E& e, F&& f) {
+  requires(std::invocable<std::decay_t<F>&>&& std::constructible_from<std::decay_t<F>, F&&>)
+void execute(E& e, F&& f) {
   using fn_type = std::decay_t<F>;
   if constexpr (requires(job j) { e.execute(std::move(j)); }) {
     e.execute(job(std::forward<F>(f)));
   } else if constexpr (std::same_as<fn_type, work>) {
     e.execute(f);
   } else {
+    // NOLINTNEXTLINE(misc-redundant-expression): a constant per F, true for some and not others
     if constexpr (std::is_trivially_copyable_v<fn_type> && sizeof(fn_type) <= sizeof(void*) &&
                   alignof(fn_type) <= alignof(void*)) {
       void* arg = nullptr;
