@@ -171,6 +171,12 @@ class actor : private detail::actor_base {
     return answer;
   }
 
+  // Thread-safe, approximate: the messages accepted and not yet finished, the one running
+  // included, plus those its owner has run and not yet accounted for (an owner subtracts
+  // once per round). 0 means idle at the moment of the load; a snapshot for health checks
+  // and metrics, not a synchronization point (relaxed load).
+  [[nodiscard]] std::uint64_t pending() const noexcept { return pending_count(); }
+
   // Awaitable form of ask(): `co_await a.async_ask(f)` yields f's result or rethrows its
   // exception; f's run happens-before the code after co_await. Never blocks a thread. If
   // the actor is idle and the caller is not inside a handler, f runs inline and the

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstdint>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -67,6 +68,12 @@ class basic_actor : private detail::actor_base {
   ~basic_actor() { shut_down(); }
   basic_actor(const basic_actor&) = delete;
   basic_actor& operator=(const basic_actor&) = delete;
+
+  // Thread-safe, approximate: the messages accepted and not yet finished, the one running
+  // included, plus those its owner has run and not yet accounted for (an owner subtracts
+  // once per round). 0 means idle at the moment of the load; a snapshot for health checks
+  // and metrics, not a synchronization point (relaxed load).
+  [[nodiscard]] std::uint64_t pending() const noexcept { return pending_count(); }
 
   // Thread-safe. Delivers `m` to the handler once, under the actor's mutual exclusion; may
   // run it (and other queued messages) on the calling thread before returning. Uses a

@@ -315,6 +315,27 @@ TEST(Defer, StartingManyActorsBeforeAnyRuns) {
 }
 
 // ---------------------------------------------------------------------------------------
+// The pending count
+
+TEST(Pending, CountsWhatIsQueuedAndRunningAndIsZeroOnceIdle) {
+  test_timeout limit{30s};
+  handoff::actor<int> a{0};
+  EXPECT_EQ(a.pending(), 0U);
+  handoff::test::owner_thread owner([&](auto hold) { a.post([hold](int&) { hold(); }); });
+  for (int i = 0; i < 5; ++i) a.post([](int& s) { ++s; });
+  EXPECT_EQ(a.pending(), 6U);  // the running one and five queued
+  owner.release();
+  owner.join();
+  EXPECT_EQ(a.pending(), 0U);  // the owner released it before returning
+  std::vector<int> seen;
+  handoff::basic_actor<int, countdown> b{countdown{&seen}};
+  b.defer(1);
+  EXPECT_EQ(b.pending(), 1U);
+  handoff::run_deferred();
+  EXPECT_EQ(b.pending(), 0U);
+}
+
+// ---------------------------------------------------------------------------------------
 // Options given as a null pointer
 
 TEST(NullOptions, ANullOptionsPointerMeansNoOptions) {

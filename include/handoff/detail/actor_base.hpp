@@ -186,6 +186,9 @@ class actor_base {
   // refers to *this.
   void shut_down() noexcept;
 
+  // Messages accepted and not yet accounted for by the owner (approximate: see pending()).
+  [[nodiscard]] std::uint64_t pending_count() const noexcept { return core_.pending(); }
+
   // Reports an exception thrown by a post handler to the error hook.
   void report_error(const std::exception_ptr& e) noexcept;
 
