@@ -55,6 +55,11 @@ void client::complete(std::unique_ptr<async_request> r, guard g, std::exception_
 void client::run_async(std::int64_t now) {
   std::vector<std::pair<std::unique_ptr<async_request>, std::pair<guard, std::exception_ptr>>> done;
   for (auto& r : async_) {
+    if (r->w.granted(r->beat)) {  // granted by a release (on_message): no round trip
+      guard g(granted(r->key, r->id, r->w.granted_fence, r->lease_ns, announced(r->sent, r->lease_ns, r->w.waited_ms)));
+      done.emplace_back(std::move(r), std::pair{std::move(g), nullptr});
+      continue;
+    }
     if (r->next_check > now) continue;
     const key_names n(o.prefix, r->key);
     try {
@@ -62,21 +67,24 @@ void client::run_async(std::int64_t now) {
       // Once queued, attempts carry the id up to the last one (which may still be granted),
       // and a request that then gives up leaves the queue. wait 0: one try, never queued.
       const bool queue = r->queued || r->deadline > now;
-      const std::int64_t sent = now_ns();
-      const attempt_result a = attempt(c, n, r->owner, lease_ms(r->lease_ns), queue ? r->id : "", r->key);
+      r->sent = now_ns();
+      attempt_result a{};
+      try {
+        a = attempt(c, n, r->id, lease_ms(r->lease_ns), queue, r->key);
+      } catch (const error&) {
+        if (queue) cancel(bg_connection(), n, r->id, r->key);  // the attempt may have queued it
+        throw;
+      }
       r->queued = queue && !a.granted;
       if (a.granted) {
-        guard g(make_hold(r->key, r->owner, static_cast<std::uint64_t>(a.value), r->lease_ns, sent));
+        guard g(
+            granted(r->key, r->id, static_cast<std::uint64_t>(a.value), r->lease_ns, found(r->sent, r->lease_ns, a)));
         done.emplace_back(std::move(r), std::pair{std::move(g), nullptr});
       } else if (now_ns() >= r->deadline) {
-        if (r->queued) {
-          try {
-            cancel(c, n, r->id, r->key);
-          } catch (const error&) {  // as in acquire(): not granted, dropped by its heartbeat
-          }
-        }
+        if (r->queued) cancel(c, n, r->id, r->key);  // passes on a grant that came meanwhile
         done.emplace_back(std::move(r), std::pair{guard(), nullptr});
       } else {
+        r->beat = a.extra;
         r->next_check = next_check(now_ns(), r->deadline, a.value);
       }
     } catch (...) {

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
+#include <string_view>
 #include <system_error>
 
 #include "client.hpp"
@@ -22,31 +24,46 @@ connection& client::bg_connection() {
   return *bg_conn_;
 }
 
+namespace {
+// Parses the decimal number that ends at the first ' ' from `at` (or at the end); moves `at`
+// past it. False if there is none.
+bool next_number(std::string_view s, std::size_t& at, std::int64_t& out) {
+  const std::size_t end = std::min(s.find(' ', at), s.size());
+  const auto [p, ec] = std::from_chars(s.data() + at, s.data() + end, out);
+  if (ec != std::errc() || p != s.data() + end) return false;
+  at = end + 1;
+  return true;
+}
+}  // namespace
+
 void client::on_message(const redisReply& r) {
-  // ["message", channel, waiter id]; the subscribe confirmations are ignored.
+  // ["message", channel, "<request id> <fence> <heartbeat> <ms waited>"] (scripts.hpp); the
+  // subscribe confirmations are ignored.
   if (r.type != REDIS_REPLY_ARRAY || r.elements != 3 || r.element[2]->type != REDIS_REPLY_STRING) return;
-  const std::string id(r.element[2]->str, r.element[2]->len);
+  const std::string_view msg(r.element[2]->str, r.element[2]->len);
+  const std::size_t id_end = msg.find(' ');
+  if (id_end == std::string_view::npos) return;
+  std::size_t at = id_end + 1;
+  std::int64_t fence = 0;
+  std::int64_t beat = 0;
+  std::int64_t waited = 0;
+  if (!next_number(msg, at, fence) || !next_number(msg, at, beat) || !next_number(msg, at, waited) || fence <= 0) {
+    return;
+  }
+  const std::string id(msg.substr(0, id_end));
   const std::lock_guard lock(reg_mu_);
   auto it = waiters_.find(id);
-  if (it == waiters_.end()) return;  // gave up meanwhile
-  if (it->second->async != nullptr) {
-    it->second->async->next_check = 0;  // this thread owns async requests
-  } else {
-    it->second->notified = true;
-    it->second->cv.notify_one();
-  }
+  if (it == waiters_.end()) return;  // gave up meanwhile: its cancel passed the key on
+  waiter& w = *it->second;
+  w.granted_fence = static_cast<std::uint64_t>(fence);
+  w.granted_after_beat = beat;
+  w.waited_ms = waited;
+  w.async->next_check = 0;  // this thread owns async requests
 }
 
 void client::wake_all() {
   const std::lock_guard lock(reg_mu_);
-  for (auto& [id, w] : waiters_) {
-    if (w->async != nullptr) {
-      w->async->next_check = 0;
-    } else {
-      w->notified = true;
-      w->cv.notify_one();
-    }
-  }
+  for (auto& [id, w] : waiters_) w->async->next_check = 0;
 }
 
 void client::run() noexcept {

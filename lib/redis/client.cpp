@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cinttypes>
 #include <cstdio>
 #include <system_error>
+#include <tuple>
 
 #include "client.hpp"
 #include "handoff/detail/report.hpp"
@@ -16,7 +18,7 @@ namespace handoff::redis::detail {
 
 std::string_view hold::owner_client_prefix() const noexcept { return owner_client->o.prefix; }
 
-client::client(options opts) : o(std::move(opts)), pool_(o) {
+client::client(options opts) : o(std::move(opts)), pool_(o, o.pool_size) {
   validate(o);
   bg_conn_ = std::make_unique<connection>(o);  // fails fast on a wrong address or password
   check_eviction(*bg_conn_, o, "a held lock could be evicted and granted twice");
@@ -61,30 +63,81 @@ void client::connect_subscriber() {
   sub_ = std::move(s);
 }
 
-attempt_result client::attempt(connection& c, const key_names& n, std::string_view owner, std::int64_t lease_ms,
-                               std::string_view waiter_id, std::string_view key) {
-  const std::string ms = std::to_string(lease_ms);
-  reply r = c.eval(acquire_script_, {n.lock, n.queue, n.waiters, n.fence}, {owner, ms, waiter_id, heartbeat_ttl_ms_},
-                   "lock " + handoff::detail::key_excerpt(key));
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-      r->element[1]->type != REDIS_REPLY_INTEGER) {
+attempt_result client::parse_attempt(const redisReply& r, std::string_view key) {
+  if (r.type != REDIS_REPLY_ARRAY || r.elements != 3 || r.element[0]->type != REDIS_REPLY_INTEGER ||
+      r.element[1]->type != REDIS_REPLY_INTEGER || r.element[2]->type != REDIS_REPLY_INTEGER) {
     throw error("handoff::redis: lock " + handoff::detail::key_excerpt(key) +
                 ": unexpected reply from the acquire script");
   }
-  return {r->element[0]->integer == 1, r->element[1]->integer};
+  return {r.element[0]->integer == 1, r.element[1]->integer, r.element[2]->integer};
 }
 
-void client::cancel(connection& c, const key_names& n, std::string_view waiter_id, std::string_view key) {
-  c.eval(cancel_script_, {n.lock, n.queue, n.waiters}, {waiter_id, channel_prefix_},
-         "cancel wait for " + handoff::detail::key_excerpt(key));
+attempt_result client::attempt(connection& c, const key_names& n, std::string_view id, std::int64_t lease_ms,
+                               bool queue, std::string_view key) {
+  const std::string ms = std::to_string(lease_ms);
+  reply r = c.eval(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                   {id, ms, queue ? "1" : "0", heartbeat_ttl_ms_, channel_prefix_, "0"},
+                   "lock " + handoff::detail::key_excerpt(key));
+  return parse_attempt(*r, key);
 }
 
-std::shared_ptr<hold> client::make_hold(std::string_view key, std::string owner, std::uint64_t fence,
-                                        std::int64_t lease_ns, std::int64_t sent_at) {
+client::pushed_grant client::parse_grant(const redisReply& r, std::string_view what) {
+  if (r.type == REDIS_REPLY_NIL) return {};
+  // [list, "-"] or [list, "<fence> <heartbeat> <ms waited>"]
+  if (r.type == REDIS_REPLY_ARRAY && r.elements == 2 && r.element[1]->type == REDIS_REPLY_STRING) {
+    const std::string grant(r.element[1]->str, r.element[1]->len);
+    if (grant == "-") return {0, 0, 0, true};
+    std::uint64_t fence = 0;
+    long long beat = 0;
+    long long waited = 0;
+    if (std::sscanf(grant.c_str(), "%" SCNu64 " %lld %lld", &fence, &beat, &waited) == 3 && fence != 0) {
+      return {fence, beat, waited, false};
+    }
+  }
+  throw error("handoff::redis: " + std::string(what) + ": unexpected reply to BLPOP");
+}
+
+namespace {
+// BLPOP's timeout: seconds with decimals (0 would mean for ever).
+std::string blpop_timeout(std::int64_t ms) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%lld.%03lld", static_cast<long long>(ms / 1000), static_cast<long long>(ms % 1000));
+  return s;
+}
+}  // namespace
+
+std::pair<attempt_result, client::pushed_grant> client::attempt_and_wait(connection& c, const key_names& n,
+                                                                         std::string_view id, std::int64_t lease_ms,
+                                                                         const std::string& list, std::int64_t ms,
+                                                                         std::string_view key) {
+  const std::string lease = std::to_string(lease_ms);
+  const std::string wait_ms = std::to_string(ms);
+  const std::string what = "lock " + handoff::detail::key_excerpt(key);
+  // The replies may take the whole wait: the socket waits that long plus one command_timeout.
+  auto [a, g] =
+      c.eval_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                  {id, lease, "1", heartbeat_ttl_ms_, channel_prefix_, wait_ms}, {"BLPOP", list, blpop_timeout(ms)},
+                  what, std::chrono::milliseconds(ms) + o.command_timeout);
+  return {parse_attempt(*a, key), parse_grant(*g, what)};
+}
+
+void client::cancel(connection& c, const key_names& n, std::string_view id, std::string_view key) noexcept {
+  try {
+    c.eval(cancel_script_, {n.lock, n.queue, n.waiters, n.fence}, {id, channel_prefix_},
+           "cancel wait for " + handoff::detail::key_excerpt(key));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): documented; the heartbeat or lease ends it
+  }
+}
+
+guard client::granted(std::string_view key, std::string_view id, std::uint64_t fence, std::int64_t lease_ns,
+                      grant_clock clock) {
+  std::string value(id);
+  value += ' ';
+  value += std::to_string(fence);
   const bool wd = lease_ns == 0;
   const std::int64_t lease = wd ? o.watchdog_lease.count() * ms_ns : lease_ns;
-  auto h = std::make_shared<hold>(shared_from_this(), key, std::move(owner), fence, lease, wd,
-                                  add_saturating(sent_at, lease));
+  auto h = std::make_shared<hold>(shared_from_this(), key, std::move(value), fence, lease, wd, clock.valid_until,
+                                  clock.px_ns);
   if (wd) {
     {
       const std::lock_guard lock(in_mu_);
@@ -95,7 +148,7 @@ std::shared_ptr<hold> client::make_hold(std::string_view key, std::string owner,
     // the common 30 s) could be missed that way: wake it now.
     if (h->renewal_due() - now_ns() < 2 * max_sleep) wake();
   }
-  return h;
+  return guard(std::move(h));
 }
 
 std::int64_t client::next_check(std::int64_t now, std::int64_t deadline, std::int64_t pttl_ms) const noexcept {
@@ -105,66 +158,106 @@ std::int64_t client::next_check(std::int64_t now, std::int64_t deadline, std::in
   return t;
 }
 
+client::pushed_grant client::await_grant(connection& c, const std::string& list, std::int64_t ms,
+                                         std::string_view key) {
+  const std::string what = "wait for " + handoff::detail::key_excerpt(key);
+  reply r = c.command({"BLPOP", list, blpop_timeout(ms)}, what, std::chrono::milliseconds(ms) + o.command_timeout);
+  return parse_grant(*r, what);
+}
+
 guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t lease_ns) {
   const key_names n(o.prefix, key);
-  std::string owner = next_id();
+  const bool wait = deadline > now_ns();
+  const std::string id = request_id(lease_ns, wait);
   const std::int64_t ms = lease_ms(lease_ns);
-  if (deadline <= now_ns()) {  // try_lock: one round trip, never queued
-    const std::int64_t sent = now_ns();
-    attempt_result r{};
+  // `sent` is before the server saw the attempt, so before any grant after it.
+  std::int64_t sent = now_ns();
+  attempt_result r{};
+  if (!wait) {  // try_lock: one round trip, never queued
     {
       auto c = pool_.take();
-      r = attempt(*c, n, owner, ms, "", key);
+      r = attempt(*c, n, id, ms, false, key);
     }
     if (!r.granted) return guard();
-    return guard(make_hold(key, std::move(owner), static_cast<std::uint64_t>(r.value), lease_ns, sent));
+    return granted(key, id, static_cast<std::uint64_t>(r.value), lease_ns, found(sent, lease_ns, r));
   }
 
+  // Leaves the queue, passing on a grant that came meanwhile: the request gave up.
+  const auto give_up = [&] {
+    try {
+      auto c = pool_.take();
+      cancel(*c, n, id, key);
+    } catch (const error&) {  // NOLINT(bugprone-empty-catch): as cancel()
+    }
+  };
+  // contention_: a lock that queued counts up, one that found the key free counts down.
+  const auto queued = [this] {
+    const int v = contention_.load(std::memory_order_relaxed);
+    contention_.store(std::min(contention_max, v + contention_step), std::memory_order_relaxed);
+  };
+  const auto found_free = [this] {
+    const int v = contention_.load(std::memory_order_relaxed);
+    if (v > 0) contention_.store(v - 1, std::memory_order_relaxed);
+  };
   // A caller inside an actor's handler may block below: first run what this thread owns
   // only through its run queue, which nobody else can run.
   handoff::detail::run_before_blocking();
-  waiter w;
-  const std::string id = next_id();
-  {
-    const std::lock_guard lock(reg_mu_);
-    waiters_.emplace(id, &w);
-  }
-  struct unregister {
-    unregister(client& cl, const std::string& i) : c(cl), id(i) {}
-    unregister(const unregister&) = delete;
-    unregister& operator=(const unregister&) = delete;
-    client& c;
-    const std::string& id;
-    ~unregister() {
-      const std::lock_guard lock(c.reg_mu_);
-      c.waiters_.erase(id);
-    }
-  } unregister_at_exit{*this, id};
-
-  for (;;) {
-    const std::int64_t sent = now_ns();
-    attempt_result r{};
-    {
+  bool need_attempt = contention_.load(std::memory_order_relaxed) > 0;
+  if (!need_attempt) {  // the first attempt alone, on a pooled connection: most locks end here
+    try {
       auto c = pool_.take();
-      r = attempt(*c, n, owner, ms, id, key);
+      r = attempt(*c, n, id, ms, true, key);
+    } catch (const error&) {
+      give_up();  // the attempt may have queued the request
+      throw;
     }
-    if (r.granted) return guard(make_hold(key, std::move(owner), static_cast<std::uint64_t>(r.value), lease_ns, sent));
-    const std::int64_t now = now_ns();
-    if (now >= deadline) {
-      try {
-        auto c = pool_.take();
-        cancel(*c, n, id, key);
-      } catch (const error&) {
-        // Not granted all the same (only our own attempt could grant us); the server drops
-        // the queue entry when its heartbeat runs out.
-      }
-      return guard();
-    }
-    std::unique_lock lock(reg_mu_);
-    const std::chrono::steady_clock::time_point wake{std::chrono::nanoseconds(next_check(now, deadline, r.value))};
-    w.cv.wait_until(lock, wake, [&] { return w.notified; });
-    w.notified = false;
+    if (r.granted) return granted(key, id, static_cast<std::uint64_t>(r.value), lease_ns, found(sent, lease_ns, r));
+    queued();
   }
+
+  // Wait on a connection of its own, in BLPOP on the request's grant list: a release that
+  // grants the key pushes the grant there, and the reply wakes this thread (scripts.hpp).
+  // An attempt goes with the BLPOP that follows it, in one round trip; the BLPOP's timeout
+  // is the re-check (the heartbeat), or the holder's lease if that ends sooner.
+  const std::string list = n.prefix_and_key + "grant:" + id;
+  const auto wait_ms = [&](std::int64_t now, std::int64_t pttl_ms) {
+    return std::max<std::int64_t>(1, (next_check(now, deadline, pttl_ms) - now) / ms_ns);
+  };
+  try {
+    const auto own = waits_.take();
+    connection& c = *own;
+    for (bool first = need_attempt;; first = false) {
+      if (need_attempt) {
+        sent = now_ns();
+        if (sent >= deadline && !first) break;
+        pushed_grant g;
+        std::tie(r, g) = attempt_and_wait(c, n, id, ms, list, wait_ms(sent, -1), key);
+        if (r.granted) {
+          if (first) found_free();
+          return granted(key, id, static_cast<std::uint64_t>(r.value), lease_ns, found(sent, lease_ns, r));
+        }
+        if (first) queued();
+        // A grant answering an older attempt has ended since: that attempt would have found it.
+        if (g.fence != 0 && g.beat == r.extra) {
+          return granted(key, id, g.fence, lease_ns, announced(sent, lease_ns, g.waited_ms));
+        }
+        if (!g.poked) continue;  // nothing came in time: re-check
+        // Poked: the holder's lease ends before the BLPOP would have timed out; wait until then.
+      }
+      need_attempt = true;
+      const std::int64_t now = now_ns();
+      if (now >= deadline) break;
+      const pushed_grant g = await_grant(c, list, wait_ms(now, r.value), key);
+      if (g.fence != 0 && g.beat == r.extra) {
+        return granted(key, id, g.fence, lease_ns, announced(sent, lease_ns, g.waited_ms));
+      }
+    }
+  } catch (const error&) {
+    give_up();
+    throw;
+  }
+  give_up();  // the wait ran out: leave the queue, passing on a grant that came meanwhile
+  return guard();
 }
 
 void client::submit(std::unique_ptr<async_request> r) {
@@ -182,7 +275,7 @@ void client::wake() const noexcept {
 
 void client::release(hold& h) {
   auto c = pool_.take();
-  c->eval(release_script_, {h.names.lock, h.names.queue, h.names.waiters}, {h.owner, channel_prefix_},
+  c->eval(release_script_, {h.names.lock, h.names.queue, h.names.waiters, h.names.fence}, {h.value, channel_prefix_},
           "unlock " + handoff::detail::key_excerpt(h.key));
 }
 
@@ -191,11 +284,12 @@ bool client::extend(hold& h, std::int64_t lease_ns) {
   const std::string ms = std::to_string(lease_ms(lease_ns));
   reply r = [&] {
     auto c = pool_.take();
-    return c->eval(extend_script_, {h.names.lock}, {h.owner, ms}, "extend " + handoff::detail::key_excerpt(h.key));
+    return c->eval(extend_script_, {h.names.lock}, {h.value, ms}, "extend " + handoff::detail::key_excerpt(h.key));
   }();
   const bool ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
   if (ok) {
     h.lease_ns.store(lease_ns, std::memory_order_relaxed);
+    h.px_ns.store(lease_ns, std::memory_order_relaxed);
     h.valid_until.store(add_saturating(sent, lease_ns), std::memory_order_relaxed);
     if (h.watchdog) wake();  // the next renewal moved
   } else {

@@ -1,19 +1,20 @@
 // The client behind handoff::redis::keyed_mutex (private to lib/redis). The protocol on
-// the server is in scripts.hpp; the client waits for notifications, renews leases and
-// drives async waiters.
+// the server is in scripts.hpp; the client waits for grants, renews leases and drives
+// async waiters.
 //
-// Threads: callers run their own acquire/release round trips on pooled connections and
-// block on a condition variable between attempts (client.cpp). One background thread per
-// client owns the subscriber connection that wakes waiters (background.cpp), the watchdog
-// that renews lease-less holds (watchdog.cpp) and the async waiters' attempts
-// (async_runner.cpp), on its own connection. User callbacks never run on it: they go to
+// Threads: callers run their own acquire/release round trips on pooled connections; a
+// blocking waiter waits for its grant in BLPOP on a connection of its own (client.cpp).
+// One background thread per client owns the subscriber connection on which async
+// waiters' grants are announced (background.cpp), the watchdog that renews lease-less
+// holds (watchdog.cpp) and the async waiters' attempts (async_runner.cpp), on its own
+// connection. User callbacks never run on it: they go to
 // the client's callback thread, so a slow callback cannot stop heartbeats or renewals.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -36,9 +37,12 @@ using handoff::detail::add_saturating;
 using handoff::detail::now_ns;
 constexpr std::int64_t ms_ns = 1'000'000;
 // The background thread's longest sleep: it picks up new watchdog holds at least this
-// often (a hold whose first renewal is due sooner wakes it, see make_hold), so no renewal
-// is sent more than this late: one second, short against the 30 s default lease.
-constexpr std::int64_t max_sleep = 1000 * ms_ns;
+// often (a hold whose first renewal is due within twice this wakes it, see granted()), so
+// no renewal is sent more than this late. A quarter second: a lease-less hold granted by a
+// release renews a third into a heartbeat-long lease (1 s in, by default), and must be
+// picked up in time without a wake-up of this thread on every hand-off; 4 wake-ups a
+// second of an idle client cost nothing measurable.
+constexpr std::int64_t max_sleep = 250 * ms_ns;
 // After a failed subscriber connect, the next try comes after recheck_interval, at most
 // this: notifications are lost while it is down, so retry quickly (waiters re-check anyway).
 constexpr std::int64_t subscriber_retry_max = 100 * ms_ns;
@@ -53,6 +57,12 @@ constexpr std::int64_t missed_heartbeats = 3;
 // The longest lease sent to the server: 2^42 ms, about 139 years. Redis rejects a PX past
 // its clock's range; this is far inside it and far beyond any real lease ("never").
 constexpr std::int64_t max_lease_ms = std::int64_t{1} << 42;
+// client::contention_: a lock that had to queue counts as four free ones, and eight queued
+// locks in a row are remembered: a hot key keeps the single round trip to queue and wait
+// while a free grant now and then (a hand-off to a thread that was not queued yet) does not
+// turn it off.
+constexpr int contention_step = 4;
+constexpr int contention_max = 32;
 
 // Milliseconds to nanoseconds, saturating at no_deadline.
 constexpr std::int64_t ms_to_ns(std::int64_t ms) noexcept {
@@ -78,24 +88,28 @@ inline std::string random_hex128() {
 
 // One grant, shared by its guard and, for lease-less holds, the watchdog.
 struct hold {
-  hold(std::shared_ptr<client> c, std::string_view k, std::string o, std::uint64_t f, std::int64_t lease, bool wd,
-       std::int64_t valid)
-      : owner_client(std::move(c)), key(k), names(owner_client_prefix(), k), owner(std::move(o)), fence(f),
-        watchdog(wd), lease_ns(lease), valid_until(valid) {}
+  hold(std::shared_ptr<client> c, std::string_view k, std::string v, std::uint64_t f, std::int64_t lease, bool wd,
+       std::int64_t valid, std::int64_t px)
+      : owner_client(std::move(c)), key(k), names(owner_client_prefix(), k), value(std::move(v)), fence(f),
+        watchdog(wd), lease_ns(lease), valid_until(valid), px_ns(px) {}
   [[nodiscard]] std::string_view owner_client_prefix() const noexcept;
 
   std::shared_ptr<client> owner_client;
   std::string key;
   key_names names;
-  std::string owner;  // the random owner token stored in {key}:lock
+  std::string value;  // what {key}:lock holds while this grant lasts: "<request id> <fence>"
   std::uint64_t fence;
   bool watchdog;  // renewed by the background thread until released
 
   // Written by the owner (extend) and the watchdog, read by both; relaxed: each is a
   // value on its own, and mu orders the writers.
   std::atomic<std::int64_t> lease_ns;
-  std::atomic<std::int64_t> valid_until;  // steady ns: sent-time of the last grant/renewal + lease
-  std::atomic<bool> lost{false};          // a renewal found the key not ours, or came too late
+  // Steady ns: a local time before the server granted or renewed it last, plus the lease.
+  std::atomic<std::int64_t> valid_until;
+  // The lease the last grant or renewal set on the server (shorter than lease_ns for a
+  // lease-less hold granted by a release, until its first renewal).
+  std::atomic<std::int64_t> px_ns;
+  std::atomic<bool> lost{false};  // a renewal found the key not ours, or came too late
 
   // Held by the watchdog across a renewal and by unlock/extend: once unlock has set
   // `released`, no renewal is in flight and none will be sent.
@@ -103,10 +117,10 @@ struct hold {
   std::atomic<bool> released{false};  // written under mu by the owner; read by the owner freely
   std::int64_t retry_at = 0;          // background thread only: after a failed renewal
 
-  // When the watchdog renews: a third into the current lease (also after extend()).
+  // When the watchdog renews: a third into the lease on the server (also after extend()).
   [[nodiscard]] std::int64_t renewal_due() const noexcept {
-    const std::int64_t lease = lease_ns.load(std::memory_order_relaxed);
-    return std::max(retry_at, valid_until.load(std::memory_order_relaxed) - lease + lease / renew_fraction);
+    const std::int64_t px = px_ns.load(std::memory_order_relaxed);
+    return std::max(retry_at, valid_until.load(std::memory_order_relaxed) - px + px / renew_fraction);
   }
 
   [[nodiscard]] bool expired() const noexcept {
@@ -116,21 +130,33 @@ struct hold {
 
 struct async_request;
 
-// A waiting request, found by its id when its notification arrives.
+// An async request's registration, found by its id when a grant is announced on the
+// client's channel (blocking waiters take their grants from a list instead: client.cpp).
+// Written and read by the background thread only.
 struct waiter {
-  bool notified = false;           // guarded by client::reg_mu_
-  std::condition_variable cv;      // blocking waiters wait on it with reg_mu_
-  async_request* async = nullptr;  // set for async requests: the background thread re-checks them
+  // Set when a release announced a grant of the key to this request: the fencing token,
+  // the server time of the heartbeat before the grant, and the ms from that heartbeat to
+  // the grant (scripts.hpp).
+  std::uint64_t granted_fence = 0;
+  std::int64_t granted_after_beat = -1;
+  std::int64_t waited_ms = 0;
+  // The announced grant, if it answers the attempt whose heartbeat is `beat` (the last one
+  // the request made): an older one has ended since, or that attempt would have found it.
+  [[nodiscard]] bool granted(std::int64_t beat) const noexcept {
+    return granted_fence != 0 && granted_after_beat == beat;
+  }
+  async_request* async = nullptr;  // the request, which the background thread re-checks
 };
 
 struct async_request {
   std::string key;
-  std::string owner;
-  std::string id;
+  std::string id;  // the request id (scripts.hpp)
   std::int64_t deadline = 0;
   std::int64_t lease_ns = 0;
   keyed_mutex::callback cb;
   std::int64_t next_check = 0;  // background thread only
+  std::int64_t sent = 0;        // background thread only: when its last attempt was sent
+  std::int64_t beat = -1;       // background thread only: that attempt's heartbeat time on the server
   bool queued = false;          // background thread only: `id` is in the key's queue
   waiter w;
 };
@@ -138,6 +164,9 @@ struct async_request {
 struct attempt_result {
   bool granted;
   std::int64_t value;  // the fencing token if granted, else the lock's PTTL in ms (< 0: none)
+  // If granted: the lease left in ms, or -1 for the whole lease from now. If queued: the
+  // server time (ms) of the heartbeat it recorded.
+  std::int64_t extra;
 };
 
 struct client : std::enable_shared_from_this<client> {
@@ -155,32 +184,97 @@ struct client : std::enable_shared_from_this<client> {
   void release(hold& h);
   bool extend(hold& h, std::int64_t lease_ns);
 
-  std::string next_id() { return id_ + ":" + std::to_string(seq_.fetch_add(1, std::memory_order_relaxed)); }
+  // A new request id (scripts.hpp): unique, with the lease and heartbeat a release sets
+  // and reads when it grants the request, and whether it is told on the client's channel
+  // (async) or through a list (blocking).
+  std::string request_id(std::int64_t lease_ns, bool blocking) {
+    return id_ + ":" + std::to_string(seq_.fetch_add(1, std::memory_order_relaxed)) + (lease_ns == 0 ? ":w" : ":") +
+           std::to_string(lease_ms(lease_ns)) + ":" + heartbeat_ttl_ms_ + (blocking ? ":l" : "");
+  }
   [[nodiscard]] std::int64_t lease_ms(std::int64_t lease_ns) const noexcept {
     return lease_ns == 0 ? o.watchdog_lease.count() : lease_to_ms(lease_ns);
   }
   const options o;
 
  private:
-  attempt_result attempt(connection& c, const key_names& n, std::string_view owner, std::int64_t lease_ms,
-                         std::string_view waiter_id, std::string_view key);
-  void cancel(connection& c, const key_names& n, std::string_view waiter_id, std::string_view key);
-  std::shared_ptr<hold> make_hold(std::string_view key, std::string owner, std::uint64_t fence, std::int64_t lease_ns,
-                                  std::int64_t sent_at);
+  // One acquire script: `queue` false for a try_lock, which never queues.
+  attempt_result attempt(connection& c, const key_names& n, std::string_view id, std::int64_t lease_ms, bool queue,
+                         std::string_view key);
+  // The cancel script; a failure is ignored (the server drops the entry when its heartbeat
+  // runs out). Best effort: a grant it cannot pass on ends with its lease.
+  void cancel(connection& c, const key_names& n, std::string_view id, std::string_view key) noexcept;
+  // When a grant's lease ends on this process's clock (no later than on the server's: it
+  // starts from a local time no later than the server's grant) and the lease it set there.
+  struct grant_clock {
+    std::int64_t valid_until;
+    std::int64_t px_ns;
+  };
+  // The lease a release sets when it grants a queued request: the request's lease, or for
+  // a lease-less one the shorter of the watchdog lease and the heartbeat (a waiter that
+  // died just before it was granted holds the key no longer than a dead waiter blocks the
+  // queue); the watchdog renews it to the full watchdog lease a third into it.
+  [[nodiscard]] std::int64_t released_px(std::int64_t lease_ns) const noexcept {
+    return lease_ns != 0 ? lease_ns : std::min(o.watchdog_lease.count(), heartbeat_ms_) * ms_ns;
+  }
+  // For an attempt sent at `sent` that found the key granted to it: by itself (the whole
+  // lease from then), or earlier by a release (what PTTL said was left).
+  [[nodiscard]] grant_clock found(std::int64_t sent, std::int64_t lease_ns, const attempt_result& r) const noexcept {
+    if (r.extra >= 0) return {add_saturating(sent, ms_to_ns(r.extra)), released_px(lease_ns)};
+    const std::int64_t lease = lease_ns == 0 ? o.watchdog_lease.count() * ms_ns : lease_ns;
+    return {add_saturating(sent, lease), lease};
+  }
+  // For a grant announced to a request whose last attempt was sent at `sent`: the lease
+  // from `sent` plus the time the server says passed from that attempt to the grant.
+  [[nodiscard]] grant_clock announced(std::int64_t sent, std::int64_t lease_ns, std::int64_t waited_ms) const noexcept {
+    const std::int64_t px = released_px(lease_ns);
+    return {add_saturating(add_saturating(sent, ms_to_ns(waited_ms)), px), px};
+  }
+  // The guard of a grant to request `id`.
+  guard granted(std::string_view key, std::string_view id, std::uint64_t fence, std::int64_t lease_ns,
+                grant_clock clock);
+  // What a blocking waiter's BLPOP on its grant list (scripts.hpp) returned: a grant
+  // {fence, heartbeat, ms waited}, a poke (fence 0, poked), or nothing in time.
+  struct pushed_grant {
+    std::uint64_t fence = 0;
+    std::int64_t beat = 0;
+    std::int64_t waited_ms = 0;
+    bool poked = false;
+  };
+  // A blocking waiter's wait, on its own connection: BLPOP `list` for at most `ms`.
+  pushed_grant await_grant(connection& c, const std::string& list, std::int64_t ms, std::string_view key);
+  // An attempt (queueing) with the BLPOP of `list` for at most `ms` behind it: one round trip.
+  std::pair<attempt_result, pushed_grant> attempt_and_wait(connection& c, const key_names& n, std::string_view id,
+                                                           std::int64_t lease_ms, const std::string& list,
+                                                           std::int64_t ms, std::string_view key);
+  static attempt_result parse_attempt(const redisReply& r, std::string_view key);
+  static pushed_grant parse_grant(const redisReply& r, std::string_view what);
   // When a waiter that was not granted re-checks next: a notification wakes it earlier.
   [[nodiscard]] std::int64_t next_check(std::int64_t now, std::int64_t deadline, std::int64_t pttl_ms) const noexcept;
 
   pool pool_;
-  script acquire_script_{scripts::prelude + std::string(scripts::acquire), {}};
-  script release_script_{scripts::prelude + std::string(scripts::release), {}};
+  // Blocking waiters' own connections, one per waiter while it waits (BLPOP), kept for
+  // reuse: not limited by pool_size, so that no waiter keeps a command connection.
+  pool waits_{o, std::numeric_limits<std::size_t>::max()};
+  script acquire_script_{scripts::acquire_source(), {}};
+  script release_script_{scripts::release_source(), {}};
   script extend_script_{scripts::extend, {}};
-  script cancel_script_{scripts::prelude + std::string(scripts::cancel), {}};
+  script cancel_script_{scripts::cancel_source(), {}};
   const std::string id_ = random_hex128();
   const std::string channel_prefix_ = o.prefix + "notify:";
-  const std::string heartbeat_ttl_ms_ = std::to_string(missed_heartbeats * o.recheck_interval.count());
+  const std::int64_t heartbeat_ms_ = missed_heartbeats * o.recheck_interval.count();
+  const std::string heartbeat_ttl_ms_ = std::to_string(heartbeat_ms_);
   std::atomic<std::uint64_t> seq_{0};
+  // Whether blocking locks of this client have been waiting lately: then a lock sends its
+  // first attempt and the BLPOP of its wait together (one round trip to queue and wait,
+  // instead of two), at the price of a '-' pushed and popped when the key was free. Up by
+  // contention_step each time a lock had to queue (at most contention_max), down by one
+  // each time one found the key free: a few free keys in a row turn it off. Relaxed: a
+  // hint, read and written on its own.
+  std::atomic<int> contention_{0};
 
   std::mutex reg_mu_;
+  // Async requests by id (the background thread registers them; complete() also runs in
+  // stop(), after that thread ended).
   std::unordered_map<std::string, waiter*> waiters_;  // guarded by reg_mu_
 
   void run() noexcept;

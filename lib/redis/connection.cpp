@@ -27,7 +27,7 @@ std::string describe(const redisReply* r) {
 
 }  // namespace
 
-connection::connection(const options& o) {
+connection::connection(const options& o) : timeout_(o.command_timeout) {
   const timeval connect_tv = to_timeval(o.connect_timeout);
   ctx_ = o.unix_socket.empty() ? redisConnectWithTimeout(o.host.c_str(), o.port, connect_tv)
                                : redisConnectUnixWithTimeout(o.unix_socket.c_str(), connect_tv);
@@ -79,7 +79,7 @@ void connection::fail(std::string_view what) const {
   throw error(msg);
 }
 
-reply connection::send(const std::vector<std::string_view>& args, std::string_view what) {
+void connection::append(const std::vector<std::string_view>& args, std::string_view what) {
   if (broken()) fail(what);
   std::vector<const char*> argv;
   std::vector<std::size_t> lens;
@@ -93,13 +93,21 @@ reply connection::send(const std::vector<std::string_view>& args, std::string_vi
     if (ctx_->err == 0) ctx_->err = REDIS_ERR_OTHER;  // never reuse a connection after a failure
     fail(what);
   }
-  flush(what);
+}
+
+reply connection::receive(std::string_view what) {
   void* raw = nullptr;
   if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
     if (ctx_->err == 0) ctx_->err = REDIS_ERR_OTHER;
     fail(what);
   }
   return reply(static_cast<redisReply*>(raw));
+}
+
+reply connection::send(const std::vector<std::string_view>& args, std::string_view what) {
+  append(args, what);
+  flush(what);
+  return receive(what);
 }
 
 void connection::flush(std::string_view what) {
@@ -130,6 +138,61 @@ void connection::flush(std::string_view what) {
 reply connection::command(std::initializer_list<std::string_view> args, std::string_view what) {
   reply r = send(std::vector<std::string_view>(args), what);
   if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
+  return r;
+}
+
+void connection::set_timeout(std::chrono::milliseconds t, std::string_view what) {
+  if (broken()) fail(what);
+  if (redisSetTimeout(ctx_, to_timeval(t)) != REDIS_OK) {
+    ctx_->err = REDIS_ERR_OTHER;  // never reuse it with the wrong timeout
+    fail(what);
+  }
+}
+
+reply connection::command(std::initializer_list<std::string_view> args, std::string_view what,
+                          std::chrono::milliseconds timeout) {
+  set_timeout(timeout, what);
+  reply r;
+  try {
+    r = command(args, what);
+  } catch (const error&) {
+    if (!broken()) set_timeout(timeout_, what);  // an error reply: the connection goes on
+    throw;
+  }
+  set_timeout(timeout_, what);
+  return r;
+}
+
+std::pair<reply, reply> connection::eval_then(const script& s, std::initializer_list<std::string_view> keys,
+                                              std::initializer_list<std::string_view> args,
+                                              std::initializer_list<std::string_view> then, std::string_view what,
+                                              std::chrono::milliseconds timeout) {
+  const std::string nkeys = std::to_string(keys.size());
+  std::vector<std::string_view> eval{"EVALSHA", s.sha, nkeys};
+  eval.insert(eval.end(), keys);
+  eval.insert(eval.end(), args);
+  const std::vector<std::string_view> next(then);
+  set_timeout(timeout, what);
+  std::pair<reply, reply> r;
+  for (int tries = 0; tries < 2; ++tries) {
+    append(eval, what);
+    append(next, what);
+    flush(what);
+    r.first = receive(what);
+    r.second = receive(what);
+    const redisReply& e = *r.first;
+    if (e.type == REDIS_REPLY_ERROR && std::string_view(e.str, e.len).starts_with("NOSCRIPT") && tries == 0) {
+      command({"SCRIPT", "LOAD", s.source}, what);  // same source, same SHA
+      continue;
+    }
+    break;
+  }
+  set_timeout(timeout_, what);
+  for (const reply* x : {&r.first, &r.second}) {
+    if ((*x)->type == REDIS_REPLY_ERROR) {
+      throw error("handoff::redis: " + std::string(what) + ": " + describe(x->get()));
+    }
+  }
   return r;
 }
 
@@ -166,9 +229,9 @@ std::vector<reply> connection::read_available() {
 
 pool::handle pool::take() {
   std::unique_lock lock(mu_);
-  const bool got = cv_.wait_for(lock, o_.command_timeout, [&] { return !idle_.empty() || open_ < o_.pool_size; });
+  const bool got = cv_.wait_for(lock, o_.command_timeout, [&] { return !idle_.empty() || open_ < max_; });
   if (!got) {
-    throw error("handoff::redis: no free connection within the command timeout (all " + std::to_string(o_.pool_size) +
+    throw error("handoff::redis: no free connection within the command timeout (all " + std::to_string(max_) +
                 " busy)");
   }
   while (!idle_.empty()) {

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "handoff/redis/options.hpp"
@@ -51,6 +52,19 @@ class connection {
   // failure, timeout or an error reply.
   reply command(std::initializer_list<std::string_view> args, std::string_view what);
 
+  // command() with a reply timeout of `timeout` instead of options::command_timeout, for
+  // a blocking command (BLPOP); the connection's timeout is restored afterwards.
+  reply command(std::initializer_list<std::string_view> args, std::string_view what, std::chrono::milliseconds timeout);
+
+  // EVALSHA of s with `then` sent behind it in the same write (one round trip), waiting
+  // `timeout` for the replies; both replies, or error (prefixed by `what`) for an I/O
+  // failure, a timeout or an error reply of either. A script the server forgot is loaded
+  // again and the pair resent.
+  std::pair<reply, reply> eval_then(const script& s, std::initializer_list<std::string_view> keys,
+                                    std::initializer_list<std::string_view> args,
+                                    std::initializer_list<std::string_view> then, std::string_view what,
+                                    std::chrono::milliseconds timeout);
+
   // SCRIPT LOAD: sets s.sha. Done once per script, before eval() may run concurrently.
   void load(script& s);
 
@@ -67,10 +81,14 @@ class connection {
  private:
   [[noreturn]] void fail(std::string_view what) const;
   reply send(const std::vector<std::string_view>& args, std::string_view what);
+  void append(const std::vector<std::string_view>& args, std::string_view what);
+  reply receive(std::string_view what);
+  void set_timeout(std::chrono::milliseconds t, std::string_view what);
   // Writes hiredis' output buffer without raising SIGPIPE; throws error on failure.
   void flush(std::string_view what);
 
   redisContext* ctx_ = nullptr;
+  std::chrono::milliseconds timeout_;  // options::command_timeout
 };
 
 // Throws std::invalid_argument for nonsensical options (see keyed_mutex's constructor).
@@ -84,7 +102,8 @@ void check_eviction(connection& c, const options& o, std::string_view what);
 // open at once; a caller takes one for one command (or script) and gives it back.
 class pool {
  public:
-  explicit pool(const options& o) : o_(o) {}
+  // At most `max` connections open at once (options::pool_size for the command pool).
+  pool(const options& o, std::size_t max) : o_(o), max_(max) {}
 
   class handle {
    public:
@@ -109,6 +128,7 @@ class pool {
   void give_back(std::unique_ptr<connection> c) noexcept;
 
   const options& o_;
+  const std::size_t max_;
   std::mutex mu_;
   std::condition_variable cv_;                     // a connection was given back
   std::vector<std::unique_ptr<connection>> idle_;  // guarded by mu_

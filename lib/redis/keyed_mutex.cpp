@@ -100,8 +100,7 @@ void keyed_mutex::lock_async(std::string key, callback f, std::chrono::nanosecon
 void keyed_mutex::lock_async_until(std::string key, callback f, std::int64_t deadline, std::int64_t lease_ns) {
   auto r = std::make_unique<detail::async_request>();
   r->key = std::move(key);
-  r->owner = client_->next_id();
-  r->id = client_->next_id();
+  r->id = client_->request_id(lease_ns, false);
   r->deadline = deadline;
   r->lease_ns = lease_ns;
   r->cb = std::move(f);

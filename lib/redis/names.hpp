@@ -52,11 +52,13 @@ struct key_names {
     base += '{';
     base += escape_key(key);
     base += "}:";
+    prefix_and_key = base;
     lock = base + "lock";
     queue = base + "queue";
     waiters = base + "waiters";
     fence = base + "fence";
   }
+  std::string prefix_and_key;  // prefix + "{" + escaped key + "}:"
   std::string lock, queue, waiters, fence;
 };
 

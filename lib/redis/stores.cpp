@@ -16,7 +16,7 @@ namespace handoff::redis::detail {
 
 // What both stores share: the options, the connection pool and the scripts.
 struct store_core {
-  store_core(options opts, std::string_view what) : o(std::move(opts)), connections(o) {
+  store_core(options opts, std::string_view what) : o(std::move(opts)), connections(o, o.pool_size) {
     validate(o);
     connection c(o);  // fails fast on a wrong address or password
     check_eviction(c, o, what);

@@ -28,10 +28,11 @@ void client::run_watchdog(std::int64_t now) {
     const std::int64_t lease = h->lease_ns.load(std::memory_order_relaxed);
     const std::int64_t sent = now_ns();
     try {
-      reply r = bg_connection().eval(extend_script_, {h->names.lock}, {h->owner, std::to_string(lease_ms(lease))},
+      reply r = bg_connection().eval(extend_script_, {h->names.lock}, {h->value, std::to_string(lease_ms(lease))},
                                      "watchdog renewal of " + handoff::detail::key_excerpt(h->key));
       if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
         h->valid_until.store(add_saturating(sent, lease), std::memory_order_relaxed);
+        h->px_ns.store(lease, std::memory_order_relaxed);
         h->retry_at = 0;
       } else {
         h->lost.store(true, std::memory_order_relaxed);  // taken over: stop renewing

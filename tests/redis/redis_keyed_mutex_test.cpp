@@ -268,20 +268,23 @@ TEST_F(RedisKeyedMutex, TryLockFailsWhileHeldAndDoesNotJumpANonEmptyQueue) {
   EXPECT_FALSE(other.try_lock("k").owns_lock());
   EXPECT_EQ(raw_.queue_length("k"), 0) << "try_lock must never queue";
 
-  // A waiter in a stopped process: once the key is released it is free, but someone waits.
-  helper_process waiter({port(), "3000", "k", "append", "order", "waiter"});
-  ASSERT_TRUE(raw_.wait_queue_length("k", 1));
+  // A waiter in a stopped process, and the holder's lease runs out: the key is free, but
+  // someone waits.
+  auto leased = other.lock("j", lease{300ms});
+  helper_process waiter({port(), "3000", "j", "append", "order", "waiter"});
+  ASSERT_TRUE(raw_.wait_queue_length("j", 1));
   waiter.signal(SIGSTOP);
-  g.unlock();
-  ASSERT_FALSE(raw_.locked("k"));
-  ASSERT_EQ(raw_.queue_length("k"), 1);
-  EXPECT_FALSE(other.try_lock("k").owns_lock()) << "try_lock jumped the queue";
-  EXPECT_FALSE(other.try_lock("k", lease{10s}).owns_lock());
-  EXPECT_FALSE(m.try_lock_for("k", 0ms).owns_lock());
+  ASSERT_TRUE(eventually([&] { return !raw_.locked("j"); }));
+  ASSERT_EQ(raw_.queue_length("j"), 1);
+  EXPECT_FALSE(other.try_lock("j").owns_lock()) << "try_lock jumped the queue";
+  EXPECT_TRUE(raw_.locked("j")) << "the key is passed to the waiter in front";
+  EXPECT_EQ(raw_.queue_length("j"), 0);
+  EXPECT_FALSE(other.try_lock("j", lease{10s}).owns_lock());
+  EXPECT_FALSE(m.try_lock_for("j", 0ms).owns_lock());
   waiter.signal(SIGCONT);
   EXPECT_EQ(waiter.wait(), 0);
   EXPECT_EQ(raw_.strings({"LRANGE", "order", "0", "-1"}), std::vector<std::string>{"waiter"});
-  EXPECT_TRUE(other.try_lock("k").owns_lock());
+  EXPECT_TRUE(other.try_lock("j").owns_lock());
 }
 
 TEST_F(RedisKeyedMutex, TryLockForTimesOutWhileQueuedAndIsNeverGrantedAfterwards) {

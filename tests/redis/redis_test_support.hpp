@@ -81,6 +81,9 @@ class raw_redis {
     return out;
   }
 
+  // For reading pushed replies (a SUBSCRIBE's messages) with redisGetReply.
+  redisContext* context() const noexcept { return ctx_; }
+
   // The key names of the default prefix (keyed_mutex.hpp's overview).
   static std::string lock_key(const std::string& k) { return "handoff:{" + k + "}:lock"; }
   static std::string queue_key(const std::string& k) { return "handoff:{" + k + "}:queue"; }

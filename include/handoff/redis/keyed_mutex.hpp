@@ -10,17 +10,27 @@
 //   auto g2 = co_await m.async_lock("player:42");      // suspends, never blocks a thread
 //
 // Per key K (names under options::prefix, all with the hash tag {K}):
-//   {K}:lock     the holder's random owner token, with the lease as its PX expiry;
-//   {K}:queue    FIFO list of waiter ids; {K}:waiters: sorted set id -> heartbeat deadline;
-//   {K}:fence    the fencing counter.
+//   {K}:lock     "<request id> <fencing token>" of the holder, with the lease as its PX;
+//   {K}:queue    FIFO list of waiting request ids; {K}:waiters: sorted set id -> heartbeat
+//                deadline; {K}:fence: the fencing counter;
+//   {K}:grant:<request id>  a grant pushed to a blocking waiter (lives until it is taken).
 // Every change is one Lua script, atomic on the server: acquire (drop dead waiters; grant
 // if the key is free and the caller is first in line or nobody waits, else queue or
-// refresh the caller), release and extend (compare-on-owner-token, never a plain DEL or
-// PEXPIRE), cancel (leave the queue). A release PUBLISHes the next waiter's id on its
-// process's channel; each keyed_mutex has one subscriber connection that wakes the waiter.
-// A waiter also re-checks every options::recheck_interval (in case a notification is lost,
-// and as its heartbeat: a waiter whose process died is dropped after 3 missed intervals),
-// and when the holder's lease runs out.
+// refresh the caller), release and extend (compare on the whole lock value, never a plain
+// DEL or PEXPIRE), cancel (leave the queue). The release hands the key on itself: it sets
+// the lock to the first live waiter's request with that waiter's lease and the next
+// fencing token, and tells the waiter, which is then the holder without a round trip of
+// its own. A blocking waiter waits in BLPOP on its grant list, on a connection of its own
+// (opened on first need, then kept for the next wait); an async waiter is told on its
+// client's channel, through the mutex's one subscriber connection. A waiter that gives up
+// while the key is being handed to it passes it on in its cancel. A waiter also re-checks
+// every options::recheck_interval (its heartbeat: a waiter whose process died is skipped
+// after 3 missed intervals) and when the holder's lease runs out.
+// Lease clock of a handed-on grant: the server says how long after the waiter's last
+// heartbeat it granted, so the waiter's local lease starts no later than the server's.
+// A lease-less waiter is granted the shorter of watchdog_lease and 3 recheck_intervals,
+// which its watchdog renews to watchdog_lease a third in: a waiter that died just before
+// its grant holds the key no longer than a dead waiter blocks the queue.
 //
 // Guarantees (one Redis server, no failover):
 //  - Mutual exclusion per key among all keyed_mutex instances on the server and prefix,
@@ -48,8 +58,8 @@
 // Keys: lock name K of options::prefix P maps to the Redis keys P + "{" + E(K) + "}:lock"
 // (":queue", ":waiters", ":fence"), where E escapes '{' as "\x01(", '}' as "\x01)" and
 // '\x01' as "\x01\x01" and keeps every other byte: distinct (prefix, key) pairs never share
-// a name, and keys without those bytes keep their plain names. Notifications go to the
-// channel P + "notify:" + a random client id.
+// a name, and keys without those bytes keep their plain names. Async waiters are told on
+// the channel P + "notify:" + a random client id.
 //
 // Limits: lock keys are ordinary keys with an expiry, so a server that may evict keys
 // (maxmemory with a policy other than noeviction) could evict a held lock: the constructor
@@ -102,8 +112,8 @@ class [[nodiscard]] guard {
   [[nodiscard]] bool owns_lock() const noexcept;
   explicit operator bool() const noexcept { return owns_lock(); }
 
-  // Releases the key (compare-on-token) and wakes the next waiter; stops the watchdog
-  // first, so that no renewal is sent after this returns. A no-op when the guard holds
+  // Releases the key (compare-on-token), handing it to the next live waiter in the same
+  // script; stops the watchdog first, so that no renewal is sent after this returns. A no-op when the guard holds
   // nothing. Throws error if Redis cannot be reached: the guard is then empty all the
   // same, and the key is freed by its lease.
   void unlock();
@@ -162,8 +172,10 @@ class keyed_mutex {
   keyed_mutex(const keyed_mutex&) = delete;
   keyed_mutex& operator=(const keyed_mutex&) = delete;
 
-  // Thread-safe. Blocks until granted (FIFO across processes), without polling: woken by
-  // the release's notification. Without a lease the watchdog renews the hold until
+  // Thread-safe. Blocks until granted (FIFO across processes), without polling: the
+  // release grants the key and wakes this thread (no round trip once granted). While it
+  // waits, the thread has a connection of its own (options::pool_size does not limit
+  // those). Without a lease the watchdog renews the hold until
   // unlock. Not reentrant: a second lock of a held key waits for the first to be released
   // (or for its lease). Throws error.
   guard lock(std::string_view key);
