@@ -55,9 +55,15 @@
 //                      order, and the key's lock, queue and waiter set must be gone from the
 //                      server afterwards. 1, or a SkipWithError.
 //
-// Caveat: loopback. The server, the clients and the benchmark threads share the machine's
-// cores; a round trip here is tens of microseconds of system calls and scheduling, not of
-// network. On a real network every figure grows by the network's round trips.
+// Routes: every workload runs on loopback ("redis_hotkey/...") and again over a network's
+// round trip ("redis_hotkey_rtt0.5ms/...", "_rtt2ms"): all clients (their subscriber
+// connections included) then reach the server through a TCP proxy on loopback that delays
+// each direction by half the round trip (delay_proxy.hpp). The context records the PING
+// round trip measured through each route (redis_rtt_loopback, redis_rtt0.5ms, ...).
+//
+// Caveat: loopback. The server, the clients, the proxy and the benchmark threads share the
+// machine's cores; a loopback round trip is tens of microseconds of system calls and
+// scheduling, not of network, and the proxy's own work adds to each delayed one.
 #include <benchmark/benchmark.h>
 #include <hiredis/hiredis.h>
 
@@ -79,6 +85,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
+#include "delay_proxy.hpp"
 #include "handoff/redis/keyed_mutex.hpp"
 #include "redis_server.hpp"  // tests/redis: a private redis-server on a free loopback port
 
@@ -458,6 +465,60 @@ std::string server_version(int port) {
   return info.substr(at + field.size(), end - at - field.size());
 }
 
+// The network round trips of the delayed routes (a proxy delays each direction by half).
+constexpr std::chrono::microseconds network_rtts[] = {500us, 2000us};
+constexpr int rtt_pings = 200;
+
+std::string rtt_name(std::chrono::microseconds d) {
+  char s[32];
+  if (d.count() % 1000 == 0) {
+    std::snprintf(s, sizeof s, "%lldms", static_cast<long long>(d.count() / 1000));
+  } else if (d.count() >= 1000 || d.count() % 100 == 0) {
+    std::snprintf(s, sizeof s, "%.1fms", static_cast<double>(d.count()) / 1000);
+  } else {
+    std::snprintf(s, sizeof s, "%lldus", static_cast<long long>(d.count()));
+  }
+  return s;
+}
+
+// rtt_pings PING round trips through `to`, sorted (ns).
+std::vector<std::int64_t> ping_times(int to) {
+  raw_connection c(to);
+  std::vector<std::int64_t> ns;
+  for (int i = 0; i < rtt_pings; ++i) {
+    const std::int64_t t0 = now_ns();
+    c.command({"PING"});
+    ns.push_back(now_ns() - t0);
+  }
+  std::sort(ns.begin(), ns.end());
+  return ns;
+}
+
+// A proxy whose PING round trip is about `rtt`: its own cost (the median round trip with
+// no delay: two more hops and its thread's wake-ups) is measured first and taken off the
+// delay, so that the route models a network of that round trip rather than one plus the
+// proxy's overhead. `how` says what was set.
+std::unique_ptr<handoff::bench::delay_proxy> network(int port, std::chrono::microseconds rtt, std::string& how) {
+  auto proxy = std::make_unique<handoff::bench::delay_proxy>(port, std::chrono::nanoseconds(0));
+  const std::int64_t overhead = ping_times(proxy->port())[rtt_pings / 2];
+  const std::int64_t one_way = std::max<std::int64_t>(0, (std::chrono::nanoseconds(rtt).count() - overhead) / 2);
+  proxy->set_delay(std::chrono::nanoseconds(one_way));
+  char s[160];
+  std::snprintf(s, sizeof s, "a proxy on loopback (its own round trip %.0f us) delaying each direction by %.0f us",
+                static_cast<double>(overhead) / 1e3, static_cast<double>(one_way) / 1e3);
+  how = s;
+  return proxy;
+}
+
+// Median and p99 of PING round trips through `to`, as text.
+std::string measured_rtt(int to) {
+  const std::vector<std::int64_t> ns = ping_times(to);
+  char s[96];
+  std::snprintf(s, sizeof s, "median %.0f us, p99 %.0f us", static_cast<double>(ns[ns.size() / 2]) / 1e3,
+                static_cast<double>(ns[ns.size() * 99 / 100]) / 1e3);
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -476,6 +537,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("redis_server", server_version(port) +
                                                     " on TCP 127.0.0.1 (loopback, same machine), started by the "
                                                     "benchmark with --save \"\" --appendonly no");
+    benchmark::AddCustomContext("redis_rtt_loopback", "PING round trip: " + measured_rtt(port));
     benchmark::AddCustomContext("redis_keys", std::to_string(key_count) +
                                                   " keys \"player:<random>\" for redis_uncontended, one key for "
                                                   "redis_hotkey, " +
@@ -484,60 +546,89 @@ int main(int argc, char** argv) {
     inputs in;
     contention_stats stats;
 
-    // One client per benchmark thread (like one process each), a fresh set per workload
-    // (as keyed_mutex_bench gives each workload its own instances), and the FIFO check's
-    // own five.
+    // One route to the server: loopback, or through a delay proxy. One client per
+    // benchmark thread (like one process each), a fresh set per workload (as
+    // keyed_mutex_bench gives each workload its own instances), and the FIFO check's own five.
     struct client_set {
       std::vector<std::unique_ptr<handoff_lock>> handoff;
       std::vector<std::unique_ptr<polling_lock>> poll1;
       std::vector<std::unique_ptr<polling_lock>> poll100;
     };
+    struct route {
+      std::string tag;  // in the workload's name: "" (loopback) or "_rtt<delay>"
+      int port;         // what the clients connect to
+      std::unique_ptr<handoff::bench::delay_proxy> proxy;
+      client_set unc, hot, rooms;
+      std::vector<std::unique_ptr<handoff_lock>> fifo_clients;
+    };
     int next_id = 0;  // the polling clients' token prefixes
-    const auto make_set = [&](int n) {
+    const auto make_set = [&next_id](int to, int n) {
       client_set c;
       for (int t = 0; t < n; ++t) {
-        c.handoff.push_back(std::make_unique<handoff_lock>(port));
-        c.poll1.push_back(std::make_unique<polling_lock>(port, 1ms, next_id++));
-        c.poll100.push_back(std::make_unique<polling_lock>(port, 100ms, next_id++));
+        c.handoff.push_back(std::make_unique<handoff_lock>(to));
+        c.poll1.push_back(std::make_unique<polling_lock>(to, 1ms, next_id++));
+        c.poll100.push_back(std::make_unique<polling_lock>(to, 100ms, next_id++));
       }
       return c;
     };
-    client_set unc = make_set(1);
-    client_set hot = make_set(max_threads);
-    client_set rooms = make_set(max_threads);
-    std::vector<std::unique_ptr<handoff_lock>> fifo_clients;
-    for (int t = 0; t <= fifo_waiters; ++t) fifo_clients.push_back(std::make_unique<handoff_lock>(port));
+    std::vector<std::unique_ptr<route>> routes;
+    const auto add_route = [&](std::string tag, std::unique_ptr<handoff::bench::delay_proxy> proxy) {
+      auto r = std::make_unique<route>();
+      r->tag = std::move(tag);
+      r->port = proxy != nullptr ? proxy->port() : port;
+      r->proxy = std::move(proxy);
+      r->unc = make_set(r->port, 1);
+      r->hot = make_set(r->port, max_threads);
+      r->rooms = make_set(r->port, max_threads);
+      for (int t = 0; t <= fifo_waiters; ++t) r->fifo_clients.push_back(std::make_unique<handoff_lock>(r->port));
+      route& rt = *r;
+      routes.push_back(std::move(r));
 
-    // 1. Uncontended lock/unlock over 1024 keys, one client.
-    add("redis_uncontended/handoff", [&](benchmark::State& s) { bm_uncontended(s, *unc.handoff[0], in); });
-    add("redis_uncontended/handoff_lease", [&](benchmark::State& s) {
-      leased l{*unc.handoff[0]};
-      bm_uncontended(s, l, in);
-    });
-    add("redis_uncontended/poll_1ms", [&](benchmark::State& s) { bm_uncontended(s, *unc.poll1[0], in); });
-    add("redis_uncontended/poll_100ms", [&](benchmark::State& s) { bm_uncontended(s, *unc.poll100[0], in); });
+      // 1. Uncontended lock/unlock over 1024 keys, one client.
+      const std::string unc = "redis_uncontended" + rt.tag;
+      add(unc + "/handoff", [&rt, &in](benchmark::State& s) { bm_uncontended(s, *rt.unc.handoff[0], in); });
+      add(unc + "/handoff_lease", [&rt, &in](benchmark::State& s) {
+        leased l{*rt.unc.handoff[0]};
+        bm_uncontended(s, l, in);
+      });
+      add(unc + "/poll_1ms", [&rt, &in](benchmark::State& s) { bm_uncontended(s, *rt.unc.poll1[0], in); });
+      add(unc + "/poll_100ms", [&rt, &in](benchmark::State& s) { bm_uncontended(s, *rt.unc.poll100[0], in); });
 
-    // 2. One hot key, 2, 4 and 8 clients (with the FIFO check for handoff).
-    const auto hotkey = [&](const std::string& impl, auto& clients, auto* fifo) {
-      add("redis_hotkey/" + impl,
-          [&clients, &in, &stats, fifo, port](benchmark::State& s) { bm_hotkey(s, clients, in, stats, fifo, port); })
-          ->Threads(2)
-          ->Threads(4)
-          ->Threads(8);
+      // 2. One hot key, 2, 4 and 8 clients (with the FIFO check for handoff).
+      const auto hotkey = [&](const std::string& impl, auto& clients, auto* fifo) {
+        add("redis_hotkey" + rt.tag + "/" + impl,
+            [&clients, &in, &stats, fifo, port](benchmark::State& s) { bm_hotkey(s, clients, in, stats, fifo, port); })
+            ->Threads(2)
+            ->Threads(4)
+            ->Threads(8);
+      };
+      hotkey("handoff", rt.hot.handoff, &rt.fifo_clients);
+      hotkey("poll_1ms", rt.hot.poll1, static_cast<decltype(&rt.fifo_clients)>(nullptr));
+      hotkey("poll_100ms", rt.hot.poll100, static_cast<decltype(&rt.fifo_clients)>(nullptr));
+
+      // 3. 8 clients over 64 keys.
+      const auto many = [&](const std::string& impl, auto& clients) {
+        add("redis_64keys" + rt.tag + "/" + impl, [&clients, &in, &stats](benchmark::State& s) {
+          bm_rooms(s, clients, in, stats);
+        })->Threads(8);
+      };
+      many("handoff", rt.rooms.handoff);
+      many("poll_1ms", rt.rooms.poll1);
+      many("poll_100ms", rt.rooms.poll100);
     };
-    hotkey("handoff", hot.handoff, &fifo_clients);
-    hotkey("poll_1ms", hot.poll1, static_cast<decltype(&fifo_clients)>(nullptr));
-    hotkey("poll_100ms", hot.poll100, static_cast<decltype(&fifo_clients)>(nullptr));
 
-    // 3. 8 clients over 64 keys.
-    const auto many = [&](const std::string& impl, auto& clients) {
-      add("redis_64keys/" + impl, [&clients, &in, &stats](benchmark::State& s) {
-        bm_rooms(s, clients, in, stats);
-      })->Threads(8);
-    };
-    many("handoff", rooms.handoff);
-    many("poll_1ms", rooms.poll1);
-    many("poll_100ms", rooms.poll100);
+    add_route("", nullptr);
+    // The same over a network's round trip: a proxy on loopback delays each direction
+    // (delay_proxy.hpp, calibrated by network()); its measured round trip goes into the
+    // context.
+    for (const auto rtt : network_rtts) {
+      std::string how;
+      auto proxy = network(port, rtt, how);
+      const std::string name = rtt_name(rtt);
+      benchmark::AddCustomContext("redis_rtt" + name,
+                                  how + "; PING round trip through it: " + measured_rtt(proxy->port()));
+      add_route("_rtt" + name, std::move(proxy));
+    }
 
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
