@@ -300,6 +300,26 @@ TEST_F(RedisHandoff, AGrantedWaitersLeaseNeverOutlastsTheServersLease) {
   EXPECT_GT(samples, 20) << "the local lease ended far too early";
 }
 
+TEST_F(RedisHandoff, KeysWithSpacesNewlinesGlobCharactersAndBinaryBytesAreHandedOnAndNeverCollide) {
+  using namespace std::string_literals;
+  const std::vector<std::string> keys = {"a b", "a\nb",  "a*",    "a?",       "[ab]",
+                                         "*",   "a\0b"s, "a\0c"s, "\xff\xfe", "a:lock"};
+  keyed_mutex holder(opts());
+  keyed_mutex waiter(opts());
+  std::vector<handoff::redis::guard> held;
+  for (const std::string& k : keys) held.push_back(holder.lock(k));  // distinct keys: none waits
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    std::promise<std::uint64_t> token;
+    std::jthread t([&] { token.set_value(waiter.lock(keys[i]).token()); });
+    ASSERT_TRUE(raw_.wait_queue_length(keys[i], 1)) << "key " << i;
+    const std::uint64_t before = held[i].token();
+    held[i].unlock();
+    EXPECT_GT(token.get_future().get(), before) << "key " << i << " was handed on with a later token";
+  }
+  EXPECT_TRUE(eventually([&] { return raw_.integer({"DBSIZE"}) == static_cast<long long>(keys.size()); }))
+      << "only the fence counters stay";
+}
+
 // Threads with clients of their own lock one key, with waits that often run out while the
 // key is being handed to them, some blocking and some async: exclusion holds (an
 // unprotected increment under the key), and once all are done nothing is left held or
