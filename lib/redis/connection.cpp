@@ -27,7 +27,7 @@ std::string describe(const redisReply* r) {
 
 }  // namespace
 
-connection::connection(const options& o) : timeout_(o.command_timeout) {
+connection::connection(const options& o) : timeout_(o.command_timeout), socket_timeout_(o.command_timeout) {
   const timeval connect_tv = to_timeval(o.connect_timeout);
   ctx_ = o.unix_socket.empty() ? redisConnectWithTimeout(o.host.c_str(), o.port, connect_tv)
                                : redisConnectUnixWithTimeout(o.unix_socket.c_str(), connect_tv);
@@ -104,7 +104,9 @@ reply connection::receive(std::string_view what) {
   return reply(static_cast<redisReply*>(raw));
 }
 
-reply connection::send(const std::vector<std::string_view>& args, std::string_view what) {
+reply connection::send(const std::vector<std::string_view>& args, std::string_view what,
+                       std::chrono::milliseconds timeout) {
+  set_timeout(timeout, what);
   append(args, what);
   flush(what);
   return receive(what);
@@ -136,30 +138,23 @@ void connection::flush(std::string_view what) {
 }
 
 reply connection::command(std::initializer_list<std::string_view> args, std::string_view what) {
-  reply r = send(std::vector<std::string_view>(args), what);
-  if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
-  return r;
+  return command(args, what, timeout_);
 }
 
 void connection::set_timeout(std::chrono::milliseconds t, std::string_view what) {
+  if (t == socket_timeout_) return;  // a blocking waiter's connection keeps its BLPOP timeout
   if (broken()) fail(what);
   if (redisSetTimeout(ctx_, to_timeval(t)) != REDIS_OK) {
     ctx_->err = REDIS_ERR_OTHER;  // never reuse it with the wrong timeout
     fail(what);
   }
+  socket_timeout_ = t;
 }
 
 reply connection::command(std::initializer_list<std::string_view> args, std::string_view what,
                           std::chrono::milliseconds timeout) {
-  set_timeout(timeout, what);
-  reply r;
-  try {
-    r = command(args, what);
-  } catch (const error&) {
-    if (!broken()) set_timeout(timeout_, what);  // an error reply: the connection goes on
-    throw;
-  }
-  set_timeout(timeout_, what);
+  reply r = send(std::vector<std::string_view>(args), what, timeout);
+  if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
   return r;
 }
 
@@ -172,9 +167,9 @@ std::pair<reply, reply> connection::eval_then(const script& s, std::initializer_
   eval.insert(eval.end(), keys);
   eval.insert(eval.end(), args);
   const std::vector<std::string_view> next(then);
-  set_timeout(timeout, what);
   std::pair<reply, reply> r;
   for (int tries = 0; tries < 2; ++tries) {
+    set_timeout(timeout, what);
     append(eval, what);
     append(next, what);
     flush(what);
@@ -187,7 +182,6 @@ std::pair<reply, reply> connection::eval_then(const script& s, std::initializer_
     }
     break;
   }
-  set_timeout(timeout_, what);
   for (const reply* x : {&r.first, &r.second}) {
     if ((*x)->type == REDIS_REPLY_ERROR) {
       throw error("handoff::redis: " + std::string(what) + ": " + describe(x->get()));
@@ -207,10 +201,10 @@ reply connection::eval(const script& s, std::initializer_list<std::string_view> 
   std::vector<std::string_view> argv{"EVALSHA", s.sha, nkeys};
   argv.insert(argv.end(), keys);
   argv.insert(argv.end(), args);
-  reply r = send(argv, what);
+  reply r = send(argv, what, timeout_);
   if (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("NOSCRIPT")) {
     command({"SCRIPT", "LOAD", s.source}, what);  // same source, same SHA
-    r = send(argv, what);
+    r = send(argv, what, timeout_);
   }
   if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
   return r;

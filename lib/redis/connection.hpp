@@ -53,7 +53,8 @@ class connection {
   reply command(std::initializer_list<std::string_view> args, std::string_view what);
 
   // command() with a reply timeout of `timeout` instead of options::command_timeout, for
-  // a blocking command (BLPOP); the connection's timeout is restored afterwards.
+  // a blocking command (BLPOP). Every command sets the timeout it needs (a system call only
+  // when it changes).
   reply command(std::initializer_list<std::string_view> args, std::string_view what, std::chrono::milliseconds timeout);
 
   // EVALSHA of s with `then` sent behind it in the same write (one round trip), waiting
@@ -80,7 +81,7 @@ class connection {
 
  private:
   [[noreturn]] void fail(std::string_view what) const;
-  reply send(const std::vector<std::string_view>& args, std::string_view what);
+  reply send(const std::vector<std::string_view>& args, std::string_view what, std::chrono::milliseconds timeout);
   void append(const std::vector<std::string_view>& args, std::string_view what);
   reply receive(std::string_view what);
   void set_timeout(std::chrono::milliseconds t, std::string_view what);
@@ -88,7 +89,8 @@ class connection {
   void flush(std::string_view what);
 
   redisContext* ctx_ = nullptr;
-  std::chrono::milliseconds timeout_;  // options::command_timeout
+  std::chrono::milliseconds timeout_;         // options::command_timeout
+  std::chrono::milliseconds socket_timeout_;  // the one set on the socket now
 };
 
 // Throws std::invalid_argument for nonsensical options (see keyed_mutex's constructor).
