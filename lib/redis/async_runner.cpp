@@ -68,13 +68,7 @@ void client::run_async(std::int64_t now) {
       // and a request that then gives up leaves the queue. wait 0: one try, never queued.
       const bool queue = r->queued || r->deadline > now;
       r->sent = now_ns();
-      attempt_result a{};
-      try {
-        a = attempt(c, n, r->id, lease_ms(r->lease_ns), queue, r->key);
-      } catch (const error&) {
-        if (queue) cancel(bg_connection(), n, r->id, r->key);  // the attempt may have queued it
-        throw;
-      }
+      const attempt_result a = attempt(c, n, r->id, lease_ms(r->lease_ns), queue, r->key);  // as in acquire()
       r->queued = queue && !a.granted;
       if (a.granted) {
         guard g(

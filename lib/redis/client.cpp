@@ -204,13 +204,8 @@ guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t 
   handoff::detail::run_before_blocking();
   bool need_attempt = contention_.load(std::memory_order_relaxed) > 0;
   if (!need_attempt) {  // the first attempt alone, on a pooled connection: most locks end here
-    try {
-      auto c = pool_.take();
-      r = attempt(*c, n, id, ms, true, key);
-    } catch (const error&) {
-      give_up();  // the attempt may have queued the request
-      throw;
-    }
+    auto c = pool_.take();
+    r = attempt(*c, n, id, ms, true, key);
     if (r.granted) return granted(key, id, static_cast<std::uint64_t>(r.value), lease_ns, found(sent, lease_ns, r));
     queued();
   }
@@ -223,7 +218,11 @@ guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t 
   const auto wait_ms = [&](std::int64_t now, std::int64_t pttl_ms) {
     return std::max<std::int64_t>(1, (next_check(now, deadline, pttl_ms) - now) / ms_ns);
   };
-  try {
+  // A step that fails ends the call with its error and no cancel: a second step would
+  // double the time a stalled server costs the caller. The server drops the request when
+  // its heartbeat runs out; a release that grants it first leaves the key with it for that
+  // grant's lease (for a lease-less request, a heartbeat: scripts.hpp).
+  {
     const auto own = waits_.take();
     connection& c = *own;
     for (bool first = need_attempt;; first = false) {
@@ -252,9 +251,6 @@ guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t 
         return granted(key, id, g.fence, lease_ns, announced(sent, lease_ns, g.waited_ms));
       }
     }
-  } catch (const error&) {
-    give_up();
-    throw;
   }
   give_up();  // the wait ran out: leave the queue, passing on a grant that came meanwhile
   return guard();
