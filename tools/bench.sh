@@ -13,7 +13,7 @@
 #
 # Works from any directory. On a fresh Debian 12 machine, run as root: missing Debian
 # packages are installed first by tools/deps.sh (checked with dpkg; apt-get update once,
-# then apt-get install --no-install-recommends). Takes about 9 minutes on 2 cores
+# then apt-get install --no-install-recommends). Takes about 8 minutes on 2 cores
 # (3 repetitions of every benchmark; the table shows medians).
 # Output: build/release/bench/{actor,peers,pool,keyed_mutex,redis}_bench.json (raw results), the
 # Markdown table on stdout (tools/bench_table.py), and, for a full run (no extra flags),
