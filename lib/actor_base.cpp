@@ -78,7 +78,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
   const actor_options* opt = options_.get();
   if (c.budgeted && c.turn != 0 && budget_spent(c.turn, c.turn_start)) {
     // Account first, then post: only a still-owned actor may be handed over.
-    if (c.uncounted == 0 || !try_release(c.uncounted)) opt->executor.execute(work{&resume, this});
+    if (c.uncounted == 0 || !try_release(c.uncounted)) continue_on_executor();
     return drain_status::done;
   }
   if (auto* m = static_cast<message*>(core_.pop())) {
@@ -105,7 +105,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
   }
   // count_ > 0 and nothing linked: a sender is between fetch_add and push.
   if (opt != nullptr && opt->executor && c.idle_spins >= spins_before_hand_off) {
-    opt->executor.execute(work{&resume, this});
+    continue_on_executor();
     return drain_status::done;
   }
   ++c.idle_spins;
@@ -128,6 +128,8 @@ void actor_base::drain_now(std::uint64_t ran, std::int64_t turn_start) noexcept 
   if (top_level) run_queued();
 }
 
+void actor_base::continue_on_executor() { options_->executor.execute(work{&resume, this}); }
+
 void actor_base::queue_later() noexcept { push_later(queue_entry(), &ready_next_); }
 
 void actor_base::run_after_current(message* m) noexcept {
@@ -140,7 +142,7 @@ void actor_base::submit_deferred(message* m) noexcept {
   enqueue_first(m);
   if (options_ != nullptr && options_->executor) {
     try {
-      options_->executor.execute(work{&resume, this});
+      continue_on_executor();
       return;
     } catch (...) {
       // Still ours and counted: run it here, later, rather than strand it.
@@ -154,7 +156,7 @@ void actor_base::submit_deferred(message* m) noexcept {
 bool actor_base::hand_to_idle_executor() noexcept {
   const actor_options* o = options_.get();
   if (o == nullptr || !o->executor.has_idle_workers()) return false;
-  o->executor.execute(work{&resume, this});
+  continue_on_executor();
   return true;
 }
 

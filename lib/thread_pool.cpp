@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "handoff/detail/report.hpp"
 #include "handoff/detail/run_queue.hpp"
 
 namespace handoff {
@@ -34,11 +33,7 @@ struct thread_pool::impl {
         idle.fetch_sub(1, std::memory_order_relaxed);
       }
       if (!j) return;  // stop sentinel, sent only once outstanding == 0
-      try {
-        j();
-      } catch (...) {
-        detail::report_to_stderr(std::current_exception(), "a job run by handoff::thread_pool");
-      }
+      detail::run_reporting(j, "a job run by handoff::thread_pool");
       // What the job deferred to actors without an executor: this is the worker's next drain.
       if (detail::has_queued()) detail::run_queued();
       j = job{};  // destroy the callable before the count says it is done

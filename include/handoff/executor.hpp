@@ -187,14 +187,17 @@ class executor_ref {
 };
 
 namespace detail {
+// Runs f; an exception it throws is printed to stderr, naming `source` (a work item, a
+// pool's job: nobody waits for them to report to).
 template <class F>
-void run_reporting(F& f) noexcept {
+void run_reporting(F& f, const char* source) noexcept {
   try {
     f();
   } catch (...) {
-    report_to_stderr(std::current_exception(), "a callable run by handoff::execute");
+    report_to_stderr(std::current_exception(), source);
   }
 }
+inline constexpr const char* execute_source = "a callable run by handoff::execute";
 }  // namespace detail
 
 // Runs any callable once on `e`. An executor that takes a `job` (thread_pool) gets one,
@@ -219,14 +222,14 @@ void execute(E& e, F&& f) {
       e.execute(work{[](void* a) noexcept {
                        alignas(fn_type) unsigned char bytes[sizeof(fn_type)];
                        std::memcpy(bytes, &a, sizeof(fn_type));
-                       detail::run_reporting(*std::launder(reinterpret_cast<fn_type*>(bytes)));
+                       detail::run_reporting(*std::launder(reinterpret_cast<fn_type*>(bytes)), detail::execute_source);
                      },
                      arg});
     } else {
       auto box = std::make_unique<fn_type>(std::forward<F>(f));
       e.execute(work{[](void* a) noexcept {
                        std::unique_ptr<fn_type> fn(static_cast<fn_type*>(a));
-                       detail::run_reporting(*fn);
+                       detail::run_reporting(*fn, detail::execute_source);
                      },
                      box.get()});
       (void)box.release();  // the work owns it now

@@ -225,6 +225,10 @@ class actor_base {
   drain_status drain_step(drain_cursor& c) noexcept;
   void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
   void queue_later() noexcept;
+  // Hands the still-owned actor to its executor: the one continuation every hand-off uses
+  // (budget spent, sender preempted, defer, spreading). Precondition: an executor is set.
+  // Throws what execute() throws.
+  void continue_on_executor();
   // Run-queue pop of an actor with more work queued behind it: hands it to its executor
   // if that executor reports idle workers (spreading work over a pool). True if handed.
   [[nodiscard]] bool hand_to_idle_executor() noexcept;
