@@ -158,8 +158,12 @@ void lease_timer::fire(timer_node* n) noexcept {
 // Without the mutex: releases expired keys and completes timed-out waiters (on the
 // completion thread: see complete_waiter). Only the thread that fired them touches the lists.
 void lease_timer::run_fired() noexcept {
-  for (lock_entry* e : expired_) table_.release(e);
+  for (lock_entry* e : expired_) {
+    table_.note_lease_expiry();
+    table_.release(e);
+  }
   for (waiter* w : timed_out_) {
+    table_.note_timeout();
     complete_waiter(w);
     release_waiter(w);  // the timer's reference
   }

@@ -77,6 +77,7 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   }
   if (r.mode == lock_request::wait_mode::none || (r.mode == lock_request::wait_mode::until && r.deadline <= now())) {
     s.lock.unlock();
+    if (r.mode == lock_request::wait_mode::until) note_timeout();
     return {};
   }
   if (e->holder_thread.load(std::memory_order_relaxed) == me) {
@@ -112,12 +113,17 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   e->own.join_serialized(w);  // held: counted behind the holder, then queued
   s.lock.unlock();
 
+  const std::int64_t since = now();  // for the statistics: this request waits
   const bool granted = wait_for_grant(w, r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline);
   const std::uint64_t token = granted ? w->token : 0;  // written before the grant; racy otherwise
   release_waiter(w);
-  if (!granted) return {};                // cancelled: still counted, the holder skips and uncounts it
+  if (!granted) {  // cancelled: still counted, the holder skips and uncounts it
+    note_timeout();
+    return {};
+  }
   HANDOFF_ASSERT(e->own.pending() >= 1);  // held by us
   e->holder_thread.store(me, std::memory_order_relaxed);
+  note_wait(e, since);
   if (r.lease != 0) arm_lease(e, token, r.lease);
   return {e, token, r.lease};
 }
@@ -130,6 +136,7 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
   }
   w->entry = e;
   w->table = this;
+  w->queued_at = now();                               // before the push: read by the waiter's completion
   if (deadline != no_deadline) w->timeout.owner = w;  // before the push: the granter reads it
   e->own.join_serialized(w);
   s.lock.unlock();

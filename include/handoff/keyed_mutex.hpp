@@ -78,9 +78,11 @@
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/keyed_entry.hpp"
 #include "handoff/detail/lock_table.hpp"
+#include "handoff/detail/longest_waits.hpp"
 #include "handoff/detail/node_pool.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/key_guard.hpp"
+#include "handoff/keyed_mutex_options.hpp"
 #include "handoff/lease.hpp"
 #include "handoff/multi_guard.hpp"
 
@@ -95,7 +97,13 @@ class keyed_mutex {
   using key_type = Key;
   using guard = key_guard;
 
-  explicit keyed_mutex(Hash hash = Hash(), Eq eq = Eq()) : hash_(std::move(hash)), eq_(std::move(eq)) {}
+  explicit keyed_mutex(Hash hash = Hash(), Eq eq = Eq())
+      : keyed_mutex(keyed_mutex_options{}, std::move(hash), std::move(eq)) {}
+  // With options (keyed_mutex_options.hpp): a metrics sink, how many longest waits stats() keeps.
+  explicit keyed_mutex(keyed_mutex_options o, Hash hash = Hash(), Eq eq = Eq())
+      : hash_(std::move(hash)), eq_(std::move(eq)), longest_(o.longest_waits, eq_) {
+    table_.observe(o.metrics, &longest_);
+  }
   // Precondition: no guard and no waiter of this mutex is alive (checked: violating it
   // terminates with a message rather than leave them pointing into freed memory).
   ~keyed_mutex() = default;
@@ -200,6 +208,27 @@ class keyed_mutex {
   // turn: a snapshot, not atomic across shards.
   [[nodiscard]] std::size_t size() const noexcept { return table_.size(); }
 
+  // Thread-safe, never blocks on a key. Lock requests queued behind a holder now, summed
+  // shard by shard like size() (approximate: a waiter that just timed out counts until the
+  // holder skips it).
+  [[nodiscard]] std::size_t waiting() const noexcept { return table_.waiting(); }
+
+  // Thread-safe, never blocks on a key; allocates the list. A snapshot for a health
+  // endpoint (keyed_mutex_options.hpp): size() and waiting(), the counts since
+  // construction, and the keys with the longest waits since the previous stats() call,
+  // which this call takes: each call starts a new window, so give the mutex one reader.
+  [[nodiscard]] keyed_mutex_stats<Key> stats() {
+    keyed_mutex_stats<Key> out;
+    out.keys = table_.size();
+    out.waiters = table_.waiting();
+    const detail::lock_counters& c = table_.counters();  // relaxed: statistics, each on its own
+    out.waits = c.waits.load(std::memory_order_relaxed);
+    out.timeouts = c.timeouts.load(std::memory_order_relaxed);
+    out.lease_expiries = c.lease_expiries.load(std::memory_order_relaxed);
+    out.longest_waits = longest_.take();
+    return out;
+  }
+
  private:
   friend struct detail::lock_table_access;  // tests: the table's manual clock
   using wait_mode = detail::lock_request::wait_mode;
@@ -285,7 +314,10 @@ class keyed_mutex {
       if (w_ != nullptr) {
         detail::waiter* w = std::exchange(w_, nullptr);
         const bool granted = w->state.load(std::memory_order_acquire) == detail::waiter::granted;
-        if (granted) result_ = {w->entry, w->token, lease_};
+        if (granted) {
+          result_ = {w->entry, w->token, lease_};
+          m_.table_.note_wait(w->entry, w->queued_at);
+        }
         detail::release_waiter(w);
         if (!granted) return guard();
       }
@@ -315,6 +347,7 @@ class keyed_mutex {
     Fn fn;
     static void run(detail::waiter* base, bool granted) {
       auto* self = static_cast<callback_waiter*>(base);
+      if (granted && self->queued_at != waiter::not_queued) self->table->note_wait(self->entry, self->queued_at);
       guard g = granted ? guard(self->table, {self->entry, self->token, 0}) : guard();
       invoke_callback(self->fn, std::move(g));
       detail::release_waiter(self);
@@ -333,6 +366,7 @@ class keyed_mutex {
 
   [[no_unique_address]] Hash hash_;
   [[no_unique_address]] Eq eq_;
+  detail::longest_waits<Key, Eq> longest_;  // before table_: outlives the completions it joins
   detail::lock_table table_{&entry::destroy, &entry::keep};
 };
 

@@ -17,6 +17,7 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "handoff/detail/mpsc_queue.hpp"
 #include "handoff/detail/ownership.hpp"
@@ -62,6 +63,10 @@ struct waiter : task, mailbox_node {
   std::coroutine_handle<> handle;                     // kind::coroutine
   void (*complete)(waiter*, bool granted) = nullptr;  // kind::callback: runs the callable
   void (*destroy)(waiter*) noexcept = nullptr;        // frees a derived node; nullptr: a plain waiter
+  // Async waits: the table's now() before the push, set by the requester (statistics);
+  // not_queued for a request granted at once.
+  static constexpr std::int64_t not_queued = std::numeric_limits<std::int64_t>::max();
+  std::int64_t queued_at = not_queued;
 };
 
 // Completes a waiter that was granted or timed out: resumes its coroutine or runs its

@@ -50,7 +50,9 @@
 #include "handoff/detail/entry_cache.hpp"
 #include "handoff/detail/lock_entry.hpp"
 #include "handoff/detail/lock_shard.hpp"
+#include "handoff/detail/lock_stats.hpp"
 #include "handoff/detail/node_pool.hpp"
+#include "handoff/metrics.hpp"
 
 namespace handoff::detail {
 
@@ -122,6 +124,21 @@ class lock_table {
   [[nodiscard]] bool disarm_lease(lock_entry* e, std::uint64_t token) noexcept;
   [[nodiscard]] bool extend_lease(lock_entry* e, std::uint64_t token, std::int64_t lease);
 
+  // Statistics and metrics (detail/lock_stats.hpp), on slow paths only. observe(), before
+  // the mutex is used: the sink events go to (nullptr: the process-wide one, looked up at
+  // each event) and who keeps the longest waits (nullptr: nobody).
+  void observe(metrics_sink* sink, wait_recorder* recorder) noexcept {
+    sink_ = sink;
+    recorder_ = recorder;
+  }
+  // A request that joined e's queue at `since` (now()) was granted, and holds e.
+  void note_wait(const lock_entry* e, std::int64_t since) noexcept;
+  // A timed request ended without the key.
+  void note_timeout() noexcept;
+  [[nodiscard]] const lock_counters& counters() const noexcept { return counters_; }
+  // Requests queued behind a holder, summed shard by shard under each shard's lock.
+  [[nodiscard]] std::size_t waiting() const noexcept;
+
   // The table's clock: steady_clock ns (detail/clock.hpp), or the manual clock below.
   [[nodiscard]] std::int64_t now() const noexcept;
 
@@ -168,6 +185,8 @@ class lock_table {
   // Without a shard lock: keeps e (removed, idle) as this thread's cached entry, or frees
   // it (lib/entry_cache.cpp).
   void recycle(lock_entry* e) noexcept;
+  // The lease timer took a key from its holder.
+  void note_lease_expiry() noexcept;
 
   // All set at construction, except the timer (once, through timer_once_).
   unsigned shard_shift_;  // 64 - shard_bits
@@ -179,6 +198,10 @@ class lock_table {
   std::once_flag timer_once_;
   std::unique_ptr<lease_timer> timer_;
   std::atomic<bool> timer_started_{false};  // release in timer(); pairs with timer_if_started()
+  // Statistics: set by observe() before use, read on slow paths only.
+  metrics_sink* sink_ = nullptr;
+  wait_recorder* recorder_ = nullptr;
+  lock_counters counters_;  // its own cache line
 };
 
 }  // namespace handoff::detail

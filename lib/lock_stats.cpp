@@ -1,0 +1,45 @@
+// The keyed mutex's statistics (detail/lock_stats.hpp): what the lock table counts and
+// reports on its slow paths, and the waiter count computed from the shards on demand.
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+
+#include "handoff/detail/lock_table.hpp"
+#include "handoff/metrics.hpp"
+
+namespace handoff::detail {
+
+void lock_table::note_wait(const lock_entry* e, std::int64_t since) noexcept {
+  const std::int64_t waited = std::max<std::int64_t>(0, now() - since);
+  counters_.waits.fetch_add(1, std::memory_order_relaxed);  // a statistic (lock_counters)
+  if (metrics_sink* s = sink_or_global(sink_))
+    s->observe_wait(metric_wait::keyed_lock, std::chrono::nanoseconds(waited));
+  if (recorder_ != nullptr) recorder_->record(e, waited);
+}
+
+void lock_table::note_timeout() noexcept {
+  counters_.timeouts.fetch_add(1, std::memory_order_relaxed);  // a statistic (lock_counters)
+  count_event(sink_, metric_counter::keyed_lock_timeouts);
+}
+
+void lock_table::note_lease_expiry() noexcept {
+  counters_.lease_expiries.fetch_add(1, std::memory_order_relaxed);  // a statistic (lock_counters)
+  count_event(sink_, metric_counter::keyed_lease_expiries);
+}
+
+std::size_t lock_table::waiting() const noexcept {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < shard_count(); ++i) {
+    lock_shard& s = shards_[i];
+    s.lock.lock();
+    for (std::size_t j = 0; s.size != 0 && j <= s.mask; ++j) {
+      const lock_entry* e = s.slots[j].entry;
+      // The count is the holder plus the queued requests (lock_entry::own).
+      if (e != nullptr && e->own.pending() > 1) n += e->own.pending() - 1;
+    }
+    s.lock.unlock();
+  }
+  return n;
+}
+
+}  // namespace handoff::detail
