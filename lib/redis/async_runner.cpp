@@ -67,6 +67,7 @@ void client::run_async(std::int64_t now) {
       // Once queued, attempts carry the id up to the last one (which may still be granted),
       // and a request that then gives up leaves the queue. wait 0: one try, never queued.
       const bool queue = r->queued || r->deadline > now;
+      if (r->queued) counters.recheck();  // queued before, and no notification granted it
       r->sent = now_ns();
       const attempt_result a = attempt(c, n, r->id, lease_ms(r->lease_ns), queue, r->key);  // as in acquire()
       r->queued = queue && !a.granted;

@@ -18,8 +18,10 @@ namespace handoff::redis::detail {
 
 connection& client::bg_connection() {
   if (bg_conn_ == nullptr || bg_conn_->stale()) {
+    const bool replaces = bg_conn_ != nullptr;  // a reconnect, for the statistics
     bg_conn_.reset();
-    bg_conn_ = std::make_unique<connection>(o);
+    bg_conn_ = std::make_unique<connection>(o, &counters);
+    if (replaces) counters.reconnect();
   }
   return *bg_conn_;
 }
@@ -73,7 +75,8 @@ void client::run() noexcept {
     if (sub_ == nullptr && now >= sub_retry_at_) {
       try {
         connect_subscriber();
-        wake_all();  // notifications sent while we were not listening are lost: re-check
+        counters.reconnect();  // the constructor's first subscription is not in this loop
+        wake_all();            // notifications sent while we were not listening are lost: re-check
       } catch (const error&) {
         sub_retry_at_ = now + std::min<std::int64_t>(o.recheck_interval.count() * ms_ns, subscriber_retry_max);
       }
@@ -118,6 +121,7 @@ void client::run() noexcept {
       } catch (const error&) {
         sub_.reset();  // reconnect at the top of the loop
         sub_retry_at_ = 0;
+        counters.notifications_lost();
       }
     }
   }

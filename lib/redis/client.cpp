@@ -18,9 +18,9 @@ namespace handoff::redis::detail {
 
 std::string_view hold::owner_client_prefix() const noexcept { return owner_client->o.prefix; }
 
-client::client(options opts) : o(std::move(opts)), pool_(o, o.pool_size) {
+client::client(options opts) : o(std::move(opts)), pool_(o, o.pool_size, &counters) {
   validate(o);
-  bg_conn_ = std::make_unique<connection>(o);  // fails fast on a wrong address or password
+  bg_conn_ = std::make_unique<connection>(o, &counters);  // fails fast on a wrong address or password
   check_eviction(*bg_conn_, o, "a held lock could be evicted and granted twice");
   for (script* s : {&acquire_script_, &release_script_, &extend_script_, &cancel_script_}) bg_conn_->load(*s);
   connect_subscriber();
@@ -57,7 +57,7 @@ void client::stop() noexcept {
 }
 
 void client::connect_subscriber() {
-  auto s = std::make_unique<connection>(o);
+  auto s = std::make_unique<connection>(o, &counters);
   const std::string channel = channel_prefix_ + id_;
   s->command({"SUBSCRIBE", channel}, "SUBSCRIBE");  // replies once subscribed
   sub_ = std::move(s);
@@ -199,6 +199,14 @@ guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t 
     const int v = contention_.load(std::memory_order_relaxed);
     if (v > 0) contention_.store(v - 1, std::memory_order_relaxed);
   };
+  // A grant after the first attempt waited (handoff/metrics.hpp: redis_lock).
+  const std::int64_t started = sent;
+  const auto waited = [&](guard g) {
+    if (metrics_sink* s = handoff::detail::sink_or_global(counters.sink)) {
+      s->observe_wait(metric_wait::redis_lock, std::chrono::nanoseconds(now_ns() - started));
+    }
+    return g;
+  };
   // A caller inside an actor's handler may block below: first run what this thread owns
   // only through its run queue, which nobody else can run.
   handoff::detail::run_before_blocking();
@@ -229,16 +237,19 @@ guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t 
       if (need_attempt) {
         sent = now_ns();
         if (sent >= deadline && !first) break;
+        if (!first) counters.recheck();  // no notification answered this wait in time
         pushed_grant g;
         std::tie(r, g) = attempt_and_wait(c, n, id, ms, list, wait_ms(sent, -1), key);
         if (r.granted) {
           if (first) found_free();
-          return granted(key, id, static_cast<std::uint64_t>(r.value), lease_ns, found(sent, lease_ns, r));
+          guard got = granted(key, id, static_cast<std::uint64_t>(r.value), lease_ns, found(sent, lease_ns, r));
+          if (first) return got;
+          return waited(std::move(got));
         }
         if (first) queued();
         // A grant answering an older attempt has ended since: that attempt would have found it.
         if (g.fence != 0 && g.beat == r.extra) {
-          return granted(key, id, g.fence, lease_ns, announced(sent, lease_ns, g.waited_ms));
+          return waited(granted(key, id, g.fence, lease_ns, announced(sent, lease_ns, g.waited_ms)));
         }
         if (!g.poked) continue;  // nothing came in time: re-check
         // Poked: the holder's lease ends before the BLPOP would have timed out; wait until then.
@@ -248,7 +259,7 @@ guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t 
       if (now >= deadline) break;
       const pushed_grant g = await_grant(c, list, wait_ms(now, r.value), key);
       if (g.fence != 0 && g.beat == r.extra) {
-        return granted(key, id, g.fence, lease_ns, announced(sent, lease_ns, g.waited_ms));
+        return waited(granted(key, id, g.fence, lease_ns, announced(sent, lease_ns, g.waited_ms)));
       }
     }
   }

@@ -26,6 +26,7 @@
 
 #include "../task_thread.hpp"
 #include "connection.hpp"
+#include "counters.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/redis/keyed_mutex.hpp"
 #include "names.hpp"
@@ -195,6 +196,7 @@ struct client : std::enable_shared_from_this<client> {
     return lease_ns == 0 ? o.watchdog_lease.count() : lease_to_ms(lease_ns);
   }
   const options o;
+  client_counters counters{o.metrics};  // before the pools and connections that count into it
 
  private:
   // One acquire script: `queue` false for a try_lock, which never queues.
@@ -254,7 +256,7 @@ struct client : std::enable_shared_from_this<client> {
   pool pool_;
   // Blocking waiters' own connections, one per waiter while it waits (BLPOP), kept for
   // reuse: not limited by pool_size, so that no waiter keeps a command connection.
-  pool waits_{o, std::numeric_limits<std::size_t>::max()};
+  pool waits_{o, std::numeric_limits<std::size_t>::max(), &counters};
   script acquire_script_{scripts::acquire_source(), {}};
   script release_script_{scripts::release_source(), {}};
   script extend_script_{scripts::extend, {}};

@@ -1,5 +1,7 @@
 #include "connection.hpp"
 
+#include "counters.hpp"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -27,7 +29,8 @@ std::string describe(const redisReply* r) {
 
 }  // namespace
 
-connection::connection(const options& o) : timeout_(o.command_timeout), socket_timeout_(o.command_timeout) {
+connection::connection(const options& o, client_counters* counters)
+    : timeout_(o.command_timeout), socket_timeout_(o.command_timeout), counters_(counters) {
   const timeval connect_tv = to_timeval(o.connect_timeout);
   ctx_ = o.unix_socket.empty() ? redisConnectWithTimeout(o.host.c_str(), o.port, connect_tv)
                                : redisConnectUnixWithTimeout(o.unix_socket.c_str(), connect_tv);
@@ -135,6 +138,7 @@ void connection::flush(std::string_view what) {
   // Empty the buffer as sdsclear() does (hiredis' sds.h declares it without C linkage).
   sdssetlen(ctx_->obuf, 0);
   ctx_->obuf[0] = '\0';
+  if (counters_ != nullptr) counters_->round_trip();  // every round trip writes once, here
 }
 
 reply connection::command(std::initializer_list<std::string_view> args, std::string_view what) {
@@ -233,14 +237,20 @@ pool::handle pool::take() {
     idle_.pop_back();
     if (!c->stale()) return handle(*this, std::move(c));
     --open_;  // closed by the server while idle: replaced below
+    ++lost_;
   }
   ++open_;
-  idle_.reserve(open_);  // give_back must not allocate
+  idle_.reserve(open_);              // give_back must not allocate
+  const bool replaces = lost_ != 0;  // a reconnect, for the statistics
+  if (replaces) --lost_;
   lock.unlock();
   try {
-    return handle(*this, std::make_unique<connection>(o_));
+    auto c = std::make_unique<connection>(o_, counters_);
+    if (replaces && counters_ != nullptr) counters_->reconnect();
+    return handle(*this, std::move(c));
   } catch (...) {
     lock.lock();
+    if (replaces) ++lost_;
     --open_;
     cv_.notify_one();
     throw;
@@ -254,6 +264,7 @@ void pool::give_back(std::unique_ptr<connection> c) noexcept {
     if (c->broken()) {
       dropped = std::move(c);
       --open_;
+      ++lost_;
     } else {
       idle_.push_back(std::move(c));
     }

@@ -20,6 +20,8 @@
 
 namespace handoff::redis::detail {
 
+struct client_counters;
+
 struct reply_free {
   void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
 };
@@ -34,8 +36,8 @@ struct script {
 class connection {
  public:
   // Connects (TCP or Unix socket), sets the command timeout, AUTH and SELECT as options
-  // say. Throws error.
-  explicit connection(const options& o);
+  // say. Throws error. Counts its round trips into `counters` when given.
+  explicit connection(const options& o, client_counters* counters = nullptr);
   ~connection();
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
@@ -91,6 +93,7 @@ class connection {
   redisContext* ctx_ = nullptr;
   std::chrono::milliseconds timeout_;         // options::command_timeout
   std::chrono::milliseconds socket_timeout_;  // the one set on the socket now
+  client_counters* counters_;                 // nullptr: not counted
 };
 
 // Throws std::invalid_argument for nonsensical options (see keyed_mutex's constructor).
@@ -105,7 +108,9 @@ void check_eviction(connection& c, const options& o, std::string_view what);
 class pool {
  public:
   // At most `max` connections open at once (options::pool_size for the command pool).
-  pool(const options& o, std::size_t max) : o_(o), max_(max) {}
+  // Counts round trips and reconnects into `counters` when given.
+  pool(const options& o, std::size_t max, client_counters* counters = nullptr)
+      : o_(o), max_(max), counters_(counters) {}
 
   class handle {
    public:
@@ -135,6 +140,8 @@ class pool {
   std::condition_variable cv_;                     // a connection was given back
   std::vector<std::unique_ptr<connection>> idle_;  // guarded by mu_
   std::size_t open_ = 0;                           // guarded by mu_: idle + taken
+  client_counters* const counters_;
+  std::size_t lost_ = 0;  // guarded by mu_: connections dropped broken or stale, not yet replaced
 };
 
 }  // namespace handoff::redis::detail

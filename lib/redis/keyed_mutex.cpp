@@ -109,4 +109,6 @@ void keyed_mutex::lock_async_until(std::string key, callback f, std::int64_t dea
 
 const options& keyed_mutex::config() const noexcept { return client_->o; }
 
+client_stats keyed_mutex::stats() const noexcept { return client_->counters.snapshot(); }
+
 }  // namespace handoff::redis

@@ -6,51 +6,17 @@
 
 #include <gtest/gtest.h>
 
-#include <array>
 #include <atomic>
 #include <chrono>
-#include <cstdint>
-#include <mutex>
 #include <string>
 #include <thread>
-#include <vector>
 
+#include "counting_sink.hpp"
 #include "keyed_mutex_support.hpp"
 
 namespace {
 
 using namespace handoff::test;
-
-// A sink that counts what it is told, for the tests to read.
-class counting_sink final : public handoff::metrics_sink {
- public:
-  void add(handoff::metric_counter c, std::uint64_t n) noexcept override {
-    counters_[static_cast<std::size_t>(c)].fetch_add(n, std::memory_order_relaxed);
-  }
-  void observe_wait(handoff::metric_wait w, std::chrono::nanoseconds d) noexcept override {
-    const std::lock_guard lock(mu_);
-    waits_[static_cast<std::size_t>(w)].push_back(d);
-  }
-  std::uint64_t count(handoff::metric_counter c) const {
-    return counters_[static_cast<std::size_t>(c)].load(std::memory_order_relaxed);
-  }
-  std::vector<std::chrono::nanoseconds> waits(handoff::metric_wait w) {
-    const std::lock_guard lock(mu_);
-    return waits_[static_cast<std::size_t>(w)];
-  }
-  std::size_t events() {
-    std::uint64_t n = 0;
-    for (const auto& c : counters_) n += c.load(std::memory_order_relaxed);
-    const std::lock_guard lock(mu_);
-    for (const auto& w : waits_) n += w.size();
-    return n;
-  }
-
- private:
-  std::array<std::atomic<std::uint64_t>, handoff::metric_counter_count> counters_{};
-  std::mutex mu_;
-  std::array<std::vector<std::chrono::nanoseconds>, handoff::metric_wait_count> waits_;
-};
 
 // Holds `key` on a thread of its own for `hold`, while a blocking lock() of it on another
 // thread waits: that wait lasts about `hold`.

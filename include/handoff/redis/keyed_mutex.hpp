@@ -151,6 +151,16 @@ class [[nodiscard]] guard {
 
 using multi_guard = handoff::basic_multi_guard<guard>;
 
+// What a keyed_mutex's client did since it was constructed (keyed_mutex::stats()).
+struct client_stats {
+  client_stats(std::uint64_t trips, std::uint64_t reconnected, std::uint64_t lost, std::uint64_t checks) noexcept
+      : round_trips(trips), reconnects(reconnected), notifications_lost(lost), rechecks(checks) {}
+  std::uint64_t round_trips;         // commands (or pipelined pairs) sent and answered, or failed
+  std::uint64_t reconnects;          // connections opened to replace one that broke or was closed
+  std::uint64_t notifications_lost;  // subscriber connection drops: grants announced meanwhile were missed
+  std::uint64_t rechecks;            // attempts a waiter repeated because no notification answered in time
+};
+
 // One client of the keyed locks on a Redis server. Thread-safe. Owns a pool of command
 // connections, one subscriber connection, one background thread (notifications, the
 // watchdog, async waiters' attempts) and one callback thread (async_lock resumptions and
@@ -248,6 +258,10 @@ class keyed_mutex {
                   std::chrono::nanoseconds lease = std::chrono::nanoseconds::zero());
 
   [[nodiscard]] const options& config() const noexcept;
+
+  // Thread-safe, never blocks or allocates. Counts since construction, each read on its
+  // own (not one atomic snapshot); the same events go to options::metrics.
+  [[nodiscard]] client_stats stats() const noexcept;
 
  private:
   static constexpr std::int64_t no_deadline = handoff::detail::no_deadline;

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "handoff/metrics.hpp"
+
 namespace handoff::redis {
 
 // A Redis failure: the message says what was being done and what Redis or hiredis said.
@@ -46,6 +48,10 @@ struct options {
   std::chrono::milliseconds recheck_interval{1000};
   // A server that may evict keys (checked once, with INFO memory, at construction).
   eviction_check if_server_evicts = eviction_check::refuse;
+  // keyed_mutex only: where its events go (handoff/metrics.hpp: round trips, reconnects,
+  // lost notifications, re-checks, lock waits); nullptr: the process-wide sink. Not owned:
+  // it must outlive the mutex.
+  metrics_sink* metrics = nullptr;
 };
 
 }  // namespace handoff::redis
