@@ -112,11 +112,13 @@ class raw_redis {
   redisContext* ctx_;
 };
 
-// A redis_lock_helper process (see that file for its modes), spawned with posix_spawn.
+// A redis_lock_helper (or another helper) process, spawned with posix_spawn.
 class helper_process {
  public:
-  explicit helper_process(std::vector<std::string> args) {
-    args.insert(args.begin(), HANDOFF_REDIS_LOCK_HELPER);
+  explicit helper_process(std::vector<std::string> args) : helper_process(HANDOFF_REDIS_LOCK_HELPER, std::move(args)) {}
+  // Another helper binary (redis_actor_helper).
+  helper_process(const char* binary, std::vector<std::string> args) {
+    args.insert(args.begin(), binary);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -125,9 +127,9 @@ class helper_process {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
     posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
 #endif
-    const int rc = posix_spawn(&pid_, HANDOFF_REDIS_LOCK_HELPER, &actions, nullptr, argv.data(), environ);
+    const int rc = posix_spawn(&pid_, binary, &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw std::runtime_error("posix_spawn(redis_lock_helper) failed: " + std::to_string(rc));
+    if (rc != 0) throw std::runtime_error(std::string("posix_spawn(") + binary + ") failed: " + std::to_string(rc));
   }
   helper_process(const helper_process&) = delete;
   helper_process& operator=(const helper_process&) = delete;

@@ -9,6 +9,7 @@
 #include <handoff/keyed_mutex.hpp>
 #include <handoff/lease.hpp>
 #include <handoff/multi_guard.hpp>
+#include <handoff/redis/actor_system.hpp>
 #include <handoff/redis/fenced_store.hpp>
 #include <handoff/redis/keyed_mutex.hpp>
 #include <handoff/redis/options.hpp>
@@ -43,6 +44,9 @@ struct counter {
   auto g = m.try_lock("k");
   auto all = m.lock_all({"a", "b"});
   m.lock_async("k", [](handoff::key_guard) {});
+  handoff::redis::actor_system ra;
+  ra.on("room:", [](handoff::redis::delivery& d) { d.set_state(std::string(d.body())); });
+  (void)ra.post("room:1", "x");
   handoff::redis::keyed_mutex r;
   auto rg = r.try_lock_for("k", std::chrono::milliseconds(1), handoff::lease{std::chrono::seconds(1)});
   auto rall = r.lock_all({"a", "b"});

@@ -1,0 +1,200 @@
+// handoff::redis::actor_system: actors across processes, with their mailboxes and counts on
+// one Redis server. Any process posts a message (bytes) to an actor key such as "room:7";
+// processes register handlers for key families (key prefixes). The messages of one key are
+// handled one at a time across all processes, in each sender's order, by whichever process
+// is free: no process runs a consumer per key.
+//
+//   handoff::redis::actor_system actors(opts, {.lease = 2s});
+//   actors.on("room:", [](handoff::redis::delivery& d) { apply(d.key(), d.body()); });
+//   actors.post("room:7", "join alice");  // may handle room:7's messages here, see post()
+//
+// The protocol is the in-process actor's hand-off with the count and the mailbox on the
+// server (each step one Lua script; lib/redis/actor_scripts.hpp gives the data layout):
+//   post:    count += 1 and append the message, atomically; the post that finds no live
+//            owner (count 0 -> 1) becomes the owner and drains on the caller's thread.
+//   drain:   peek the head (its delivery count + 1), run the handler, then dequeue it
+//            (at-least-once: a message is removed only after its handler returned);
+//            with the mailbox empty, release by subtracting the messages removed this
+//            round. Ownership is a token with a lease, renewed by every step and, while a
+//            handler runs, by this process's renewal thread.
+//   budget:  after budget_messages messages or budget_time, the owner subtracts what it
+//            ran and hands the actor on: to actor_options::executor if set (still owned),
+//            otherwise by announcing it, so that a sweeping process continues it.
+//   crash:   an owner that dies leaves its lease to run out; then the next post or a
+//            sweeper takes the actor over and re-runs the message that was not dequeued.
+//   failure: a message delivered more than max_attempts times (its handler threw, or
+//            its owner died while handling it) moves to the key's dead-letter list.
+//
+// Guarantees (one Redis server, no failover; clocks need not agree across processes):
+// - Mutual exclusion: at most one handler of a key runs at a time across all processes,
+//   as long as every handler returns within the lease of the process running it (a
+//   handler paused or stalled past the lease may overlap with the next owner's; its
+//   dequeue and state commit are then refused, see delivery::set_state).
+// - At-least-once: every accepted message is handled until one handler returns for it, or
+//   it goes to the dead letters. A message runs again only after a handler threw, or after
+//   its owner lost ownership (crash, stall, a Redis error) before the dequeue; the
+//   delivery says so (delivery::attempt() > 1).
+// - Per-sender FIFO: the messages one thread posts to a key are handled in the order
+//   posted (a re-run keeps its place at the head).
+// Not promised: exactly-once side effects outside Redis (use remember_handled and
+// delivery::set_state for state kept with the actor); order across senders; anything
+// after a Redis failover or with an evicting server; progress of a handed-on or crashed
+// actor when no process sweeps and nobody posts to it.
+//
+// Errors: every Redis failure is handoff::redis::error, within options::command_timeout of
+// each command (a dead or stalled server never hangs a caller).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "handoff/executor.hpp"
+#include "handoff/redis/options.hpp"
+
+namespace handoff::redis {
+
+namespace detail {
+struct actor_core;
+}  // namespace detail
+
+// post() on a mailbox that holds actor_options::max_mailbox messages.
+class mailbox_full : public error {
+ public:
+  using error::error;
+};
+
+// One delivery of a message to a handler. Valid only during the handler call.
+class delivery {
+ public:
+  delivery(std::string_view key, std::string_view id, std::string_view body, std::uint32_t attempt,
+           std::string_view last_id, std::string_view state) noexcept
+      : key_(key), id_(id), body_(body), last_id_(last_id), state_(state), attempt_(attempt) {}
+
+  [[nodiscard]] std::string_view key() const noexcept { return key_; }
+  // Unique across processes and posts ("<sender>-<sequence>"), the same on every re-run.
+  [[nodiscard]] std::string_view id() const noexcept { return id_; }
+  [[nodiscard]] std::string_view body() const noexcept { return body_; }
+  // 1 for the first delivery; above 1 when an earlier one did not end in a dequeue (its
+  // handler threw, or its process died or lost ownership while handling it).
+  [[nodiscard]] std::uint32_t attempt() const noexcept { return attempt_; }
+  [[nodiscard]] bool redelivered() const noexcept { return attempt_ > 1; }
+
+  // With actor_options::remember_handled (else empty): the id of the last message of this
+  // key whose handling was committed (dequeued), and the state committed with it.
+  [[nodiscard]] std::string_view last_handled_id() const noexcept { return last_id_; }
+  [[nodiscard]] std::string_view state() const noexcept { return state_; }
+  // With remember_handled: stores `value` as the key's state atomically with this
+  // message's dequeue, and only if this process still owns the actor then. A handler that
+  // computes its state from state() and body() therefore changes it exactly once per
+  // message, re-runs included. Without remember_handled: ignored. Not thread-safe.
+  void set_state(std::string value) {
+    new_state_ = std::move(value);
+    has_state_ = true;
+  }
+
+  // For the library: the state set by the handler, if any.
+  [[nodiscard]] const std::string* staged_state() const noexcept { return has_state_ ? &new_state_ : nullptr; }
+
+ private:
+  std::string_view key_, id_, body_, last_id_, state_;
+  std::string new_state_;
+  std::uint32_t attempt_;
+  bool has_state_ = false;
+};
+
+// A message that was moved to a key's dead-letter list.
+struct dead_letter {
+  dead_letter(std::string i, std::string b) : id(std::move(i)), body(std::move(b)) {}
+  std::string id;
+  std::string body;
+};
+
+struct actor_options {
+  // Ownership lease on the server: an owner that dies frees its actors after this long.
+  // Renewed every third of it while the owner drains. A handler must return within it.
+  std::chrono::milliseconds lease{5000};
+  // The budget of one drain on one thread: after this many messages or this long, the
+  // owner hands the actor on instead of holding its caller longer.
+  std::uint32_t budget_messages = 64;
+  std::chrono::milliseconds budget_time{50};
+  // Where a budget hand-on continues in this process (still owned: no other process can
+  // take it meanwhile). Empty: the actor is announced and a sweeping process continues it.
+  // The executor must outlive the actor_system's last job (each holds the system's state).
+  executor_ref executor{};
+  std::size_t max_mailbox = 100000;           // messages per key; post() beyond: mailbox_full
+  std::size_t max_message_bytes = 1U << 20U;  // body bytes; more: std::invalid_argument
+  std::uint32_t max_attempts = 5;             // deliveries before a message is dead-lettered
+  bool remember_handled = false;              // keep {last handled id, state} per key
+  // This process takes over actors whose owner's lease ran out or that were announced,
+  // for the families it has handlers for, checking this often (0: never).
+  std::chrono::milliseconds sweep_interval{100};
+  // A handler's exception, a lost ownership or a Redis failure while draining: called with
+  // the key and the error (on the draining thread; must not throw). Empty: printed to stderr.
+  std::function<void(std::string_view key, std::exception_ptr error)> on_error{};
+};
+
+// Thread-safe. Owns a connection pool, a renewal thread and (with sweep_interval > 0) a
+// sweeper thread; handlers run on posting threads, the executor and the sweeper.
+class actor_system {
+ public:
+  using handler = std::function<void(delivery&)>;
+
+  // Connects once to check the options, the server and its eviction policy (as
+  // keyed_mutex does), and starts its threads. Throws std::invalid_argument for bad
+  // options, error when the server cannot be used.
+  explicit actor_system(options o = {}, actor_options a = {});
+  // Stops the threads (after the handler each is running, if any); drains in progress on
+  // posting threads or the executor finish their round. Actors this process owned and did
+  // not finish are taken over by others after their lease.
+  ~actor_system();
+  actor_system(const actor_system&) = delete;
+  actor_system& operator=(const actor_system&) = delete;
+
+  // Thread-safe. Handlers for every key that starts with `family` (the longest matching
+  // family wins; "" matches every key). Replaces an earlier handler of the same family.
+  // A handler's exception is reported (on_error) and the message delivered again, until
+  // max_attempts. Allocates.
+  void on(std::string family, handler h);
+
+  // Thread-safe. Appends `body` to `key`'s mailbox (keys and bodies are any bytes); one
+  // round trip. If no process owns the actor, the caller becomes its owner and drains it
+  // here, running handlers (its own message's and others') until the mailbox is empty or
+  // the budget is spent: post may block that long. A post from inside a handler, or for a
+  // key this process has no handler for, never drains: it hands the actor to the executor
+  // or announces it. Returns the message's id. Throws mailbox_full when the mailbox holds
+  // max_mailbox messages (nothing posted), std::invalid_argument for a body over
+  // max_message_bytes, error on Redis failure (the message may or may not be queued).
+  // Errors while draining (after the message was queued) go to on_error, not to the caller.
+  std::string post(std::string_view key, std::string_view body);
+
+  // As post(), but returns std::nullopt instead of throwing mailbox_full.
+  std::optional<std::string> try_post(std::string_view key, std::string_view body);
+
+  // As post(), but waits while the mailbox is full (re-trying every few ms), up to
+  // `timeout`; then throws mailbox_full.
+  std::string post_for(std::string_view key, std::string_view body, std::chrono::milliseconds timeout);
+
+  // Thread-safe. Takes over and drains the actors due for a sweep (owner lease ended, or
+  // announced) that this process has handlers for, on this thread; returns how many it
+  // took over. The sweeper thread calls it every sweep_interval. Throws error.
+  std::size_t sweep();
+
+  // Thread-safe. One round trip each. Messages waiting in `key`'s mailbox (the one being
+  // handled included); the dead letters of `key`, oldest first. Throw error.
+  [[nodiscard]] std::size_t pending(std::string_view key);
+  [[nodiscard]] std::vector<dead_letter> dead_letters(std::string_view key);
+
+  [[nodiscard]] const options& config() const noexcept;
+
+ private:
+  std::shared_ptr<detail::actor_core> core_;
+};
+
+}  // namespace handoff::redis

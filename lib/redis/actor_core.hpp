@@ -1,0 +1,114 @@
+// The state behind handoff::redis::actor_system (private to lib/redis): the options, the
+// connection pool, the scripts (actor_scripts.hpp), the handlers, and the two threads: the
+// renewer, which renews the lease of every actor this process is draining while its
+// handlers run, and the sweeper, which takes over actors whose owner is gone.
+//
+// Ownership: actor_system holds the core; an executor job continuing a drain holds it too
+// (shared_ptr), so a job may outlive the facade. The threads use the core through `this`
+// and are joined by stop(), which the facade's destructor calls.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "connection.hpp"
+#include "handoff/redis/actor_system.hpp"
+#include "names.hpp"
+
+namespace handoff::redis::detail {
+
+// The names of one actor's keys (actor_scripts.hpp).
+struct actor_names {
+  actor_names(std::string_view prefix, std::string_view k) : key(k) {
+    const std::string base = key_name(prefix, k, "actor:");
+    count = base + "count";
+    mailbox = base + "mailbox";
+    owner = base + "owner";
+    head = base + "head";
+    dead = base + "dead";
+    state = base + "state";
+  }
+  std::string key;  // the actor key itself (raw bytes): the pending set's member
+  std::string count, mailbox, owner, head, dead, state;
+};
+
+// The renewer renews a drained actor's lease when a third of it has passed: two more tries
+// fit before it would run out, so one lost round trip or a short stall never costs an
+// owner its actor (as the keyed mutex's watchdog).
+constexpr int actor_renew_fraction = 3;
+// Keys read per sweep: a process sees at most this many due actors per sweep_interval
+// (due actors of families it has no handler for included).
+constexpr int sweep_batch = 256;
+// post_for's wait between attempts on a full mailbox: from 1 ms, doubling to 16 ms (a
+// drain of a few messages on loopback frees room within a few ms).
+constexpr std::chrono::milliseconds post_retry_min{1};
+constexpr std::chrono::milliseconds post_retry_max{16};
+
+struct actor_core : std::enable_shared_from_this<actor_core> {
+  actor_core(options opts, actor_options a);
+  ~actor_core() { stop(); }
+  actor_core(const actor_core&) = delete;
+  actor_core& operator=(const actor_core&) = delete;
+
+  void start();          // the threads
+  void stop() noexcept;  // joins them; idempotent
+
+  // post's work: std::nullopt when the mailbox is full, else the message's id.
+  std::optional<std::string> try_post(std::string_view key, std::string_view body);
+  std::size_t sweep();
+  // Owner only: drains `n`'s actor under `token` (actor_system.hpp's protocol); reports
+  // every failure to on_error.
+  void drain(const actor_names& n, const std::string& token) noexcept;
+  // Where an owner continues: drain() here, or on the executor (queue_drain).
+  void continue_owned(const actor_names& n, const std::string& token, bool on_executor);
+  void queue_drain(const actor_names& n, const std::string& token);
+  [[nodiscard]] std::shared_ptr<const actor_system::handler> find(std::string_view key) const;
+  void report(std::string_view key, const std::exception_ptr& e) const noexcept;
+  [[nodiscard]] std::string next_id() {
+    return id_ + "-" + std::to_string(seq_.fetch_add(1, std::memory_order_relaxed));
+  }
+
+  const options o;
+  const actor_options a;
+  pool connections;  // after o, which it refers to
+  // Loaded once by the constructor, then only read.
+  script post_script, step_script, renew_script, claim_script, due_script;
+  const std::string pending_key = o.prefix + "actors:pending";
+
+  mutable std::mutex handlers_mu;
+  // By family; guarded by handlers_mu. A handler is copied out (shared) before it runs.
+  std::map<std::string, std::shared_ptr<const actor_system::handler>, std::less<>> handlers;
+
+  std::mutex mu;
+  std::condition_variable cv;  // `stopping` was set
+  bool stopping = false;       // guarded by mu
+  // The actors this process drains now or has queued on its executor, token -> key: the
+  // renewer's work. Guarded by mu. A drain inserts an entry first and erases it last; a
+  // continuation queued on the executor holds one of its own until it runs (so a token
+  // may appear twice for a moment: erase one entry, never all).
+  std::multimap<std::string, std::string, std::less<>> draining;
+  void register_drain(const std::string& token, const std::string& key);
+  void unregister_drain(const std::string& token) noexcept;
+
+ private:
+  void renew_loop() noexcept;
+  void sweep_loop() noexcept;
+
+  const std::string id_;
+  // Message and token sequence; relaxed: only uniqueness matters (fetch_add never repeats).
+  std::atomic<std::uint64_t> seq_{0};
+  std::thread renewer_;
+  std::thread sweeper_;
+};
+
+}  // namespace handoff::redis::detail

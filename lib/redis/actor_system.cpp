@@ -1,0 +1,298 @@
+// handoff::redis::actor_system: post, the owner's drain loop, and the facade
+// (actor_system.hpp; the scripts in actor_scripts.hpp; the threads in actor_threads.cpp).
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "actor_core.hpp"
+#include "actor_scripts.hpp"
+#include "client.hpp"
+#include "handoff/detail/report.hpp"
+
+namespace handoff::redis::detail {
+
+namespace {
+
+// Handlers running on this thread (any actor_system): a post made inside one never drains
+// inline, so that a chain of actors posting to each other cannot grow the stack.
+thread_local int handler_depth = 0;
+
+[[noreturn]] void unexpected(std::string_view what) {
+  throw error("handoff::redis: " + std::string(what) + ": unexpected reply from the server");
+}
+
+std::string describe(std::string_view op, std::string_view key) {
+  return std::string(op) + ' ' + handoff::detail::key_excerpt(key);
+}
+
+std::string_view text(const redisReply& r) {
+  return r.type == REDIS_REPLY_STRING ? std::string_view(r.str, r.len) : "";
+}
+
+// An element "<id> <body>" split in two.
+std::pair<std::string_view, std::string_view> split(std::string_view element, std::string_view what) {
+  const std::size_t space = element.find(' ');
+  if (space == std::string_view::npos) unexpected(what);
+  return {element.substr(0, space), element.substr(space + 1)};
+}
+
+void check(const actor_options& a) {
+  const auto bad = [](const char* why) {
+    throw std::invalid_argument(std::string("handoff::redis::actor_system: ") + why);
+  };
+  if (a.lease.count() <= 0) bad("lease must be positive");
+  if (a.budget_messages == 0) bad("budget_messages must be at least 1");
+  if (a.budget_time.count() <= 0) bad("budget_time must be positive");
+  if (a.max_mailbox == 0) bad("max_mailbox must be at least 1");
+  if (a.max_attempts == 0) bad("max_attempts must be at least 1");
+  if (a.sweep_interval.count() < 0) bad("sweep_interval must not be negative");
+}
+
+}  // namespace
+
+actor_core::actor_core(options opts, actor_options ao)
+    : o(std::move(opts)), a(std::move(ao)),
+      connections(o, o.pool_size), post_script{actor_scripts::post, {}}, step_script{actor_scripts::step, {}},
+      renew_script{actor_scripts::renew, {}}, claim_script{actor_scripts::claim, {}}, due_script{actor_scripts::due,
+                                                                                                 {}},
+      id_(random_hex128()) {
+  validate(o);
+  check(a);
+  connection c(o);  // fails fast on a wrong address or password
+  check_eviction(c, o, "an evicted mailbox or owner key loses messages or lets two owners in");
+  for (script* s : {&post_script, &step_script, &renew_script, &claim_script, &due_script}) c.load(*s);
+}
+
+std::shared_ptr<const actor_system::handler> actor_core::find(std::string_view key) const {
+  const std::lock_guard<std::mutex> lock(handlers_mu);
+  // The longest family that is a prefix of key: scan back from the last family <= key.
+  for (auto it = handlers.upper_bound(key); it != handlers.begin();) {
+    --it;
+    if (key.starts_with(it->first)) return it->second;
+    if (it->first.empty()) break;
+  }
+  return nullptr;
+}
+
+void actor_core::report(std::string_view key, const std::exception_ptr& e) const noexcept {
+  if (a.on_error) {
+    try {
+      a.on_error(key, e);
+      return;
+    } catch (...) {  // NOLINT(bugprone-empty-catch): documented as must not throw; fall through to stderr
+    }
+  }
+  handoff::detail::report_to_stderr(e, "a handoff::redis actor");
+}
+
+std::optional<std::string> actor_core::try_post(std::string_view key, std::string_view body) {
+  if (body.size() > a.max_message_bytes) {
+    throw std::invalid_argument("handoff::redis::actor_system::post: a body of " + std::to_string(body.size()) +
+                                " bytes, over max_message_bytes " + std::to_string(a.max_message_bytes));
+  }
+  const actor_names n(o.prefix, key);
+  std::string id = next_id();
+  std::string element = id + ' ';
+  element += body;
+  // Inside a handler only an executor may continue the actor (no drain nested in a drain).
+  const bool nested = handler_depth > 0;
+  const bool can_own = find(key) != nullptr && (!nested || static_cast<bool>(a.executor));
+  const std::string what = describe("post to", key);
+  const std::string bound = std::to_string(a.max_mailbox);
+  const std::string lease = std::to_string(a.lease.count());
+  reply r = [&] {
+    auto c = connections.take();
+    return c->eval(post_script, {n.count, n.mailbox, n.owner, pending_key},
+                   {element, bound, id, lease, can_own ? "1" : "0", key}, what);
+  }();
+  if (r->type != REDIS_REPLY_INTEGER || r->integer < -1 || r->integer > 1) unexpected(what);
+  if (r->integer == -1) return std::nullopt;
+  if (r->integer == 1) continue_owned(n, id, nested);  // the token is the winning message's id
+  return id;
+}
+
+void actor_core::continue_owned(const actor_names& n, const std::string& token, bool on_executor) {
+  if (on_executor) {
+    queue_drain(n, token);
+  } else {
+    drain(n, token);
+  }
+}
+
+void actor_core::queue_drain(const actor_names& n, const std::string& token) {
+  // Registered before it is queued, so that the renewer keeps the lease while it waits.
+  register_drain(token, n.key);
+  try {
+    handoff::execute(a.executor, [self = shared_from_this(), n, token] {
+      self->unregister_drain(token);
+      self->drain(n, token);
+    });
+  } catch (...) {
+    unregister_drain(token);  // the lease runs out and a sweeper takes the actor over
+    throw;
+  }
+}
+
+void actor_core::register_drain(const std::string& token, const std::string& key) {
+  const std::lock_guard<std::mutex> lock(mu);
+  draining.emplace(token, key);
+}
+
+void actor_core::unregister_drain(const std::string& token) noexcept {
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto it = draining.find(token);
+  if (it != draining.end()) draining.erase(it);
+}
+
+void actor_core::drain(const actor_names& n, const std::string& token) noexcept {
+  struct registration {
+    actor_core& core;
+    const std::string& token;
+    registration(actor_core& c, const actor_names& names, const std::string& t) : core(c), token(t) {
+      core.register_drain(token, names.key);
+    }
+    registration(const registration&) = delete;
+    registration& operator=(const registration&) = delete;
+    ~registration() { core.unregister_drain(token); }
+  };
+  try {
+    const registration reg(*this, n, token);
+    const std::string what = describe("drain of", n.key);
+    const std::string lease = std::to_string(a.lease.count());
+    const std::string attempts = std::to_string(a.max_attempts);
+    const auto budget_end = std::chrono::steady_clock::now() + a.budget_time;
+    std::string x = "0";    // messages removed this round, as the last step said
+    std::string done;       // the id of the message handled, to dequeue
+    std::string new_state;  // set by its handler (remember_handled)
+    bool has_state = false;
+    for (std::uint32_t ran = 0;;) {
+      const bool spent = ran >= a.budget_messages || std::chrono::steady_clock::now() >= budget_end;
+      const char* mode = !spent ? "next" : a.executor ? "keep" : "announce";
+      reply r = [&] {
+        auto c = connections.take();
+        return c->eval(step_script, {n.count, n.mailbox, n.owner, n.head, pending_key, n.dead, n.state},
+                       {token, lease, done, x, mode, attempts, a.remember_handled ? "1" : "0", has_state ? "1" : "0",
+                        new_state, n.key},
+                       what);
+      }();
+      if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) {
+        unexpected(what);
+      }
+      const long long status = r->element[0]->integer;
+      x = std::to_string(r->element[1]->integer);
+      if (const long long dead = r->element[2]->integer; dead > 0) {
+        std::string why = "handoff::redis: " + what + ": ";
+        why += std::to_string(dead);
+        why += " message(s) moved to the dead letters after ";
+        why += attempts;
+        why += " deliveries";
+        report(n.key, std::make_exception_ptr(error(why)));
+      }
+      if (status == -1) throw error("handoff::redis: " + what + ": ownership lost (lease ran out) before the dequeue");
+      if (status == 0) return;
+      if (status == 2) {
+        if (a.executor) queue_drain(n, token);
+        return;
+      }
+      if (status != 1 || r->elements != 7) unexpected(what);
+      const auto [id, body] = split(text(*r->element[3]), what);
+      const auto attempt = static_cast<std::uint32_t>(r->element[4]->integer);
+      delivery d(n.key, id, body, attempt, text(*r->element[5]), text(*r->element[6]));
+      done.clear();
+      has_state = false;
+      ++ran;
+      const auto h = find(n.key);
+      try {
+        if (h == nullptr) throw error("handoff::redis: " + what + ": no handler for this key in this process");
+        ++handler_depth;
+        struct depth_guard {
+          depth_guard() = default;
+          depth_guard(const depth_guard&) = delete;
+          depth_guard& operator=(const depth_guard&) = delete;
+          ~depth_guard() { --handler_depth; }
+        } const depth;
+        (*h)(d);
+        done = id;
+        if (const std::string* s = d.staged_state()) {
+          new_state = *s;
+          has_state = true;
+        }
+      } catch (...) {
+        report(n.key, std::current_exception());  // delivered again, until max_attempts
+      }
+    }
+  } catch (...) {
+    // The actor stays owned until its lease runs out; then a post or a sweeper takes over.
+    report(n.key, std::current_exception());
+  }
+}
+
+}  // namespace handoff::redis::detail
+
+namespace handoff::redis {
+
+actor_system::actor_system(options o, actor_options a)
+    : core_(std::make_shared<detail::actor_core>(std::move(o), std::move(a))) {
+  core_->start();
+}
+
+actor_system::~actor_system() { core_->stop(); }
+
+void actor_system::on(std::string family, handler h) {
+  auto shared = std::make_shared<const handler>(std::move(h));
+  const std::lock_guard<std::mutex> lock(core_->handlers_mu);
+  core_->handlers[std::move(family)] = std::move(shared);
+}
+
+std::optional<std::string> actor_system::try_post(std::string_view key, std::string_view body) {
+  return core_->try_post(key, body);
+}
+
+std::string actor_system::post(std::string_view key, std::string_view body) {
+  if (auto id = core_->try_post(key, body)) return std::move(*id);
+  throw mailbox_full("handoff::redis::actor_system::post: the mailbox of " + handoff::detail::key_excerpt(key) +
+                     " holds max_mailbox (" + std::to_string(core_->a.max_mailbox) + ") messages");
+}
+
+std::string actor_system::post_for(std::string_view key, std::string_view body, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto pause = detail::post_retry_min;; pause = std::min(pause * 2, detail::post_retry_max)) {
+    if (auto id = core_->try_post(key, body)) return std::move(*id);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return post(key, body);  // one last try, which throws mailbox_full
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+  }
+}
+
+std::size_t actor_system::sweep() { return core_->sweep(); }
+
+std::size_t actor_system::pending(std::string_view key) {
+  const detail::actor_names n(core_->o.prefix, key);
+  const std::string what = detail::describe("pending of", key);
+  auto c = core_->connections.take();
+  const detail::reply r = c->command({"LLEN", n.mailbox}, what);
+  if (r->type != REDIS_REPLY_INTEGER || r->integer < 0) detail::unexpected(what);
+  return static_cast<std::size_t>(r->integer);
+}
+
+std::vector<dead_letter> actor_system::dead_letters(std::string_view key) {
+  const detail::actor_names n(core_->o.prefix, key);
+  const std::string what = detail::describe("dead letters of", key);
+  const detail::reply r = [&] {
+    auto c = core_->connections.take();
+    return c->command({"LRANGE", n.dead, "0", "-1"}, what);
+  }();
+  if (r->type != REDIS_REPLY_ARRAY) detail::unexpected(what);
+  std::vector<dead_letter> out;
+  out.reserve(r->elements);
+  for (std::size_t i = 0; i < r->elements; ++i) {
+    const auto [id, body] = detail::split(detail::text(*r->element[i]), what);
+    out.emplace_back(std::string(id), std::string(body));
+  }
+  return out;
+}
+
+const options& actor_system::config() const noexcept { return core_->o; }
+
+}  // namespace handoff::redis

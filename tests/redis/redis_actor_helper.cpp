@@ -1,0 +1,60 @@
+// A second process for the cross-process tests of handoff::redis::actor_system
+// (redis_actor_test.cpp spawns it). Every handler records its run (redis_actor_check.hpp).
+//
+//   redis_actor_helper <port> <lease ms> send <tag> <count> <key>...
+//       Posts "<tag> <i>" for i in [0, count) to the keys in turn; after each post returns,
+//       RPUSH t:accepted:<tag> i. Handles what it owns (any key).
+//   redis_actor_helper <port> <lease ms> hang <key>
+//       Posts "hang 0" to key and handles it: its first delivery sets t:hanging and
+//       sleeps for ever (an owner to be SIGKILLed mid-handler).
+//
+// Exits 0 on success, 1 with a message on stderr on any failure.
+#include <handoff/redis/actor_system.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <thread>
+
+#include "redis_actor_check.hpp"
+
+int main(int argc, char** argv) {
+  try {
+    if (argc < 5) throw std::runtime_error("usage: see redis_actor_helper.cpp");
+    const int port = std::stoi(argv[1]);
+    handoff::redis::options o;
+    o.port = port;
+    handoff::redis::actor_options a;
+    a.lease = std::chrono::milliseconds(std::stoi(argv[2]));
+    a.sweep_interval = std::chrono::milliseconds(50);
+    const std::string mode = argv[3];
+    handoff::redis::actor_system actors(o, a);
+    if (mode == "send" && argc >= 7) {
+      actors.on("", [port](handoff::redis::delivery& d) { handoff::test::record_run(port, d); });
+      const std::string tag = argv[4];
+      const int count = std::stoi(argv[5]);
+      const int keys = argc - 6;
+      for (int i = 0; i < count; ++i) {
+        actors.post(argv[6 + i % keys], tag + " " + std::to_string(i));
+        handoff::test::actor_check_command(port, {"RPUSH", "t:accepted:" + tag, std::to_string(i)});
+      }
+      return 0;
+    }
+    if (mode == "hang") {
+      actors.on("", [port](handoff::redis::delivery& d) {
+        if (d.body() == "hang 0" && d.attempt() == 1) {
+          handoff::test::actor_check_command(port, {"SET", "t:hanging", "1"});
+          for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+        handoff::test::record_run(port, d);
+      });
+      actors.post(argv[4], "hang 0");
+      return 0;
+    }
+    throw std::runtime_error("unknown mode " + mode);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "redis_actor_helper: %s\n", e.what());
+    return 1;
+  }
+}

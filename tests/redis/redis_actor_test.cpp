@@ -1,0 +1,391 @@
+// handoff::redis::actor_system against a real redis-server (redis_server.hpp): the hand-off
+// across processes (redis_actor_helper), crashes of owners and senders, the budget, dead
+// letters, the state committed with the dequeue, limits, odd keys and a failing server.
+#include <handoff/redis/actor_system.hpp>
+#include <handoff/thread_pool.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redis_actor_check.hpp"
+#include "redis_server.hpp"
+#include "redis_test_support.hpp"
+
+#ifndef HANDOFF_REDIS_ACTOR_HELPER
+#error "HANDOFF_REDIS_ACTOR_HELPER: the path of redis_actor_helper (tests/CMakeLists.txt)"
+#endif
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace hr = handoff::redis;
+using handoff::test::eventually;
+using handoff::test::helper_process;
+using handoff::test::raw_redis;
+using handoff::test::redis_server;
+using handoff::test::since;
+using handoff::test::steady;
+
+// Short leases, so that crash recovery takes a fraction of a second.
+constexpr auto test_lease = 300ms;
+
+hr::options at(int port) {
+  hr::options o;
+  o.port = port;
+  return o;
+}
+
+hr::actor_options quick() {
+  hr::actor_options a;
+  a.lease = test_lease;
+  a.sweep_interval = 20ms;
+  return a;
+}
+
+std::unique_ptr<helper_process> helper(std::vector<std::string> args) {
+  return std::make_unique<helper_process>(HANDOFF_REDIS_ACTOR_HELPER, std::move(args));
+}
+
+std::vector<std::string> log_of(raw_redis& raw, const std::string& key) {
+  return raw.strings({"LRANGE", "t:log:" + key, "0", "-1"});
+}
+
+// Blocks handlers until open() (a handler that is "still running").
+struct latch {
+  std::promise<void> p;
+  std::shared_future<void> f = p.get_future().share();
+  void wait() const { f.wait(); }
+  void open() { p.set_value(); }
+};
+
+TEST(RedisActor, a_post_to_an_idle_actor_runs_its_handler_on_the_posting_thread_and_leaves_no_keys) {
+  redis_server server;
+  hr::actor_system actors(at(server.port()), quick());
+  std::thread::id ran_on;
+  std::string seen;
+  std::uint32_t attempt = 0;
+  actors.on("room:", [&](hr::delivery& d) {
+    ran_on = std::this_thread::get_id();
+    seen = std::string(d.key()) + "/" + std::string(d.body());
+    attempt = d.attempt();
+  });
+  const std::string id = actors.post("room:7", "join alice");
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(seen, "room:7/join alice");
+  EXPECT_EQ(attempt, 1U);
+  EXPECT_FALSE(id.empty());
+  EXPECT_EQ(actors.pending("room:7"), 0U);
+  raw_redis raw(server.port());
+  EXPECT_EQ(raw.integer({"DBSIZE"}), 0) << "a released actor leaves nothing on the server";
+}
+
+TEST(RedisActor, messages_of_one_key_run_one_at_a_time_and_in_sender_order_across_processes) {
+  redis_server server;
+  const int port = server.port();
+  raw_redis raw(port);
+  hr::actor_system actors(at(port), quick());  // sweeps what the helpers hand on
+  actors.on("", [port](hr::delivery& d) { handoff::test::record_run(port, d); });
+  constexpr int senders = 4;
+  constexpr int count = 150;  // half to the shared key, half to the sender's own
+  std::vector<std::unique_ptr<helper_process>> procs;
+  procs.reserve(senders);
+  for (int p = 0; p < senders; ++p) {
+    procs.push_back(helper({std::to_string(port), "300", "send", "p" + std::to_string(p), std::to_string(count),
+                            "room:shared", "room:" + std::to_string(p)}));
+  }
+  for (auto& p : procs) EXPECT_EQ(p->wait(60s), 0);
+  ASSERT_TRUE(eventually(
+      [&] {
+        return raw.integer({"LLEN", "t:log:room:shared"}) == senders * count / 2;
+      },
+      20s))
+      << raw.integer({"LLEN", "t:log:room:shared"});
+  std::map<std::string, long long> seen;
+  EXPECT_EQ(handoff::test::check_log(log_of(raw, "room:shared"), &seen), "");
+  for (int p = 0; p < senders; ++p) {
+    const std::string key = "room:" + std::to_string(p);
+    ASSERT_TRUE(eventually([&] { return raw.integer({"LLEN", "t:log:" + key}) == count / 2; }, 20s));
+    EXPECT_EQ(handoff::test::check_log(log_of(raw, key), &seen), "");
+  }
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(senders * count));
+  for (const auto& [message, runs] : seen) EXPECT_EQ(runs, 1) << message << " ran more than once without a crash";
+}
+
+TEST(RedisActor, an_owner_killed_mid_handler_loses_no_message_and_its_rerun_is_flagged) {
+  redis_server server;
+  const int port = server.port();
+  raw_redis raw(port);
+  hr::actor_system actors(at(port), quick());
+  actors.on("", [port](hr::delivery& d) { handoff::test::record_run(port, d); });
+  const auto owner = helper({std::to_string(port), "300", "hang", "room:9"});
+  ASSERT_TRUE(eventually([&] { return raw.string({"GET", "t:hanging"}) == "1"; }, 10s));
+  for (int i = 0; i < 3; ++i) actors.post("room:9", "t " + std::to_string(i));  // queued behind the owner
+  EXPECT_TRUE(log_of(raw, "room:9").empty()) << "handled while the owner's lease was live";
+  const auto killed = steady::now();
+  owner->kill();  // SIGKILL mid-handler
+  ASSERT_TRUE(eventually([&] { return log_of(raw, "room:9").size() == 4; }, 10s));
+  EXPECT_GE(since(killed), test_lease - 50ms) << "taken over before the owner's lease ran out";
+  EXPECT_EQ(handoff::test::runs_of(log_of(raw, "room:9")),
+            (std::vector<std::string>{"hang 0 2", "t 0 1", "t 1 1", "t 2 1"}));
+  EXPECT_EQ(handoff::test::check_log(log_of(raw, "room:9"), nullptr), "");
+}
+
+TEST(RedisActor, a_sender_killed_mid_stream_loses_no_accepted_message) {
+  redis_server server;
+  const int port = server.port();
+  raw_redis raw(port);
+  hr::actor_system actors(at(port), quick());
+  actors.on("", [port](hr::delivery& d) { handoff::test::record_run(port, d); });
+  const auto sender = helper({std::to_string(port), "300", "send", "s", "1000000", "room:a", "room:b"});
+  ASSERT_TRUE(eventually([&] { return raw.integer({"LLEN", "t:accepted:s"}) >= 60; }, 20s));
+  sender->kill();  // SIGKILL, maybe mid-post, maybe while owning and draining
+  const std::vector<std::string> accepted = raw.strings({"LRANGE", "t:accepted:s", "0", "-1"});
+  const long long last = std::stoll(accepted.back());
+  ASSERT_TRUE(eventually([&] { return actors.pending("room:a") == 0 && actors.pending("room:b") == 0; }, 10s));
+  std::map<std::string, long long> seen;
+  EXPECT_EQ(handoff::test::check_log(log_of(raw, "room:a"), &seen), "");
+  EXPECT_EQ(handoff::test::check_log(log_of(raw, "room:b"), &seen), "");
+  for (long long i = 0; i <= last; ++i)
+    EXPECT_GE(seen["s " + std::to_string(i)], 1) << "accepted message " << i << " lost";
+}
+
+TEST(RedisActor, a_message_that_keeps_failing_goes_to_the_dead_letters_and_its_actor_moves_on) {
+  redis_server server;
+  hr::actor_options a = quick();
+  a.max_attempts = 3;
+  std::atomic<int> errors{0};
+  a.on_error = [&](std::string_view, std::exception_ptr) { errors.fetch_add(1); };
+  hr::actor_system actors(at(server.port()), a);
+  std::vector<std::string> runs;
+  actors.on("job:", [&](hr::delivery& d) {
+    runs.push_back(std::string(d.body()) + " " + std::to_string(d.attempt()));
+    if (d.body() == "bad") throw std::runtime_error("poison");
+  });
+  const std::string bad = actors.post("job:1", "bad");
+  actors.post("job:1", "good");
+  EXPECT_EQ(runs, (std::vector<std::string>{"bad 1", "bad 2", "bad 3", "good 1"}));
+  const std::vector<hr::dead_letter> dead = actors.dead_letters("job:1");
+  ASSERT_EQ(dead.size(), 1U);
+  EXPECT_EQ(dead[0].id, bad);
+  EXPECT_EQ(dead[0].body, "bad");
+  EXPECT_EQ(errors.load(), 4) << "three handler failures and the move to the dead letters";
+  EXPECT_EQ(actors.pending("job:1"), 0U);
+}
+
+TEST(RedisActor, remember_handled_commits_the_state_with_the_dequeue_once_per_message) {
+  redis_server server;
+  hr::actor_options a = quick();
+  a.remember_handled = true;
+  a.on_error = [](std::string_view, std::exception_ptr) {};
+  hr::actor_system actors(at(server.port()), a);
+  std::vector<std::string> seen;  // "<body> <attempt> <state> <last id is the previous message's>"
+  std::vector<std::string> ids;
+  actors.on("acct:", [&](hr::delivery& d) {
+    const int n = d.state().empty() ? 0 : std::stoi(std::string(d.state()));
+    const bool last_is_previous =
+        ids.size() < 2 ? d.last_handled_id().empty() : d.last_handled_id() == ids[ids.size() - 2];
+    seen.push_back(std::string(d.body()) + " " + std::to_string(d.attempt()) + " " + std::to_string(n) + " " +
+                   (last_is_previous ? "prev" : "other"));
+    d.set_state(std::to_string(n + 1));
+    if (d.body() == "fail-once" && d.attempt() == 1) throw std::runtime_error("after set_state");
+  });
+  for (const char* body : {"a", "fail-once", "b"}) {
+    ids.push_back("");  // the slot of the message being posted
+    ids.back() = actors.post("acct:1", body);
+  }
+  // The failed attempt's state was not committed: the re-run sees the same state and the
+  // same last handled id, so it can tell that nothing of the first attempt was kept.
+  EXPECT_EQ(seen, (std::vector<std::string>{"a 1 0 prev", "fail-once 1 1 prev", "fail-once 2 1 prev", "b 1 2 prev"}));
+  raw_redis raw(server.port());
+  EXPECT_EQ(raw.string({"HGET", "handoff:{acct:1}:actor:state", "value"}), "3");
+  EXPECT_EQ(raw.string({"HGET", "handoff:{acct:1}:actor:state", "id"}), ids.back());
+}
+
+// Runs m0 on a thread of its own (it owns the actor and blocks in the handler until the
+// latch opens), posts m1..m9 behind it through `poster`, opens the latch; returns the
+// thread each message ran on, in order.
+std::vector<std::thread::id> backlog_run(hr::actor_system& poster, std::vector<hr::actor_system*> handlers,
+                                         std::thread::id& owner_thread) {
+  latch gate;
+  std::mutex mu;
+  std::vector<std::string> order;
+  std::vector<std::thread::id> threads;
+  for (hr::actor_system* s : handlers) {
+    s->on("q:", [&](hr::delivery& d) {
+      if (d.body() == "m0") gate.wait();
+      const std::lock_guard<std::mutex> lock(mu);
+      order.emplace_back(d.body());
+      threads.push_back(std::this_thread::get_id());
+    });
+  }
+  std::thread owner([&] { poster.post("q:1", "m0"); });
+  owner_thread = owner.get_id();
+  EXPECT_TRUE(eventually([&] { return poster.pending("q:1") == 1; }));
+  for (int i = 1; i < 10; ++i) poster.post("q:1", "m" + std::to_string(i));
+  gate.open();
+  owner.join();
+  EXPECT_TRUE(eventually([&] {
+    const std::lock_guard<std::mutex> lock(mu);
+    return order.size() == 10;
+  }));
+  const std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(order, (std::vector<std::string>{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9"}));
+  return threads;
+}
+
+TEST(RedisActor, a_spent_budget_hands_the_still_owned_actor_to_the_executor) {
+  redis_server server;
+  handoff::thread_pool pool(1);
+  hr::actor_options a = quick();
+  a.budget_messages = 2;
+  a.executor = pool;
+  a.sweep_interval = 0ms;  // only the executor can continue it
+  hr::actor_system actors(at(server.port()), a);
+  std::thread::id owner;
+  const auto threads = backlog_run(actors, {&actors}, owner);
+  ASSERT_EQ(threads.size(), 10U);
+  EXPECT_EQ(threads[0], owner);
+  EXPECT_EQ(threads[1], owner);
+  for (std::size_t i = 2; i < threads.size(); ++i) {
+    EXPECT_NE(threads[i], owner) << "message " << i << " ran on the posting thread past its budget";
+    EXPECT_NE(threads[i], std::this_thread::get_id());
+  }
+}
+
+TEST(RedisActor, a_spent_budget_without_executor_announces_the_actor_and_a_sweeper_continues_it) {
+  redis_server server;
+  hr::actor_options a = quick();
+  a.budget_messages = 2;
+  a.sweep_interval = 0ms;
+  hr::actor_system poster(at(server.port()), a);  // never sweeps
+  hr::actor_system sweeper(at(server.port()), quick());
+  std::thread::id owner;
+  const auto threads = backlog_run(poster, {&poster, &sweeper}, owner);
+  ASSERT_EQ(threads.size(), 10U);
+  EXPECT_EQ(threads[1], owner);
+  for (std::size_t i = 2; i < threads.size(); ++i) {
+    EXPECT_NE(threads[i], owner);
+    EXPECT_NE(threads[i], std::this_thread::get_id());
+  }
+}
+
+TEST(RedisActor, a_post_from_inside_a_handler_never_drains_on_the_handlers_thread) {
+  redis_server server;
+  hr::actor_system actors(at(server.port()), quick());
+  std::promise<std::thread::id> b_ran;
+  actors.on("a:", [&](hr::delivery&) { actors.post("b:1", "from a"); });
+  actors.on("b:", [&](hr::delivery&) { b_ran.set_value(std::this_thread::get_id()); });
+  actors.post("a:1", "go");
+  auto f = b_ran.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  EXPECT_NE(f.get(), std::this_thread::get_id()) << "the nested post drained inline";
+}
+
+TEST(RedisActor, a_full_mailbox_refuses_posts_and_post_for_waits_only_until_its_timeout) {
+  redis_server server;
+  hr::actor_options a = quick();
+  a.max_mailbox = 3;
+  hr::actor_system actors(at(server.port()), a);
+  latch gate;
+  actors.on("q:", [&](hr::delivery& d) {
+    if (d.body() == "m0") gate.wait();
+  });
+  std::thread owner([&] { actors.post("q:1", "m0"); });
+  ASSERT_TRUE(eventually([&] { return actors.pending("q:1") == 1; }));
+  actors.post("q:1", "m1");
+  actors.post("q:1", "m2");
+  EXPECT_FALSE(actors.try_post("q:1", "m3").has_value());
+  EXPECT_THROW(actors.post("q:1", "m3"), hr::mailbox_full);
+  const auto t0 = steady::now();
+  EXPECT_THROW(actors.post_for("q:1", "m3", 100ms), hr::mailbox_full);
+  EXPECT_GE(since(t0), 100ms);
+  EXPECT_EQ(actors.pending("q:1"), 3U);
+  std::thread later([&] {
+    std::this_thread::sleep_for(50ms);
+    gate.open();
+  });
+  EXPECT_NO_THROW(actors.post_for("q:1", "m3", 10s));
+  later.join();
+  owner.join();
+  EXPECT_TRUE(eventually([&] { return actors.pending("q:1") == 0; }));
+}
+
+TEST(RedisActor, a_body_over_the_size_limit_is_refused_before_anything_is_sent) {
+  redis_server server;
+  hr::actor_options a = quick();
+  a.max_message_bytes = 16;
+  hr::actor_system actors(at(server.port()), a);
+  actors.on("", [](hr::delivery&) {});
+  EXPECT_THROW(actors.post("k", std::string(17, 'x')), std::invalid_argument);
+  EXPECT_NO_THROW(actors.post("k", std::string(16, 'x')));
+  raw_redis raw(server.port());
+  EXPECT_EQ(raw.integer({"DBSIZE"}), 0);
+}
+
+TEST(RedisActor, keys_and_bodies_of_any_bytes_reach_their_own_actor_intact) {
+  redis_server server;
+  hr::actor_system actors(at(server.port()), quick());
+  std::vector<std::string> got;
+  actors.on("", [&](hr::delivery& d) { got.push_back(std::string(d.key()) + "=" + std::string(d.body())); });
+  const std::vector<std::string> keys = {"a{b}", std::string("a\0b", 3), "a\x01(b", "", "room 7\n*", "{}"};
+  std::vector<std::string> want;
+  for (const std::string& k : keys) {
+    const std::string body = std::string("x \0 y", 5) + k;
+    actors.post(k, body);
+    want.push_back(k + "=" + body);
+  }
+  EXPECT_EQ(got, want);
+}
+
+TEST(RedisActor, a_stopped_server_gives_an_error_within_the_command_timeout_not_a_hang) {
+  redis_server server;
+  hr::options o = at(server.port());
+  o.command_timeout = 200ms;
+  o.connect_timeout = 200ms;
+  hr::actor_system actors(o, quick());
+  actors.on("", [](hr::delivery&) {});
+  actors.post("k", "warm");  // a pooled connection exists
+  ::kill(server.pid(), SIGSTOP);
+  const auto t0 = steady::now();
+  EXPECT_THROW(actors.post("k", "stalled"), hr::error);
+  EXPECT_LT(since(t0), 1000ms);
+  ::kill(server.pid(), SIGCONT);
+  server.kill();
+  const auto t1 = steady::now();
+  EXPECT_THROW(actors.post("k", "dead"), hr::error);
+  EXPECT_LT(since(t1), 1000ms);
+}
+
+TEST(RedisActor, unfinished_messages_survive_a_server_restart_with_persistence_and_an_owner_crash) {
+  redis_server server({"--appendonly", "yes", "--appendfsync", "always"});
+  const int port = server.port();
+  hr::actor_options a = quick();
+  a.on_error = [](std::string_view, std::exception_ptr) {};  // the restart breaks connections
+  hr::actor_system actors(at(port), a);
+  actors.on("", [port](hr::delivery& d) { handoff::test::record_run(port, d); });
+  const auto owner = helper({std::to_string(port), "300", "hang", "room:r"});
+  {
+    raw_redis raw(port);
+    ASSERT_TRUE(eventually([&] { return raw.string({"GET", "t:hanging"}) == "1"; }, 10s));
+  }
+  for (int i = 0; i < 3; ++i) actors.post("room:r", "t " + std::to_string(i));
+  owner->kill();
+  server.restart();  // SIGKILL, then the same port and directory: the append-only file is read back
+  raw_redis raw(port);
+  ASSERT_TRUE(eventually([&] { return actors.pending("room:r") == 0 && !log_of(raw, "room:r").empty(); }, 20s));
+  std::map<std::string, long long> seen;
+  EXPECT_EQ(handoff::test::check_log(log_of(raw, "room:r"), &seen), "");
+  for (const char* m : {"hang 0", "t 0", "t 1", "t 2"}) EXPECT_GE(seen[m], 1) << m << " lost";
+}
+
+}  // namespace
