@@ -12,12 +12,19 @@
 //    a handler that stalls past its lease (a GC pause, a page fault storm, a debugger)
 //    cannot overwrite the work of the handler that got the room after it.
 //  - Request handlers run on a handoff::thread_pool.
+//  - Operations: the room locks' stats() name the room that waited longest and count the
+//    lease that ran out; with handoff::prometheus built, the same figures are served at
+//    http://127.0.0.1:<port>/metrics while the server runs (docs/operations.md).
 //
 // Checks: every kill counted once per player; gold and loot conserved (nothing created
-// twice by the stalled handler); the stalled handler's write refused; no key state left.
+// twice by the stalled handler); the stalled handler's write refused; the wait and the
+// lease expiry it caused seen in stats(); no key state left.
 #include <handoff/actor.hpp>
 #include <handoff/keyed_mutex.hpp>
 #include <handoff/thread_pool.hpp>
+#if defined(HANDOFF_HAS_PROMETHEUS)
+#include <handoff/prometheus.hpp>
+#endif
 
 #include <chrono>
 #include <cstdint>
@@ -235,6 +242,8 @@ class game_server {
   }
   const room_store& rooms() const { return rooms_; }
   std::size_t live_room_keys() const { return room_locks_.size(); }
+  handoff::keyed_mutex_stats<std::string> room_lock_stats() { return room_locks_.stats(); }
+  const handoff::keyed_mutex<>& room_locks() const { return room_locks_; }
 
  private:
   // Destroyed in reverse order: the pool first (it runs the work still queued, which uses
@@ -248,7 +257,17 @@ class game_server {
 }  // namespace
 
 int main() {
+#if defined(HANDOFF_HAS_PROMETHEUS)
+  // What an operator scrapes: every handoff event of the process, and the room locks'
+  // gauges. Port 0 picks a free one; a real server names its own (9464 is customary).
+  handoff::prometheus::exporter metrics("127.0.0.1:0");
+  handoff::set_metrics_sink(&metrics.sink());
+#endif
   game_server server(4);
+#if defined(HANDOFF_HAS_PROMETHEUS)
+  metrics.watch(server.room_locks(), {{"mutex", "rooms"}});
+  std::printf("game_server: metrics at http://127.0.0.1:%d/metrics\n", metrics.port());
+#endif
 
   // Phase 1: a burst of requests on the pool, and bonuses posted from this thread meanwhile.
   std::vector<std::uint32_t> kills(player_count, 0);
@@ -273,6 +292,7 @@ int main() {
   // split queues for the room, gets it when the lease runs out, and commits; then the
   // stalled handler wakes up and writes with its old token.
   server.drop_loot(0, 100);
+  (void)server.room_lock_stats();  // a new window for longest_waits: phase 2's waits only
   const std::uint64_t refused_before = server.rooms().refused();
   std::latch has_read(1), resume(1), healthy_done(1), stalled_done(1);
   game_server::stalled_result stalled;
@@ -286,6 +306,11 @@ int main() {
   expect(stalled.saw_expired, "the stalled handler's guard reports expired()");
   expect(!stalled.write_accepted, "the store refused the stalled handler's write");
   expect(server.rooms().refused() > refused_before, "the refusal was counted by the store");
+  // The operator's view of phase 2: room 0 is the hot key, and its lease ran out.
+  const auto stats = server.room_lock_stats();
+  expect(stats.lease_expiries == 1, "stats() counted the stalled handler's lease expiry");
+  expect(!stats.longest_waits.empty() && stats.longest_waits.front().key == room_key(0),
+         "stats() names room 0, where the healthy split waited for the lease, as the longest wait");
 
   // Every request's messages were posted before `done`/`stalled_done` were counted down,
   // so these asks (sent after) run after them.
@@ -304,5 +329,12 @@ int main() {
 
   std::printf("game_server: %ld kills, %ld gold paid out, %ld loot left in rooms, stale write refused\n", kill_count,
               gold - bonuses, server.rooms().total_loot());
+  std::printf("game_server: longest room wait %s, %.1f ms; %llu lock waits in all\n",
+              stats.longest_waits.front().key.c_str(),
+              std::chrono::duration<double, std::milli>(stats.longest_waits.front().waited).count(),
+              static_cast<unsigned long long>(stats.waits));
+#if defined(HANDOFF_HAS_PROMETHEUS)
+  handoff::set_metrics_sink(nullptr);  // before the exporter (and its sink) go away
+#endif
   return 0;
 }
