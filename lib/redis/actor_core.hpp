@@ -66,9 +66,13 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   // post's work: std::nullopt when the mailbox is full, else the message's id.
   std::optional<std::string> try_post(std::string_view key, std::string_view body);
   std::size_t sweep();
-  // Owner only: drains `n`'s actor under `token` (actor_system.hpp's protocol); reports
-  // every failure to on_error.
-  void drain(const actor_names& n, const std::string& token) noexcept;
+  // A message its post delivered to the post's caller (the post script's reply 2).
+  struct first_delivery {
+    std::string_view id, body, last_id, state;
+  };
+  // Owner only: drains `n`'s actor under `token` (actor_system.hpp's protocol), starting
+  // with `first` if given; reports every failure to on_error.
+  void drain(const actor_names& n, const std::string& token, const first_delivery* first = nullptr) noexcept;
   // Where an owner continues: drain() here, or on the executor (queue_drain).
   void continue_owned(const actor_names& n, const std::string& token, bool on_executor);
   void queue_drain(const actor_names& n, const std::string& token);

@@ -32,10 +32,13 @@ namespace handoff::redis::detail::actor_scripts {
   "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
   "local function id_of(m) return string.sub(m, 1, string.find(m, ' ', 1, true) - 1) end\n"
 
-// KEYS: count, mailbox, owner, pending. ARGV: element, mailbox bound, token, lease ms,
-// '1' if this process may own the actor ('0': announce it instead), the actor key.
+// KEYS: count, mailbox, owner, pending, head, state. ARGV: element, mailbox bound, token
+// (the message's id), lease ms, '1' if this process may own the actor ('0': announce it
+// instead), the actor key, '1' if the caller drains at once (then a message that finds the
+// mailbox empty is delivered by this reply: no peek).
 // -1: the mailbox is full (nothing changed); 0: queued behind an owner (or announced);
-// 1: queued, and the caller owns the actor now.
+// 1: queued, and the caller owns the actor now; {2, state id, state value}: the caller
+// owns the actor and its message is the head, delivered for the first time.
 inline constexpr const char* post = HANDOFF_ACTOR_LUA_PRELUDE R"lua(
 local len = redis.call('LLEN', KEYS[2])
 if len >= tonumber(ARGV[2]) then return -1 end
@@ -52,7 +55,10 @@ end
 if n ~= len + 1 then redis.call('SET', KEYS[1], len + 1) end
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), ARGV[6])
-return 1
+if ARGV[7] ~= '1' or len ~= 0 then return 1 end
+redis.call('HSET', KEYS[5], 'id', ARGV[3], 'n', 1)
+local s = redis.call('HMGET', KEYS[6], 'id', 'value')
+return {2, s[1] or '', s[2] or ''}
 )lua";
 
 // KEYS: count, mailbox, owner, head, pending, dead, state. ARGV: token, lease ms, id of

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "actor_core.hpp"
@@ -103,12 +104,19 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   const std::string lease = std::to_string(a.lease.count());
   reply r = [&] {
     auto c = connections.take();
-    return c->eval(post_script, {n.count, n.mailbox, n.owner, pending_key},
-                   {element, bound, id, lease, can_own ? "1" : "0", key}, what);
+    return c->eval(post_script, {n.count, n.mailbox, n.owner, pending_key, n.head, n.state},
+                   {element, bound, id, lease, can_own ? "1" : "0", key, nested ? "0" : "1"}, what);
   }();
+  // The token of an owner that won by posting is its message's id.
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+      r->element[0]->integer == 2 && !nested) {
+    const first_delivery first{id, body, text(*r->element[1]), text(*r->element[2])};
+    drain(n, id, &first);
+    return id;
+  }
   if (r->type != REDIS_REPLY_INTEGER || r->integer < -1 || r->integer > 1) unexpected(what);
   if (r->integer == -1) return std::nullopt;
-  if (r->integer == 1) continue_owned(n, id, nested);  // the token is the winning message's id
+  if (r->integer == 1) continue_owned(n, id, nested);
   return id;
 }
 
@@ -145,7 +153,7 @@ void actor_core::unregister_drain(const std::string& token) noexcept {
   if (it != draining.end()) draining.erase(it);
 }
 
-void actor_core::drain(const actor_names& n, const std::string& token) noexcept {
+void actor_core::drain(const actor_names& n, const std::string& token, const first_delivery* first) noexcept {
   struct registration {
     actor_core& core;
     const std::string& token;
@@ -169,36 +177,51 @@ void actor_core::drain(const actor_names& n, const std::string& token) noexcept 
     for (std::uint32_t ran = 0;;) {
       const bool spent = ran >= a.budget_messages || std::chrono::steady_clock::now() >= budget_end;
       const char* mode = !spent ? "next" : a.executor ? "keep" : "announce";
-      reply r = [&] {
-        auto c = connections.take();
-        return c->eval(step_script, {n.count, n.mailbox, n.owner, n.head, pending_key, n.dead, n.state},
-                       {token, lease, done, x, mode, attempts, a.remember_handled ? "1" : "0", has_state ? "1" : "0",
-                        new_state, n.key},
-                       what);
-      }();
-      if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) {
-        unexpected(what);
+      reply r;  // what the delivery's views point into
+      std::string_view id, body, last_id, state;
+      std::uint32_t attempt = 1;
+      if (first != nullptr) {  // the post that won the actor delivered its own message
+        id = first->id;
+        body = first->body;
+        last_id = first->last_id;
+        state = first->state;
+        first = nullptr;
+      } else {
+        r = [&] {
+          auto c = connections.take();
+          return c->eval(step_script, {n.count, n.mailbox, n.owner, n.head, pending_key, n.dead, n.state},
+                         {token, lease, done, x, mode, attempts, a.remember_handled ? "1" : "0", has_state ? "1" : "0",
+                          new_state, n.key},
+                         what);
+        }();
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) {
+          unexpected(what);
+        }
+        const long long status = r->element[0]->integer;
+        x = std::to_string(r->element[1]->integer);
+        if (const long long dead = r->element[2]->integer; dead > 0) {
+          std::string why = "handoff::redis: " + what + ": ";
+          why += std::to_string(dead);
+          why += " message(s) moved to the dead letters after ";
+          why += attempts;
+          why += " deliveries";
+          report(n.key, std::make_exception_ptr(error(why)));
+        }
+        if (status == -1) {
+          throw error("handoff::redis: " + what + ": ownership lost (lease ran out) before the dequeue");
+        }
+        if (status == 0) return;
+        if (status == 2) {
+          if (a.executor) queue_drain(n, token);
+          return;
+        }
+        if (status != 1 || r->elements != 7) unexpected(what);
+        std::tie(id, body) = split(text(*r->element[3]), what);
+        attempt = static_cast<std::uint32_t>(r->element[4]->integer);
+        last_id = text(*r->element[5]);
+        state = text(*r->element[6]);
       }
-      const long long status = r->element[0]->integer;
-      x = std::to_string(r->element[1]->integer);
-      if (const long long dead = r->element[2]->integer; dead > 0) {
-        std::string why = "handoff::redis: " + what + ": ";
-        why += std::to_string(dead);
-        why += " message(s) moved to the dead letters after ";
-        why += attempts;
-        why += " deliveries";
-        report(n.key, std::make_exception_ptr(error(why)));
-      }
-      if (status == -1) throw error("handoff::redis: " + what + ": ownership lost (lease ran out) before the dequeue");
-      if (status == 0) return;
-      if (status == 2) {
-        if (a.executor) queue_drain(n, token);
-        return;
-      }
-      if (status != 1 || r->elements != 7) unexpected(what);
-      const auto [id, body] = split(text(*r->element[3]), what);
-      const auto attempt = static_cast<std::uint32_t>(r->element[4]->integer);
-      delivery d(n.key, id, body, attempt, text(*r->element[5]), text(*r->element[6]));
+      delivery d(n.key, id, body, attempt, last_id, state);
       done.clear();
       has_state = false;
       ++ran;
