@@ -6,8 +6,9 @@
 # handoff::keyed_mutex against a map of std::mutex with cleanup, a striped mutex array and
 # tbb::concurrent_hash_map accessors, the FIFO check and the per-key memory; redis_bench, when
 # hiredis is found: handoff::redis::keyed_mutex against the SET NX polling lock, on a
-# redis-server it starts on loopback), then print the comparison table and regenerate
-# docs/benchmarks.md and its plots docs/benchmarks.png and docs/benchmarks_keyed_mutex.png.
+# redis-server it starts on loopback; redis_actor_bench: handoff::redis::actor_system against a
+# worker per key in BLPOP and the in-process actor, 4 sender processes), then print the
+# comparison table and regenerate docs/benchmarks.md and its plots docs/benchmarks.png and docs/benchmarks_keyed_mutex.png.
 #
 #   bash tools/bench.sh [extra benchmark flags, given to every binary, e.g. --benchmark_filter=mailbox]
 #
@@ -15,7 +16,7 @@
 # packages are installed first by tools/deps.sh (checked with dpkg; apt-get update once,
 # then apt-get install --no-install-recommends). Takes about 8 minutes on 2 cores
 # (3 repetitions of every benchmark; the table shows medians).
-# Output: build/release/bench/{actor,peers,pool,keyed_mutex,redis}_bench.json (raw results), the
+# Output: build/release/bench/{actor,peers,pool,keyed_mutex,redis,redis_actor}_bench.json (raw results), the
 # Markdown table on stdout (tools/bench_table.py), and, for a full run (no extra flags),
 # docs/benchmarks.md with the same table, the machine, and docs/benchmarks.png and
 # docs/benchmarks_keyed_mutex.png (gnuplot, tools/plot.gp: the ratios as bars, log scale). A
@@ -32,7 +33,7 @@ benches=(actor_bench peers_bench pool_bench keyed_mutex_bench)
 # redis_bench exists when CMake found hiredis (tools/deps.sh installs it and redis-server).
 hiredis_found() { grep -q '^HANDOFF_HAS_REDIS:INTERNAL=ON$' build/release/CMakeCache.txt; }
 if hiredis_found; then
-  benches+=(redis_bench)
+  benches+=(redis_bench redis_actor_bench)
 else
   echo "handoff: hiredis not found: redis_bench is skipped"
 fi

@@ -34,6 +34,8 @@ Naming convention (what bench/*.cpp must follow):
   * Workloads whose name starts with "redis_" (bench/redis_bench.cpp) get their own section,
     "Redis keyed mutex": the time table with lock/unlocks per second, then their counters.
     Their ratios go to no plot.
+  * Workloads whose name starts with "ractor_" (bench/redis_actor_bench.cpp) get their own
+    section, "Redis actors", like the Redis keyed mutex's.
   * Workloads in SPEEDUP_TARGETS compare two handoff impls with each other (a worker pool
     of 1 and of more workers): speed-up = slow impl time / fast impl time, in its own table,
     one row per listed pair (a pair with no minimum is shown without a target).
@@ -135,6 +137,20 @@ REDIS_NOTE = ("handoff::redis::keyed_mutex against the polling lock of redis-plu
               "system calls and scheduling, and on 2 cores the contended rows measure CPU time per operation as "
               "much as waiting; over a network every figure grows by the network's round trips. "
               "See bench/redis_bench.cpp and docs/redis.md.")
+
+RACTOR_PREFIX = "ractor_"
+RACTOR_NOTE = ("handoff::redis::actor_system (handoff_redis: the sender that finds an actor idle drains it, "
+               "a one-thread executor per process takes budget hand-ons) against a worker thread per key "
+               "blocked in BLPOP on the key's list, senders RPUSH (worker_blpop), and the in-process "
+               "handoff::actor (handoff_inprocess: 4 threads, no Redis). 4 sender processes (fork), trivial "
+               "handlers. ractor_1key: 2000 messages per sender to one key; ractor_64keys: over 64 keys; "
+               "_paced: 500 per sender, one every 1 ms (4000 messages/s, below every impl's capacity); "
+               "_rtt0.5ms: 400 per sender through a proxy delaying each direction by 250 us. Time is "
+               "wall-clock per message, all processes together (ops/s = messages per second); p50_us, "
+               "p99_us = end-to-end latency from the post (RPUSH) call to the handler, on the shared "
+               "monotonic clock. The unpaced rows saturate the system: their latency is mostly queueing. "
+               "Each workload runs once per repetition. See bench/redis_actor_bench.cpp and "
+               "docs/redis_actor.md.")
 
 TIME_UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 GB_SUFFIX = re.compile(r"^(min_time:.*|min_warmup_time:.*|iterations:\d+|repeats:\d+|real_time|manual_time|process_time)$")
@@ -354,10 +370,13 @@ def render(contexts, results):
     by_workload = OrderedDict()
     km_workload = OrderedDict()  # the keyed mutex's workloads: their own section
     redis_workload = OrderedDict()  # handoff::redis's: their own section
+    ractor_workload = OrderedDict()  # handoff::redis::actor_system's: their own section
     for run, r in results.items():
         workload, impl = split_name(run)
         if workload.startswith(KM_PREFIX):
             target = km_workload
+        elif workload.startswith(RACTOR_PREFIX):
+            target = ractor_workload
         elif workload.startswith(REDIS_PREFIX):
             target = redis_workload
         else:
@@ -460,6 +479,22 @@ def render(contexts, results):
         out.append("")
         time_table(out, [], redis_workload, ops=True)
         counter_tables(out, redis_workload)
+
+    # Actors across processes over Redis: their time table with messages/s, then latencies.
+    if ractor_workload:
+        out.append("### Redis actors")
+        out.append("")
+        out.append(RACTOR_NOTE)
+        ractor_context = next((c for c in contexts if "redis_actor_server" in c), None)
+        if ractor_context:
+            line = ractor_context["redis_actor_server"] + "."
+            if "load_avg" in ractor_context:
+                line += (f" This binary started at {ractor_context.get('date', '?')}, load avg "
+                         + ", ".join(f"{x:.2f}" for x in ractor_context["load_avg"]) + ".")
+            out.append(line)
+        out.append("")
+        time_table(out, [], ractor_workload, ops=True)
+        counter_tables(out, ractor_workload)
     return "\n".join(out), plot, km_plot
 
 
