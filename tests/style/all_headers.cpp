@@ -7,7 +7,10 @@
 #include <handoff/executor.hpp>
 #include <handoff/key_guard.hpp>
 #include <handoff/keyed_mutex.hpp>
+#include <handoff/keyed_mutex_options.hpp>
 #include <handoff/lease.hpp>
+#include <handoff/mailbox_full.hpp>
+#include <handoff/metrics.hpp>
 #include <handoff/multi_guard.hpp>
 #include <handoff/redis/actor_system.hpp>
 #include <handoff/redis/fenced_store.hpp>

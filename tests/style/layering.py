@@ -19,7 +19,9 @@ MAX_LINES = 400
 VOCABULARY = {
     "handoff/actor_options.hpp",
     "handoff/executor.hpp",
+    "handoff/keyed_mutex_options.hpp",
     "handoff/lease.hpp",
+    "handoff/metrics.hpp",
     "handoff/multi_guard.hpp",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
