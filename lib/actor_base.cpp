@@ -49,6 +49,7 @@ actor_base::actor_base(std::shared_ptr<const actor_options> options) : options_(
     throw std::invalid_argument("handoff: a drain budget needs an executor to hand the actor to");
   }
   if (options_->max_time.count() < 0) throw std::invalid_argument("handoff: negative max_time");
+  if (options_->max_block.count() < 0) throw std::invalid_argument("handoff: negative max_block");
 }
 
 void actor_base::report_error(const std::exception_ptr& e) noexcept {
@@ -71,11 +72,15 @@ actor_base::drain_cursor actor_base::start_turn(std::uint64_t ran, std::int64_t 
   const actor_options* opt = options_.get();
   const bool budgeted = opt != nullptr && (opt->max_messages != 0 || opt->max_time.count() != 0);
   if (budgeted && turn_start == 0 && opt->max_time.count() != 0) turn_start = now_ns();
-  return drain_cursor{&frame, ran, ran, turn_start, 0, budgeted};
+  return drain_cursor{&frame, ran, ran, turn_start, 0, budgeted, opt != nullptr && opt->capacity != 0};
 }
 
 actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
   const actor_options* opt = options_.get();
+  if (c.bounded && c.uncounted != 0) {  // room for the senders after every message, not per round
+    if (try_release(c.uncounted)) return drain_status::done;
+    c.uncounted = 0;
+  }
   if (c.budgeted && c.turn != 0 && budget_spent(c.turn, c.turn_start)) {
     // Account first, then post: only a still-owned actor may be handed over.
     if (c.uncounted == 0 || !try_release(c.uncounted)) continue_on_executor();
@@ -96,6 +101,10 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
     if (c.frame->destroyed || !keep) return drain_status::done;  // *this belongs to its destructor now
     ++c.uncounted;
     ++c.turn;
+    if (c.frame->yield) [[unlikely]] {
+      yield_turn(c.uncounted);
+      return drain_status::done;
+    }
     return drain_status::running;
   }
   if (c.uncounted != 0) {
@@ -137,9 +146,18 @@ void actor_base::run_after_current(message* m) noexcept {
   push_now(queue_entry(), &ready_next_);
 }
 
-void actor_base::submit_deferred(message* m) noexcept {
-  if (!try_acquire()) return enqueue(m);
+void actor_base::submit_deferred(message* m, admission a) noexcept {
+  if (a == admission::queued) {
+    enqueue(m);
+    // From one of its own handlers: the actor yields this turn (see actor::defer).
+    if (tls.top != nullptr && tls.top->actor == this) tls.top->yield = true;
+    return;
+  }
   enqueue_first(m);
+  hand_on();
+}
+
+void actor_base::hand_on() noexcept {
   if (options_ != nullptr && options_->executor) {
     try {
       continue_on_executor();
@@ -151,6 +169,12 @@ void actor_base::submit_deferred(message* m) noexcept {
   queue_later();
   // A thread that ends with deferred work runs it as it exits: nobody else can.
   if (tls.top == nullptr) run_at_thread_exit<&run_deferred_at_exit>();
+}
+
+void actor_base::yield_turn(std::uint64_t ran) noexcept {
+  [[maybe_unused]] const bool released = try_release(ran);
+  HANDOFF_ASSERT(!released);  // the deferred message is still counted
+  hand_on();
 }
 
 bool actor_base::hand_to_idle_executor() noexcept {

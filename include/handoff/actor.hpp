@@ -7,6 +7,7 @@
 //   int b = co_await a.async_ask([](Account& s) { return s.balance(); });
 //   a.post([](Account& s, handoff::actor<Account>& self) { ... });  // a handler may take its actor
 //   a.defer([](Account& s) { s.audit(); });          // never runs on this thread now
+//   bool sent = a.try_post([](Account& s) { ... });  // false: a bounded mailbox is full
 //
 // Every handler is invoked as f(state) or, if it accepts it, f(state, self), where self
 // is the actor running it (to send to itself, or hand out a reference in a message).
@@ -115,15 +116,24 @@ class actor : private detail::actor_base {
   // Allocates a pooled node (per-thread slabs, no allocator call in the steady state)
   // only if the actor is busy, the caller is inside a handler, or building decay_t<F>
   // from f may throw (then the node is built first). Exceptions thrown by f go to the
-  // error hook. Throws only if building the message throws (then nothing was sent); if
-  // that cannot throw, never, and running out of memory for a node terminates.
+  // error hook. Throws if building the message throws, and mailbox_full when a bounded
+  // mailbox is full (see actor_options::capacity: under full_policy::block, a top-level
+  // caller first waits for room); after a throw nothing was sent. Otherwise never throws,
+  // and running out of memory for a node terminates.
   template <class F>
     requires(is_handler<std::decay_t<F>>)
   void post(F&& f) {
-    using node = post_node<std::decay_t<F>>;
-    constexpr bool build_first = !std::is_nothrow_constructible_v<std::decay_t<F>, F&&>;
-    submit<build_first>([&] { return static_cast<detail::message*>(detail::new_node<node>(std::forward<F>(f))); },
-                        [&] { call(f, *this); });
+    submit<build_first<F>>(make_post_node<F>(f), [&] { call(f, *this); });
+  }
+
+  // Thread-safe. post(), except on a full bounded mailbox: returns false at once, having
+  // run and sent nothing (f is left as it was unless building decay_t<F> from it may
+  // throw: then it was moved into a node that was destroyed). Never waits for room and
+  // never throws mailbox_full; an unbounded actor always accepts (true).
+  template <class F>
+    requires(is_handler<std::decay_t<F>>)
+  [[nodiscard]] bool try_post(F&& f) {
+    return submit<build_first<F>, true>(make_post_node<F>(f), [&] { call(f, *this); });
   }
 
   // Thread-safe. Like post(), but never runs f on the calling thread now: if the actor is
@@ -133,13 +143,21 @@ class actor : private detail::actor_base {
   // after the current handler when called from one, else the next send this thread runs
   // at top level, handoff::run_deferred(), a blocking call (ask(), a keyed lock, ~actor),
   // or the thread's exit. Every message sent before f runs before it, as for post().
+  // From one of this actor's own handlers, defer() also yields: the actor's turn ends
+  // after that handler and goes on later (on its executor, or behind the work already on
+  // this thread's run queue), so a handler that continues its work in deferred steps
+  // lets other actors run in between; the actors it filled up, for instance.
   // Use it to start many actors before any runs, or to leave a handler's caller free.
   // Allocates a pooled node. Throws only what building decay_t<F> throws, or
   // std::bad_alloc; then nothing was sent. If the executor's execute() throws, the actor
   // goes to this thread's run queue instead.
+  // Throws mailbox_full as post() does.
   template <class F>
     requires(is_handler<std::decay_t<F>>)
-  void defer(F&& f) { submit_deferred(detail::new_node<post_node<std::decay_t<F>>>(std::forward<F>(f))); }
+  void defer(F&& f) {
+    detail::message* m = make_post_node<F>(f)();
+    submit_deferred(m, admit<false>(m));
+  }
 
   // Thread-safe. Runs f(state) once under the actor's mutual exclusion; the future holds its
   // result (not decayed: a reference returned by f stays a reference into the state) or
@@ -150,8 +168,8 @@ class actor : private detail::actor_base {
   // it owns without running them included), since it may block on the answer. Allocates a
   // pooled node and the promise's shared state. Throws
   // std::system_error(resource_deadlock_would_occur) when called from a handler of this
-  // same actor (the answer could never be waited for), std::bad_alloc, or what building
-  // decay_t<F> throws; after a throw nothing was sent.
+  // same actor (the answer could never be waited for), mailbox_full as post() does,
+  // std::bad_alloc, or what building decay_t<F> throws; after a throw nothing was sent.
   // Hazard: handlers of two actors on two threads waiting on each other's ask() deadlock.
   template <class F>
     requires(is_handler<std::decay_t<F>>)
@@ -159,7 +177,7 @@ class actor : private detail::actor_base {
     if (detail::tls.top != nullptr) check_not_draining();
     auto* m = detail::new_node<ask_node<std::decay_t<F>>>(std::forward<F>(f));
     auto answer = m->promise.get_future();
-    if (!try_acquire()) {
+    if (admit<false>(m) == admission::queued) {
       enqueue(m);
       // The caller may block on the answer: first run what this thread owns through its
       // run queue (the target itself, perhaps), which nobody else can run.
@@ -186,7 +204,8 @@ class actor : private detail::actor_base {
   // idle target is queued on this thread's run queue, so the coroutine resumes on this
   // thread after the current handler (unless the target's executor takes it over to
   // spread work: see run_queue.hpp; then on the executor's thread). co_await throws std::future_error(broken_promise)
-  // if the actor is destroyed by its own handler before f ran. The awaiter is the mailbox
+  // if the actor is destroyed by its own handler before f ran, and mailbox_full at once if
+  // a bounded mailbox is full (whatever its policy). The awaiter is the mailbox
   // node: no allocation; it is not copyable: await it at once. A reference returned by f
   // is copied. Destroying the coroutine while it is suspended here is not supported (its
   // node is still queued).
@@ -195,6 +214,16 @@ class actor : private detail::actor_base {
   [[nodiscard]] auto async_ask(F&& f) { return ask_awaiter<std::decay_t<F>>(*this, std::forward<F>(f)); }
 
  private:
+  // Building the node may throw: build it before counting (see actor_base::submit).
+  template <class F>
+  static constexpr bool build_first = !std::is_nothrow_constructible_v<std::decay_t<F>, F&&>;
+  template <class F>
+  static auto make_post_node(F& f) {
+    return [&f] {
+      return static_cast<detail::message*>(detail::new_node<post_node<std::decay_t<F>>>(std::forward<F>(f)));
+    };
+  }
+
   template <class Fn>
   struct post_node final : detail::message {
     template <class A>
@@ -257,9 +286,15 @@ class actor : private detail::actor_base {
 
     bool await_suspend(std::coroutine_handle<> h) noexcept {
       waiter_.handle = h;
-      if (!target_.try_acquire()) {
-        target_.enqueue(this);  // the owner resumes us; touch nothing of *this after this line
-        return true;
+      switch (target_.template admit<true>(nullptr)) {
+        case admission::full:
+          full_ = true;  // await_resume throws: a coroutine never waits for room
+          return false;
+        case admission::queued:
+          target_.enqueue(this);  // the owner resumes us; touch nothing of *this after this line
+          return true;
+        case admission::owner:
+          break;
       }
       if (detail::tls.top != nullptr) {
         target_.run_after_current(this);  // drained by this thread after its current handler
@@ -271,6 +306,7 @@ class actor : private detail::actor_base {
     }
 
     result await_resume() {
+      if (full_) throw mailbox_full("handoff: the actor's mailbox is full (async_ask never waits for room)");
       if (error_) std::rethrow_exception(error_);
       if constexpr (!std::is_void_v<result>) return std::move(*value_);
     }
@@ -305,6 +341,7 @@ class actor : private detail::actor_base {
     detail::resumable waiter_;
     std::optional<stored> value_;
     std::exception_ptr error_;
+    bool full_ = false;
   };
 
   State state_;

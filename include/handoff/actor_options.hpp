@@ -1,7 +1,8 @@
-// Per-actor options: drain budget, executor and error hook.
+// Per-actor options: drain budget, executor, error hook and mailbox capacity.
 //
 // An actor without options (the default) drains on the threads that send to it, for as
-// long as messages keep arriving, and reports exceptions from `post` handlers to stderr.
+// long as messages keep arriving, accepts every message (its mailbox is unbounded), and
+// reports exceptions from `post` handlers to stderr.
 #pragma once
 
 #include <chrono>
@@ -10,8 +11,16 @@
 #include <functional>
 
 #include "handoff/executor.hpp"
+#include "handoff/mailbox_full.hpp"
 
 namespace handoff {
+
+// What a send that must not fail (post, send, ask, defer) does when a bounded mailbox is
+// full. try_post/try_send never wait and never throw: they return false.
+enum class full_policy : unsigned char {
+  block,  // wait for room, at most max_block (0: no limit), then throw mailbox_full
+  fail,   // throw mailbox_full at once
+};
 
 struct actor_options {
   // Where the actor continues draining when its owner has spent the budget, or when the
@@ -32,6 +41,22 @@ struct actor_options {
   // that destroyed its own actor and then throws is reported to stderr, not to the hook
   // (the options went with the actor).
   std::function<void(std::exception_ptr)> on_error;
+
+  // The most messages the actor holds at once, the one running included (0: unbounded).
+  // A send that would exceed it counts nothing and follows `on_full`; try_post/try_send
+  // return false. The owner of a bounded actor gives back room after every message (one
+  // atomic per message more than an unbounded actor, which accounts once per batch).
+  // Wherever the sender is inside a handler (of any actor, or a keyed-mutex callback or a
+  // coroutine resumed by the library), a full mailbox throws mailbox_full at once whatever
+  // the policy: that thread may hold the very actor that would make room, or one its
+  // owner waits for, so waiting there could deadlock. async_ask on a full mailbox throws
+  // mailbox_full from co_await. Destroying an actor is never refused.
+  std::uint32_t capacity = 0;
+  full_policy on_full = full_policy::block;
+  // Under full_policy::block: how long a send waits for room (0: no limit). The waiting
+  // thread first runs what its own run queue holds (deferred sends), then sleeps until the
+  // owner makes room.
+  std::chrono::nanoseconds max_block{0};  // negative: rejected (std::invalid_argument)
 };
 
 }  // namespace handoff

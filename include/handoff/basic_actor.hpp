@@ -3,6 +3,7 @@
 //   struct counter { long n = 0; void operator()(int delta) { n += delta; } };
 //   handoff::basic_actor<int, counter> a;
 //   a.send(5);                                    // runs counter{}(5) under the actor
+//   bool sent = a.try_send(5);                    // false: a bounded mailbox is full
 //
 // Messages are stored by value in pooled mailbox nodes: no type erasure and no call to
 // the allocator per message in the steady state (nodes are recycled through per-thread
@@ -78,21 +79,40 @@ class basic_actor : private detail::actor_base {
   // Thread-safe. Delivers `m` to the handler once, under the actor's mutual exclusion; may
   // run it (and other queued messages) on the calling thread before returning. Uses a
   // pooled node when the actor is busy, the caller is inside a handler, or Message's move
-  // may throw (every send, then). Throws only when Message's move constructor may throw:
-  // std::bad_alloc or what that move throws, and then nothing was sent; with a noexcept
-  // move, running out of memory while the actor is busy terminates.
+  // may throw (every send, then). Throws mailbox_full when a bounded mailbox is full (as
+  // actor::post does), and, when Message's move constructor may throw, std::bad_alloc or
+  // what that move throws; after a throw nothing was sent. With a noexcept move, running
+  // out of memory while the actor is busy terminates.
   void send(Message m) requires(accepts_messages()) {
-    constexpr bool build_first = !std::is_nothrow_move_constructible_v<Message>;
-    submit<build_first>([&] { return static_cast<detail::message*>(detail::new_node<node>(std::move(m))); },
-                        [&] { deliver(std::move(m)); });
+    submit<build_first>(make_node(m), [&] { deliver(std::move(m)); });
+  }
+
+  // Thread-safe. send(), except on a full bounded mailbox: returns false at once, having
+  // sent nothing, and `m` is left as it was (unless Message's move may throw: then it was
+  // moved from). Never waits for room and never throws mailbox_full.
+  [[nodiscard]] bool try_send(Message&& m) requires(accepts_messages()) {
+    return submit<build_first, true>(make_node(m), [&] { deliver(std::move(m)); });
+  }
+  [[nodiscard]] bool try_send(const Message& m) requires(accepts_messages() && std::copy_constructible<Message>) {
+    return try_send(Message(m));
   }
 
   // Thread-safe. Like send(), but never runs the handler on the calling thread now: the
   // same contract as actor::defer (see actor.hpp). Always uses a pooled node. Throws
-  // std::bad_alloc or what Message's move throws; then nothing was sent.
-  void defer(Message m) requires(accepts_messages()) { submit_deferred(detail::new_node<node>(std::move(m))); }
+  // mailbox_full as send() does, std::bad_alloc or what Message's move throws; then
+  // nothing was sent.
+  void defer(Message m) requires(accepts_messages()) {
+    detail::message* n = make_node(m)();
+    submit_deferred(n, admit<false>(n));
+  }
 
  private:
+  // Building the node may throw: build it before counting (see actor_base::submit).
+  static constexpr bool build_first = !std::is_nothrow_move_constructible_v<Message>;
+  static auto make_node(Message& m) {
+    return [&m] { return static_cast<detail::message*>(detail::new_node<node>(std::move(m))); };
+  }
+
   void deliver(Message&& m) {
     if constexpr (std::invocable<Handler&, Message&&, basic_actor&>) {
       handler_(std::move(m), *this);

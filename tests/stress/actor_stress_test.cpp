@@ -258,6 +258,63 @@ TEST(ActorStress, AMeshOfActorsOnAPoolSpreadingAndDeferringKeepsEveryGuarantee) 
   mesh.clear();
 }
 
+TEST(ActorStress, BoundedActorsUnderBlockingAndTryingSendersNeverExceedTheirCapacityNorLoseAMessage) {
+  constexpr std::uint32_t capacity = 4;
+  auto o = std::make_shared<handoff::actor_options>();
+  o->capacity = capacity;  // full_policy::block
+  auto actors = make_actors(8, o);
+  std::atomic<std::uint64_t> max_pending{0};
+  std::atomic<long> forwarded{0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
+  std::atomic<long> sent{0};
+  std::atomic<long> refused{0};
+  std::vector<std::jthread> workers;
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<unsigned>(t) * 104729u + 3);
+      std::vector<long> seq(actors.size(), 0);
+      long mine = 0;
+      long no_room = 0;
+      while (std::chrono::steady_clock::now() < deadline) {
+        for (int burst = 0; burst < 256; ++burst) {
+          const std::size_t i = rng() % actors.size();
+          handoff::actor<cell>* target = actors[(i + 1) % actors.size()].get();
+          handoff::actor<cell>* self = actors[i].get();
+          auto handler = [&, t, s = seq[i], self, target](cell& c) {
+            c.accept(t, s);
+            std::uint64_t p = self->pending(), m = max_pending.load(std::memory_order_relaxed);
+            while (p > m && !max_pending.compare_exchange_weak(m, p, std::memory_order_relaxed)) {
+            }
+            // A handler never waits for room: it tries, and counts what got in.
+            if (target->try_post([](cell& d) { d.accept_unordered(); }))
+              forwarded.fetch_add(1, std::memory_order_relaxed);
+          };
+          if (rng() % 4 == 0) {
+            if (!actors[i]->try_post(handler)) {
+              ++no_room;
+              continue;  // not sent: the sequence number is reused
+            }
+          } else {
+            actors[i]->post(handler);  // waits for room
+          }
+          ++seq[i];
+          ++mine;
+        }
+      }
+      sent.fetch_add(mine);
+      refused.fetch_add(no_room);
+    });
+  }
+  workers.clear();
+  totals t = sum(actors);
+  EXPECT_EQ(t.received, sent.load() + forwarded.load()) << "messages lost or duplicated";
+  EXPECT_EQ(t.overlaps, 0) << "two handlers of one actor overlapped";
+  EXPECT_EQ(t.order_violations, 0) << "a sender's messages ran out of order (or twice)";
+  EXPECT_LE(max_pending.load(), capacity) << "a bounded actor held more than its capacity";
+  std::printf("stress: bounded actors: %ld sent, %ld forwarded, %ld try_post refused\n", sent.load(), forwarded.load(),
+              refused.load());
+}
+
 TEST(ActorStress, ActorsDestroyedWhileAnotherThreadDrainsThemRunEverythingSentBefore) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
   long rounds = 0;

@@ -9,6 +9,7 @@
 #include <handoff/keyed_mutex.hpp>
 #include <handoff/keyed_mutex_options.hpp>
 #include <handoff/lease.hpp>
+#include <handoff/mailbox_full.hpp>
 #include <handoff/metrics.hpp>
 #include <handoff/multi_guard.hpp>
 #include <handoff/redis/actor_system.hpp>

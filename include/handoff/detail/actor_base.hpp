@@ -76,6 +76,8 @@ class actor_base {
   actor_base& operator=(const actor_base&) = delete;
 
  protected:
+  using admission = ownership::admission;
+
   actor_base() noexcept = default;
   // Both throw std::invalid_argument for a budget without an executor or a negative time.
   explicit actor_base(actor_options options);
@@ -90,8 +92,15 @@ class actor_base {
   [[nodiscard]] bool try_acquire() noexcept { return core_.try_acquire(); }
 
   // Owner only. Uncounts `ran` messages that were run; true if that released the actor.
-  // release; pairs with the acquire in try_acquire() of the next owner.
-  [[nodiscard]] bool try_release(std::uint64_t ran) noexcept { return core_.try_release(ran); }
+  // release; pairs with the acquire in try_acquire() of the next owner. A bounded actor
+  // that was full wakes the senders waiting for room.
+  [[nodiscard]] bool try_release(std::uint64_t ran) noexcept {
+    const std::uint64_t before = core_.release(ran);
+    if (options_ != nullptr && options_->capacity != 0 && before >= options_->capacity) [[unlikely]] {
+      wake_senders();
+    }
+    return before == ran;
+  }
 
   // Loser of the hand-off: hand the (already counted) message to the owner.
   void enqueue(message* m) noexcept { core_.enqueue(m); }
@@ -104,12 +113,30 @@ class actor_base {
   // actor joins this thread's run queue carrying `m`, its first message.
   void run_after_current(message* m) noexcept;
 
-  // A send that never runs here (defer): counts `m`; a loser enqueues it; the winner puts
-  // it in front of the mailbox and hands the actor to its executor, or, without one (or
+  // A send that never runs here (defer), counted as `a` by admit(): a loser enqueues `m`;
+  // the winner puts it in front of the mailbox and hands the actor to its executor, or, without one (or
   // if execute() throws), to the FIFO end of this thread's run queue, which runs at this
   // thread's next drain: the next send or grant it runs at top level, run_deferred(), a
   // blocking call, or its exit.
-  void submit_deferred(message* m) noexcept;
+  void submit_deferred(message* m, admission a) noexcept;
+
+  // Counts one message for a send: owner (the caller won the actor) or queued. A bounded
+  // actor's full mailbox counts nothing: with TryOnly that is `full` (and `built`, if any,
+  // is destroyed unrun); otherwise the send waits or throws mailbox_full by the actor's
+  // policy (admit_bounded). An unbounded actor pays one load and branch for the check.
+  template <bool TryOnly>
+  admission admit(message* built) {
+    if (options_ == nullptr || options_->capacity == 0) [[likely]] {
+      return try_acquire() ? admission::owner : admission::queued;
+    }
+    if constexpr (TryOnly) {
+      const admission a = core_.try_acquire_below(options_->capacity);
+      if (a == admission::full && built != nullptr) discard(built);
+      return a;
+    } else {
+      return admit_bounded(built);
+    }
+  }
 
   // Sends one message: counts it, then either hands it to the owner or, having become the
   // owner, runs it. `make()` builds the mailbox node (only needed when the actor is busy
@@ -117,19 +144,43 @@ class actor_base {
   // can throw (bad_alloc, a throwing move): when BuildFirst, it is built before counting,
   // so a throw loses nothing; otherwise a throw after counting would strand the owner,
   // so it terminates (only a noexcept move and memory exhaustion reach that path).
-  template <bool BuildFirst, class Make, class Run>
-  void submit(Make&& make, Run&& run) {
+  // False only with TryOnly, when a bounded mailbox is full (nothing was sent).
+  template <bool BuildFirst, bool TryOnly = false, class Make, class Run>
+  bool submit(Make&& make, Run&& run) {
     if constexpr (BuildFirst) {
       message* m = make();
-      if (!try_acquire()) return enqueue(m);
-      if (tls.top != nullptr) return run_after_current(m);
-      enqueue_first(m);
-      drain_now(0);
+      switch (admit<TryOnly>(m)) {
+        case admission::full:
+          return false;
+        case admission::queued:
+          enqueue(m);
+          return true;
+        case admission::owner:
+          break;
+      }
+      if (tls.top != nullptr) {
+        run_after_current(m);
+      } else {
+        enqueue_first(m);
+        drain_now(0);
+      }
     } else {
-      if (!try_acquire()) return enqueue(build_counted(make));
-      if (tls.top != nullptr) return run_after_current(build_counted(make));
-      run_inline(run);
+      switch (admit<TryOnly>(nullptr)) {
+        case admission::full:
+          return false;
+        case admission::queued:
+          enqueue(build_counted(make));
+          return true;
+        case admission::owner:
+          break;
+      }
+      if (tls.top != nullptr) {
+        run_after_current(build_counted(make));
+      } else {
+        run_inline(run);
+      }
     }
+    return true;
   }
 
   // Owner only, at top level: runs one message on this thread, then releases or drains.
@@ -150,7 +201,10 @@ class actor_base {
       }
     }
     tls.top = nullptr;
-    if (!frame.destroyed) return finish_inline(turn_start);
+    if (!frame.destroyed) {
+      if (!frame.yield) [[likely]] return finish_inline(turn_start);
+      yield_turn(1);
+    }
     if (has_queued()) run_queued();
   }
 
@@ -205,6 +259,18 @@ class actor_base {
   static message* build_counted(Make& make) noexcept {
     return make();
   }
+  // Destroys a message that was never counted, without running it.
+  void discard(message* m) noexcept { m->invoke(m, this, false); }
+
+  // Bounded and full (lib/mailbox_room.cpp): under full_policy::block at top level, runs
+  // this thread's queue, then waits for room until max_block; inside a handler, under
+  // full_policy::fail, or past max_block, destroys `built` (if any) and throws
+  // mailbox_full. Never returns `full`.
+  admission admit_bounded(message* built);
+  // Sleeps until a bounded mailbox has room or `deadline` passes (false).
+  bool wait_for_room(std::int64_t deadline);
+  // Wakes the senders sleeping in wait_for_room() (any actor sharing their bucket).
+  void wake_senders() noexcept;
 
   // The drain loop, one protocol action per drain_step() so that tests can interleave the
   // owner's steps with senders' steps (tests/model/interleaving_test.cpp).
@@ -220,11 +286,19 @@ class actor_base {
     std::int64_t turn_start;  // for a time budget
     unsigned idle_spins;      // consecutive `waiting` steps
     bool budgeted;
+    bool bounded;  // give back room after every message
   };
   [[nodiscard]] drain_cursor start_turn(std::uint64_t ran, std::int64_t turn_start, drain_frame& frame) const noexcept;
   drain_status drain_step(drain_cursor& c) noexcept;
   void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
   void queue_later() noexcept;
+  // Owner only, the actor counted (not idle): the owner stops draining and the actor goes
+  // on later: to its executor or, without one (or if execute() throws), to the FIFO end of
+  // this thread's run queue, which a thread at top level runs before it returns or exits.
+  void hand_on() noexcept;
+  // Owner only, after a handler deferred to its own actor (a counted message waits):
+  // uncounts `ran` and hands the actor on, so that this thread's other work runs first.
+  void yield_turn(std::uint64_t ran) noexcept;
   // Hands the still-owned actor to its executor: the one continuation every hand-off uses
   // (budget spent, sender preempted, defer, spreading). Precondition: an executor is set.
   // Throws what execute() throws.

@@ -18,6 +18,12 @@
 // spuriously (a weak CAS could, and its failure path would subtract to 0 while the owner
 // still consumes).
 //
+// Bounded use (an actor with a capacity): try_acquire_below() counts only while the count
+// is below the capacity, by a CAS loop, so that a full word is never counted at all (a
+// fetch_add undone by a fetch_sub would let the owner see a request that never comes and
+// wait for it forever). The owner of a bounded word releases after every request, so that
+// the count is the room that senders see.
+//
 // Serialized use: a caller whose acquirers and final release are already serialized by a
 // lock it holds (the keyed mutex's table shard) uses the *_serialized forms: the same
 // transitions without the read-modify-write where the lock makes it unnecessary. Hand-offs
@@ -50,6 +56,20 @@ class ownership {
     return before == 0;
   }
 
+  enum class admission : unsigned char { owner, queued, full };
+
+  // Counts one request if fewer than `capacity` are counted. owner: the caller became the
+  // owner; queued: it must enqueue its request; full: nothing was counted.
+  // acquire on success; pairs with the release in try_release(), as in try_acquire().
+  [[nodiscard]] admission try_acquire_below(std::uint64_t capacity) noexcept {
+    std::uint64_t before = count_.load(std::memory_order_relaxed);
+    do {
+      if (before >= capacity) return admission::full;
+      // weak: a spurious failure only retries (no release depends on this CAS)
+    } while (!count_.compare_exchange_weak(before, before + 1, std::memory_order_acquire, std::memory_order_relaxed));
+    return before == 0 ? admission::owner : admission::queued;
+  }
+
   // Serialized acquire, in two steps (the caller holds the lock that serializes every
   // acquirer and the final release; relaxed, that lock orders the owners):
   // takes a free word (0 -> 1: true), or, when it is owned, counts nothing (false), so that
@@ -80,10 +100,13 @@ class ownership {
 
   // Owner only. Uncounts `consumed` requests; true if that released the word.
   // release; pairs with the acquire in try_acquire() of the next owner.
-  [[nodiscard]] bool try_release(std::uint64_t consumed) noexcept {
+  [[nodiscard]] bool try_release(std::uint64_t consumed) noexcept { return release(consumed) == consumed; }
+
+  // try_release(), returning the count before the subtraction (released: == consumed).
+  [[nodiscard]] std::uint64_t release(std::uint64_t consumed) noexcept {
     const std::uint64_t before = count_.fetch_sub(consumed, std::memory_order_release);
     HANDOFF_ASSERT(before >= consumed);
-    return before == consumed;
+    return before;
   }
 
   // Owner only, handing ownership to a request it popped (still counted): uncounts what

@@ -40,7 +40,8 @@ struct task {
 struct drain_frame {
   actor_base* actor;
   drain_frame* parent;
-  bool destroyed;  // the actor was destroyed by one of its own handlers: stop touching it
+  bool destroyed;       // the actor was destroyed by one of its own handlers: stop touching it
+  bool yield = false;   // a handler deferred to its own actor: end this turn after it
 };
 
 // Per-thread scheduler state; touched only by its own thread. Trivial, so that access

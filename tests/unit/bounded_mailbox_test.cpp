@@ -1,0 +1,365 @@
+// Bounded mailboxes: actor_options::capacity, try_post/try_send, the full_policy of
+// post/send/ask/defer, what a handler's send to a full mailbox does, and defer() from an
+// actor's own handler yielding its turn.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // designated actor_options
+#endif
+#include <handoff/actor.hpp>
+#include <handoff/basic_actor.hpp>
+#include <handoff/run_deferred.hpp>
+#include <handoff/thread_pool.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <latch>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "keyed_mutex_support.hpp"  // blocking_call
+#include "test_support.hpp"
+#include "test_timeout.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using handoff::test::blocking_call;
+using handoff::test::owner_thread;
+using handoff::test::test_timeout;
+
+handoff::actor_options bounded(std::uint32_t capacity, handoff::full_policy policy = handoff::full_policy::block,
+                               std::chrono::nanoseconds max_block = 0ns) {
+  handoff::actor_options o;
+  o.capacity = capacity;
+  o.on_full = policy;
+  o.max_block = max_block;
+  return o;
+}
+
+// An actor<std::vector<int>> held busy by another thread, so that sends queue.
+struct busy_actor {
+  explicit busy_actor(handoff::actor_options o) : a(std::move(o)) {}
+  handoff::actor<std::vector<int>> a;
+  owner_thread owner{[this](auto hold) { a.post([hold](std::vector<int>&) { hold(); }); }};
+  std::vector<int> log() {
+    return a.ask([](std::vector<int>& v) { return v; }).get();
+  }
+};
+
+auto record(int i) {
+  return [i](std::vector<int>& v) { v.push_back(i); };
+}
+
+TEST(BoundedMailbox, TryPostReturnsFalseOnceTheCapacityIsReachedAndSendsNothing) {
+  test_timeout limit{30s};
+  busy_actor b{bounded(3)};  // the running handler takes one of the three
+  EXPECT_TRUE(b.a.try_post(record(1)));
+  EXPECT_TRUE(b.a.try_post(record(2)));
+  EXPECT_FALSE(b.a.try_post(record(3)));
+  EXPECT_EQ(b.a.pending(), 3U);
+  b.owner.release();
+  b.owner.join();
+  EXPECT_EQ(b.log(), (std::vector<int>{1, 2}));
+  EXPECT_TRUE(b.a.try_post(record(4)));  // room again
+  EXPECT_EQ(b.log(), (std::vector<int>{1, 2, 4}));
+}
+
+TEST(BoundedMailbox, AnUnboundedActorAlwaysAcceptsTryPost) {
+  test_timeout limit{30s};
+  busy_actor b{handoff::actor_options{}};
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(b.a.try_post(record(i)));
+  b.owner.release();
+  b.owner.join();
+  EXPECT_EQ(b.log().size(), 1000U);
+}
+
+TEST(BoundedMailbox, TryPostLeavesTheRejectedCallableUntouched) {
+  test_timeout limit{30s};
+  busy_actor b{bounded(1)};
+  auto payload = std::make_shared<int>(7);
+  auto f = [payload](std::vector<int>& v) { v.push_back(*payload); };
+  EXPECT_FALSE(b.a.try_post(std::move(f)));
+  EXPECT_EQ(payload.use_count(), 2) << "the rejected handler was moved from or destroyed";
+  b.owner.release();
+  b.owner.join();
+  EXPECT_TRUE(b.a.try_post(std::move(f)));
+  EXPECT_EQ(b.log(), (std::vector<int>{7}));
+}
+
+TEST(BoundedMailbox, UnderTheFailPolicyPostAndAskThrowMailboxFullAndSendNothing) {
+  test_timeout limit{30s};
+  busy_actor b{bounded(2, handoff::full_policy::fail)};
+  b.a.post(record(1));
+  EXPECT_THROW(b.a.post(record(2)), handoff::mailbox_full);
+  EXPECT_THROW((void)b.a.ask([](std::vector<int>& v) { return v.size(); }), handoff::mailbox_full);
+  EXPECT_THROW(b.a.defer(record(3)), handoff::mailbox_full);
+  b.owner.release();
+  b.owner.join();
+  EXPECT_EQ(b.log(), (std::vector<int>{1}));
+}
+
+TEST(BoundedMailbox, UnderTheBlockPolicyAPostWaitsForRoomAndThenSends) {
+  test_timeout limit{30s};
+  busy_actor b{bounded(2)};
+  b.a.post(record(1));
+  blocking_call sender([&] { b.a.post(record(2)); });
+  ASSERT_TRUE(sender.wait_until_blocked()) << "a post to a full mailbox returned without waiting";
+  EXPECT_FALSE(sender.returned());
+  b.owner.release();  // the owner runs 1, making room
+  sender.join();
+  b.owner.join();
+  EXPECT_EQ(b.log(), (std::vector<int>{1, 2}));
+}
+
+TEST(BoundedMailbox, ManySendersWaitingForRoomAreAllWokenAndEveryMessageRunsOnce) {
+  test_timeout limit{60s};
+  busy_actor b{bounded(1)};  // full while the owner holds it
+  std::vector<std::unique_ptr<blocking_call>> senders;
+  for (int i = 0; i < 4; ++i) {
+    senders.push_back(std::make_unique<blocking_call>([&b, i] { b.a.post(record(i)); }));
+  }
+  for (auto& s : senders) ASSERT_TRUE(s->wait_until_blocked());
+  b.owner.release();
+  for (auto& s : senders) s->join();
+  b.owner.join();
+  auto log = b.log();
+  std::sort(log.begin(), log.end());
+  EXPECT_EQ(log, (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(BoundedMailbox, MaxBlockEndsTheWaitWithMailboxFullAndNothingSent) {
+  test_timeout limit{30s};
+  busy_actor b{bounded(1, handoff::full_policy::block, 50ms)};
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(b.a.post(record(1)), handoff::mailbox_full);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 50ms);
+  b.owner.release();
+  b.owner.join();
+  EXPECT_TRUE(b.log().empty());
+}
+
+TEST(BoundedMailbox, AHandlersSendToAFullMailboxThrowsAtOnceWhateverThePolicy) {
+  test_timeout limit{30s};
+  busy_actor full{bounded(1)};  // block policy, no max_block: waiting here would never end
+  std::atomic<bool> threw{false};
+  handoff::actor<int> sender;
+  sender
+      .ask([&](int&) {
+        try {
+          full.a.post(record(1));
+        } catch (const handoff::mailbox_full&) {
+          threw = true;
+        }
+      })
+      .get();
+  EXPECT_TRUE(threw);
+  full.owner.release();
+  full.owner.join();
+  EXPECT_TRUE(full.log().empty());
+}
+
+TEST(BoundedMailbox, AHandlerPostingToItsOwnFullActorGetsMailboxFullNotADeadlock) {
+  test_timeout limit{30s};
+  handoff::actor<int> a{bounded(1)};  // the running handler fills it
+  std::atomic<int> outcome{0};
+  a.post([&](int&, handoff::actor<int>& self) {
+    try {
+      self.post([](int& n) { ++n; });
+      outcome = 1;
+    } catch (const handoff::mailbox_full&) {
+      outcome = 2;
+    }
+    EXPECT_FALSE(self.try_post([](int& n) { ++n; }));
+  });
+  EXPECT_EQ(outcome, 2);
+  EXPECT_EQ(a.ask([](int& n) { return n; }).get(), 0);
+}
+
+TEST(BoundedMailbox, AnUncaughtMailboxFullInAHandlerGoesToTheSendersErrorHook) {
+  test_timeout limit{30s};
+  busy_actor full{bounded(1)};
+  std::atomic<int> reported{0};
+  handoff::actor_options o;
+  o.on_error = [&](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const handoff::mailbox_full&) {
+      ++reported;
+    }
+  };
+  handoff::actor<int> sender{std::move(o)};
+  sender.post([&](int&) { full.a.post(record(1)); });
+  EXPECT_EQ(reported, 1);
+  full.owner.release();
+}
+
+TEST(BoundedMailbox, AThreadThatOwnsTheFullActorThroughItsQueueRunsItInsteadOfWaitingForever) {
+  test_timeout limit{30s};
+  handoff::actor<std::vector<int>> a{bounded(1)};
+  a.defer(record(1));  // this thread owns `a` now, through its run queue: full, and not running
+  EXPECT_EQ(a.pending(), 1U);
+  a.post(record(2));  // block policy: runs its queue first, which makes room
+  EXPECT_EQ(a.ask([](std::vector<int>& v) { return v; }).get(), (std::vector<int>{1, 2}));
+}
+
+TEST(BoundedMailbox, AsyncAskOnAFullMailboxThrowsFromCoAwait) {
+  test_timeout limit{30s};
+  busy_actor b{bounded(1)};
+  std::atomic<int> outcome{0};
+  [](handoff::actor<std::vector<int>>& a, std::atomic<int>& out) -> handoff::test::fire_and_forget {
+    try {
+      co_await a.async_ask([](std::vector<int>& v) { return v.size(); });
+      out = 1;
+    } catch (const handoff::mailbox_full&) {
+      out = 2;
+    }
+  }(b.a, outcome);
+  EXPECT_EQ(outcome, 2);
+}
+
+TEST(BoundedMailbox, TrySendOnAFullBasicActorLeavesTheMessageWithTheCaller) {
+  test_timeout limit{30s};
+  // Message 0 holds the actor busy until `gate` opens.
+  struct gated_sink {
+    std::latch* entered;
+    std::latch* gate;
+    std::vector<int>* seen;
+    void operator()(std::unique_ptr<int> m) const {
+      if (*m == 0) {
+        entered->count_down();
+        gate->wait();
+      } else {
+        seen->push_back(*m);
+      }
+    }
+  };
+  std::latch entered{1};
+  std::latch gate{1};
+  std::vector<int> seen;
+  handoff::basic_actor<std::unique_ptr<int>, gated_sink> a{bounded(1), gated_sink{&entered, &gate, &seen}};
+  std::jthread owner([&] { a.send(std::make_unique<int>(0)); });
+  entered.wait();
+  auto m = std::make_unique<int>(5);
+  EXPECT_FALSE(a.try_send(std::move(m)));
+  ASSERT_NE(m, nullptr) << "the rejected message was moved from";
+  EXPECT_EQ(*m, 5);
+  gate.count_down();
+  owner.join();
+  EXPECT_TRUE(a.try_send(std::move(m)));  // idle now: runs here
+  EXPECT_EQ(seen, (std::vector<int>{5}));
+}
+
+TEST(BoundedMailbox, ANegativeMaxBlockIsRejected) {
+  EXPECT_THROW(handoff::actor<int>(bounded(4, handoff::full_policy::block, -1ns)), std::invalid_argument);
+}
+
+TEST(BoundedMailbox, TheOwnerGivesBackRoomAfterEveryMessageNotOnlyWhenTheMailboxEmpties) {
+  test_timeout limit{30s};
+  busy_actor b{bounded(2)};
+  std::latch in_second{1};
+  std::latch leave_second{1};
+  b.a.post([&](std::vector<int>&) {  // queued behind the holder: the mailbox is full
+    in_second.count_down();
+    leave_second.wait();
+  });
+  EXPECT_FALSE(b.a.try_post(record(1)));
+  b.owner.release();  // the holder's handler ends; the same drain goes on into the second
+  in_second.wait();
+  // The drain has not emptied the mailbox nor ended, but the finished handler's slot is free.
+  EXPECT_TRUE(b.a.try_post(record(2)));
+  leave_second.count_down();
+  b.owner.join();
+  EXPECT_EQ(b.log(), (std::vector<int>{2}));
+}
+
+TEST(BoundedMailbox, ASenderKeepingABoundedActorFullNeverPushesItsCountPastTheCapacity) {
+  test_timeout limit{30s};
+  // A sender on another thread keeps a capacity-2 actor full with try_post while the
+  // owner drains: every message it got in runs, in order, and the count seen from the
+  // handlers never exceeds the capacity.
+  handoff::actor<std::vector<int>> a{bounded(2)};
+  std::atomic<bool> stop{false};
+  std::atomic<int> accepted{0};
+  std::atomic<int> max_seen{0};
+  std::jthread feeder([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      if (a.try_post([&, i](std::vector<int>& v) {
+            v.push_back(i);
+            const int p = static_cast<int>(a.pending());
+            int m = max_seen.load();
+            while (p > m && !max_seen.compare_exchange_weak(m, p)) {
+            }
+            std::this_thread::sleep_for(10us);
+          })) {
+        ++accepted;
+      }
+    }
+  });
+  ASSERT_TRUE(handoff::test::eventually([&] { return accepted.load() > 200; }));
+  stop = true;
+  feeder.join();
+  const auto log = a.ask([](std::vector<int>& v) { return v; }).get();
+  EXPECT_EQ(static_cast<int>(log.size()), accepted.load());
+  EXPECT_TRUE(std::is_sorted(log.begin(), log.end())) << "per-sender FIFO";
+  EXPECT_LE(max_seen.load(), 2) << "the count went past the capacity";
+}
+
+// ---------------------------------------------------------------------------------------
+// defer() from an actor's own handler yields its turn
+
+TEST(DeferYield, AHandlerThatDefersToItsOwnActorLetsTheActorsItWonRunFirst) {
+  test_timeout limit{30s};
+  std::vector<std::string> order;
+  handoff::actor<int> other;
+  handoff::actor<int> self_deferring;
+  self_deferring.post([&](int&, handoff::actor<int>& self) {
+    order.emplace_back("first step");
+    other.post([&](int&) { order.emplace_back("other"); });  // won by this thread: queued
+    self.defer([&](int&) { order.emplace_back("second step"); });
+  });
+  EXPECT_EQ(order, (std::vector<std::string>{"first step", "other", "second step"}));
+}
+
+TEST(DeferYield, AProducerThatFillsABoundedActorContinuesInDeferredStepsAndLosesNothing) {
+  test_timeout limit{30s};
+  // The Counting pattern with backpressure: try_post until full, then defer the rest to
+  // itself; the counter (owned by this thread through its queue) drains in between.
+  constexpr int n = 100000;
+  struct counter_state {
+    int n = 0;
+    std::uint64_t max_pending = 0;
+  };
+  handoff::actor<counter_state> counter{bounded(64)};
+  struct producer_state {
+    int sent = 0;
+    int yields = 0;
+  };
+  handoff::actor<producer_state> producer;
+  std::function<void(producer_state&, handoff::actor<producer_state>&)> step =
+      [&](producer_state& p, handoff::actor<producer_state>& self) {
+        while (p.sent < n && counter.try_post([&counter](counter_state& c) {
+          ++c.n;
+          c.max_pending = std::max<std::uint64_t>(c.max_pending, counter.pending());
+        })) {
+          ++p.sent;
+        }
+        if (p.sent < n) {
+          ++p.yields;
+          self.defer(step);
+        }
+      };
+  producer.post(step);
+  const auto [count, max_pending] = counter.ask([](counter_state& c) { return std::pair(c.n, c.max_pending); }).get();
+  EXPECT_EQ(count, n);
+  EXPECT_LE(max_pending, 64U);
+  EXPECT_GE(producer.ask([](producer_state& p) { return p.yields; }).get(), n / 64 - 1);
+}
+
+}  // namespace
