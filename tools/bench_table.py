@@ -351,6 +351,23 @@ def counter_tables(out, by_workload):
         out.append("")
 
 
+def ops_section(out, title, note, server_line, context, workloads):
+    """Appends a section of time-and-ops/s rows: its title, note, the server line with the load
+    when the binary started (from its context), the time table and the counters."""
+    out.append(f"### {title}")
+    out.append("")
+    out.append(note)
+    if context:
+        line = server_line
+        if "load_avg" in context:
+            line += (f" This binary started at {context.get('date', '?')}, load avg "
+                     + ", ".join(f"{x:.2f}" for x in context["load_avg"]) + ".")
+        out.append(line)
+    out.append("")
+    time_table(out, [], workloads, ops=True)
+    counter_tables(out, workloads)
+
+
 def render(contexts, results):
     """Returns (markdown, [(plot label, ratio)], [(keyed-mutex plot label, ratio)])."""
     out = []
@@ -464,37 +481,16 @@ def render(contexts, results):
         time_table(out, km_plot, km_workload)
         counter_tables(out, km_workload)
 
-    # The keyed mutex over Redis: its time table with ops/s, then its counters.
+    # The keyed mutex over Redis, then the actors over Redis: each its time table with
+    # ops/s, then its counters.
     if redis_workload:
-        out.append("### Redis keyed mutex")
-        out.append("")
-        out.append(REDIS_NOTE)
-        redis_context = next((c for c in contexts if "redis_server" in c), None)
-        if redis_context:
-            line = f"Redis {redis_context['redis_server']}."
-            if "load_avg" in redis_context:
-                line += (f" This binary started at {redis_context.get('date', '?')}, load avg "
-                         + ", ".join(f"{x:.2f}" for x in redis_context["load_avg"]) + ".")
-            out.append(line)
-        out.append("")
-        time_table(out, [], redis_workload, ops=True)
-        counter_tables(out, redis_workload)
-
-    # Actors across processes over Redis: their time table with messages/s, then latencies.
+        context = next((c for c in contexts if "redis_server" in c), None)
+        ops_section(out, "Redis keyed mutex", REDIS_NOTE, context and f"Redis {context['redis_server']}.", context,
+                    redis_workload)
     if ractor_workload:
-        out.append("### Redis actors")
-        out.append("")
-        out.append(RACTOR_NOTE)
-        ractor_context = next((c for c in contexts if "redis_actor_server" in c), None)
-        if ractor_context:
-            line = ractor_context["redis_actor_server"] + "."
-            if "load_avg" in ractor_context:
-                line += (f" This binary started at {ractor_context.get('date', '?')}, load avg "
-                         + ", ".join(f"{x:.2f}" for x in ractor_context["load_avg"]) + ".")
-            out.append(line)
-        out.append("")
-        time_table(out, [], ractor_workload, ops=True)
-        counter_tables(out, ractor_workload)
+        context = next((c for c in contexts if "redis_actor_server" in c), None)
+        ops_section(out, "Redis actors", RACTOR_NOTE, context and context["redis_actor_server"] + ".", context,
+                    ractor_workload)
     return "\n".join(out), plot, km_plot
 
 

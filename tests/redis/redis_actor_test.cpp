@@ -68,6 +68,19 @@ struct latch {
   void open() { p.set_value(); }
 };
 
+// A server, the tests' plain view of it, and this process's actor_system, whose handler
+// records every run (redis_actor_check.hpp) and whose sweeper takes over what others leave.
+struct recorded {
+  explicit recorded(std::vector<std::string> server_args = {}, const hr::actor_options& a = quick())
+      : server(std::move(server_args)), port(server.port()), raw(port), actors(at(port), a) {
+    actors.on("", [p = port](hr::delivery& d) { handoff::test::record_run(p, d); });
+  }
+  redis_server server;
+  int port;
+  raw_redis raw;
+  hr::actor_system actors;
+};
+
 TEST(RedisActor, a_post_to_an_idle_actor_runs_its_handler_on_the_posting_thread_and_leaves_no_keys) {
   redis_server server;
   hr::actor_system actors(at(server.port()), quick());
@@ -90,11 +103,9 @@ TEST(RedisActor, a_post_to_an_idle_actor_runs_its_handler_on_the_posting_thread_
 }
 
 TEST(RedisActor, messages_of_one_key_run_one_at_a_time_and_in_sender_order_across_processes) {
-  redis_server server;
-  const int port = server.port();
-  raw_redis raw(port);
-  hr::actor_system actors(at(port), quick());  // sweeps what the helpers hand on
-  actors.on("", [port](hr::delivery& d) { handoff::test::record_run(port, d); });
+  recorded t;  // its sweeper continues what the helpers hand on
+  const int port = t.port;
+  raw_redis& raw = t.raw;
   constexpr int senders = 4;
   constexpr int count = 150;  // half to the shared key, half to the sender's own
   std::vector<std::unique_ptr<helper_process>> procs;
@@ -122,11 +133,10 @@ TEST(RedisActor, messages_of_one_key_run_one_at_a_time_and_in_sender_order_acros
 }
 
 TEST(RedisActor, an_owner_killed_mid_handler_loses_no_message_and_its_rerun_is_flagged) {
-  redis_server server;
-  const int port = server.port();
-  raw_redis raw(port);
-  hr::actor_system actors(at(port), quick());
-  actors.on("", [port](hr::delivery& d) { handoff::test::record_run(port, d); });
+  recorded t;
+  const int port = t.port;
+  raw_redis& raw = t.raw;
+  hr::actor_system& actors = t.actors;
   const auto owner = helper({std::to_string(port), "300", "hang", "room:9"});
   ASSERT_TRUE(eventually([&] { return raw.string({"GET", "t:hanging"}) == "1"; }, 10s));
   for (int i = 0; i < 3; ++i) actors.post("room:9", "t " + std::to_string(i));  // queued behind the owner
@@ -141,11 +151,10 @@ TEST(RedisActor, an_owner_killed_mid_handler_loses_no_message_and_its_rerun_is_f
 }
 
 TEST(RedisActor, a_sender_killed_mid_stream_loses_no_accepted_message) {
-  redis_server server;
-  const int port = server.port();
-  raw_redis raw(port);
-  hr::actor_system actors(at(port), quick());
-  actors.on("", [port](hr::delivery& d) { handoff::test::record_run(port, d); });
+  recorded t;
+  const int port = t.port;
+  raw_redis& raw = t.raw;
+  hr::actor_system& actors = t.actors;
   const auto sender = helper({std::to_string(port), "300", "send", "s", "1000000", "room:a", "room:b"});
   ASSERT_TRUE(eventually([&] { return raw.integer({"LLEN", "t:accepted:s"}) >= 60; }, 20s));
   sender->kill();  // SIGKILL, maybe mid-post, maybe while owning and draining
@@ -367,20 +376,16 @@ TEST(RedisActor, a_stopped_server_gives_an_error_within_the_command_timeout_not_
 }
 
 TEST(RedisActor, unfinished_messages_survive_a_server_restart_with_persistence_and_an_owner_crash) {
-  redis_server server({"--appendonly", "yes", "--appendfsync", "always"});
-  const int port = server.port();
   hr::actor_options a = quick();
   a.on_error = [](std::string_view, std::exception_ptr) {};  // the restart breaks connections
-  hr::actor_system actors(at(port), a);
-  actors.on("", [port](hr::delivery& d) { handoff::test::record_run(port, d); });
+  recorded t({"--appendonly", "yes", "--appendfsync", "always"}, a);
+  const int port = t.port;
+  hr::actor_system& actors = t.actors;
   const auto owner = helper({std::to_string(port), "300", "hang", "room:r"});
-  {
-    raw_redis raw(port);
-    ASSERT_TRUE(eventually([&] { return raw.string({"GET", "t:hanging"}) == "1"; }, 10s));
-  }
+  ASSERT_TRUE(eventually([&] { return t.raw.string({"GET", "t:hanging"}) == "1"; }, 10s));
   for (int i = 0; i < 3; ++i) actors.post("room:r", "t " + std::to_string(i));
   owner->kill();
-  server.restart();  // SIGKILL, then the same port and directory: the append-only file is read back
+  t.server.restart();  // SIGKILL, then the same port and directory: the append-only file is read back
   raw_redis raw(port);
   ASSERT_TRUE(eventually([&] { return actors.pending("room:r") == 0 && !log_of(raw, "room:r").empty(); }, 20s));
   std::map<std::string, long long> seen;
