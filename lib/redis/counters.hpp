@@ -14,28 +14,28 @@ namespace handoff::redis::detail {
 struct client_counters {
   explicit client_counters(metrics_sink* s) noexcept : sink(s) {}
 
-  void round_trip() noexcept { bump(round_trips, metric_counter::redis_round_trips); }
-  void reconnect() noexcept { bump(reconnects, metric_counter::redis_reconnects); }
-  void notifications_lost() noexcept { bump(lost, metric_counter::redis_notifications_lost); }
-  void recheck() noexcept { bump(rechecks, metric_counter::redis_rechecks); }
+  void round_trip() noexcept { bump(round_trips_, sink, metric_counter::redis_round_trips); }
+  void reconnect() noexcept { bump(reconnects_, sink, metric_counter::redis_reconnects); }
+  void notifications_lost() noexcept { bump(lost_, sink, metric_counter::redis_notifications_lost); }
+  void recheck() noexcept { bump(rechecks_, sink, metric_counter::redis_rechecks); }
 
   [[nodiscard]] client_stats snapshot() const noexcept {
     // relaxed: statistics, each read on its own; nothing is published through them.
-    return client_stats(round_trips.load(std::memory_order_relaxed), reconnects.load(std::memory_order_relaxed),
-                        lost.load(std::memory_order_relaxed), rechecks.load(std::memory_order_relaxed));
+    return client_stats(round_trips_.load(std::memory_order_relaxed), reconnects_.load(std::memory_order_relaxed),
+                        lost_.load(std::memory_order_relaxed), rechecks_.load(std::memory_order_relaxed));
   }
 
   metrics_sink* const sink;  // options::metrics: nullptr for the process-wide sink
 
  private:
-  void bump(std::atomic<std::uint64_t>& c, metric_counter m) noexcept {
+  static void bump(std::atomic<std::uint64_t>& c, metrics_sink* to, metric_counter m) noexcept {
     c.fetch_add(1, std::memory_order_relaxed);  // a statistic: see snapshot()
-    handoff::detail::count_event(sink, m);
+    handoff::detail::count_event(to, m);
   }
-  std::atomic<std::uint64_t> round_trips{0};
-  std::atomic<std::uint64_t> reconnects{0};
-  std::atomic<std::uint64_t> lost{0};
-  std::atomic<std::uint64_t> rechecks{0};
+  std::atomic<std::uint64_t> round_trips_{0};
+  std::atomic<std::uint64_t> reconnects_{0};
+  std::atomic<std::uint64_t> lost_{0};
+  std::atomic<std::uint64_t> rechecks_{0};
 };
 
 }  // namespace handoff::redis::detail
