@@ -178,7 +178,10 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
       const bool spent = ran >= a.budget_messages || std::chrono::steady_clock::now() >= budget_end;
       const char* mode = !spent ? "next" : a.executor ? "keep" : "announce";
       reply r;  // what the delivery's views point into
-      std::string_view id, body, last_id, state;
+      std::string_view id;
+      std::string_view body;
+      std::string_view last_id;
+      std::string_view state;
       std::uint32_t attempt = 1;
       if (first != nullptr) {  // the post that won the actor delivered its own message
         id = first->id;
