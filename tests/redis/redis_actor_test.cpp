@@ -300,6 +300,20 @@ TEST(RedisActor, a_post_from_inside_a_handler_never_drains_on_the_handlers_threa
   EXPECT_NE(f.get(), std::this_thread::get_id()) << "the nested post drained inline";
 }
 
+TEST(RedisActor, a_post_from_a_process_without_a_handler_for_the_key_is_handled_by_one_that_has_it) {
+  redis_server server;
+  hr::actor_system sender(at(server.port()), quick());  // handles "other:" only
+  sender.on("other:", [](hr::delivery&) { ADD_FAILURE() << "wrong family"; });
+  hr::actor_system worker(at(server.port()), quick());
+  std::promise<std::string> got;
+  worker.on("job:", [&](hr::delivery& d) { got.set_value(std::string(d.body())); });
+  sender.post("job:1", "payload");
+  auto f = got.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "announced, but no sweeper took it";
+  EXPECT_EQ(f.get(), "payload");
+  EXPECT_TRUE(eventually([&] { return sender.pending("job:1") == 0; }));
+}
+
 TEST(RedisActor, a_full_mailbox_refuses_posts_and_post_for_waits_only_until_its_timeout) {
   redis_server server;
   hr::actor_options a = quick();

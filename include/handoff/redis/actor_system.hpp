@@ -150,9 +150,11 @@ class actor_system {
   // keyed_mutex does), and starts its threads. Throws std::invalid_argument for bad
   // options, error when the server cannot be used.
   explicit actor_system(options o = {}, actor_options a = {});
-  // Stops the threads (after the handler each is running, if any); drains in progress on
-  // posting threads or the executor finish their round. Actors this process owned and did
-  // not finish are taken over by others after their lease.
+  // Stops the threads (after the drain each is running, if any, ends its round); drains in
+  // progress on posting threads or the executor finish their round. A continuation already
+  // queued on the executor still runs (it holds the system's state): the handlers' captures
+  // must outlive it. Actors this process owned and did not finish are taken over by others
+  // after their lease.
   ~actor_system();
   actor_system(const actor_system&) = delete;
   actor_system& operator=(const actor_system&) = delete;
