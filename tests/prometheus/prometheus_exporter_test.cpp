@@ -62,7 +62,7 @@ TEST_F(PrometheusExporter, AScrapeShowsAKeyedMutexsWaitsTimeoutsLeaseExpiriesAnd
   exporter_.watch(rooms, {{"mutex", "rooms"}});
 
   auto held = rooms.lock("room:1");
-  std::thread waiter([&] { auto g = rooms.lock("room:1"); });            // a wait of ~50 ms
+  std::thread waiter([&] { auto g = rooms.lock("room:1"); });  // a wait of ~50 ms
   ASSERT_TRUE(eventually([&] { return rooms.waiting() == 1; }, 10s));
   const std::string during = scrape(exporter_.port());
   std::this_thread::sleep_for(50ms);

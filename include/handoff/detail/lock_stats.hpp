@@ -28,10 +28,10 @@ class wait_recorder {
   wait_recorder() = default;
   wait_recorder(const wait_recorder&) = delete;
   wait_recorder& operator=(const wait_recorder&) = delete;
+  wait_recorder(wait_recorder&&) = delete;
+  wait_recorder& operator=(wait_recorder&&) = delete;
+  virtual ~wait_recorder() = default;
   virtual void record(const lock_entry* e, std::int64_t waited_ns) noexcept = 0;
-
- protected:
-  ~wait_recorder() = default;
 };
 
 }  // namespace handoff::detail
