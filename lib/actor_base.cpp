@@ -72,19 +72,22 @@ actor_base::drain_cursor actor_base::start_turn(std::uint64_t ran, std::int64_t 
   const actor_options* opt = options_.get();
   const bool budgeted = opt != nullptr && (opt->max_messages != 0 || opt->max_time.count() != 0);
   if (budgeted && turn_start == 0 && opt->max_time.count() != 0) turn_start = now_ns();
-  return drain_cursor{&frame, ran, ran, turn_start, 0, budgeted, opt != nullptr && opt->capacity != 0};
+  const bool bounded = opt != nullptr && opt->capacity != 0;
+  return drain_cursor{&frame, ran, ran, turn_start, 0, budgeted, bounded, budgeted || bounded};
 }
 
 actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
   const actor_options* opt = options_.get();
-  if (c.bounded && c.uncounted != 0) {  // room for the senders after every message, not per round
-    if (try_release(c.uncounted)) return drain_status::done;
-    c.uncounted = 0;
-  }
-  if (c.budgeted && c.turn != 0 && budget_spent(c.turn, c.turn_start)) {
-    // Account first, then post: only a still-owned actor may be handed over.
-    if (c.uncounted == 0 || !try_release(c.uncounted)) continue_on_executor();
-    return drain_status::done;
+  if (c.limited) [[unlikely]] {
+    if (c.bounded && c.uncounted != 0) {  // room for the senders after every message, not per round
+      if (try_release(c.uncounted)) return drain_status::done;
+      c.uncounted = 0;
+    }
+    if (c.budgeted && c.turn != 0 && budget_spent(c.turn, c.turn_start)) {
+      // Account first, then post: only a still-owned actor may be handed over.
+      if (c.uncounted == 0 || !try_release(c.uncounted)) continue_on_executor();
+      return drain_status::done;
+    }
   }
   if (auto* m = static_cast<message*>(core_.pop())) {
     c.idle_spins = 0;
@@ -92,23 +95,23 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
     try {
       keep = m->invoke(m, this, true);
     } catch (...) {
-      if (c.frame->destroyed) {
+      if ((c.frame->stop & stop_destroyed) != 0) {
         report_to_stderr(std::current_exception(), handler_source);
       } else {
         report_error(std::current_exception());
       }
     }
-    if (c.frame->destroyed || !keep) return drain_status::done;  // *this belongs to its destructor now
-    ++c.uncounted;
-    ++c.turn;
-    if (c.frame->yield) [[unlikely]] {
-      yield_turn(c.uncounted);
+    if (c.frame->stop != 0 || !keep) [[unlikely]] {
+      // Destroyed: *this belongs to its destructor now. Else a handler deferred to its own actor.
+      if ((c.frame->stop & stop_destroyed) == 0 && keep) yield_turn(c.uncounted + 1);
       return drain_status::done;
     }
+    ++c.uncounted;
+    ++c.turn;
     return drain_status::running;
   }
-  if (c.uncounted != 0) {
-    if (try_release(c.uncounted)) return drain_status::done;
+  if (c.uncounted != 0) {  // unbounded: a bounded drain has released everything it ran above
+    if (try_release_unbounded(c.uncounted)) return drain_status::done;
     c.uncounted = 0;  // more were counted meanwhile: still ours, keep draining
     return drain_status::running;
   }
@@ -122,7 +125,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
 }
 
 void actor_base::drain(std::uint64_t ran, std::int64_t turn_start) noexcept {
-  drain_frame frame{this, tls.top, false};
+  drain_frame frame{this, tls.top, 0};
   tls.top = &frame;
   drain_cursor c = start_turn(ran, turn_start, frame);
   for (drain_status s; (s = drain_step(c)) != drain_status::done;) {
@@ -150,7 +153,7 @@ void actor_base::submit_deferred(message* m, admission a) noexcept {
   if (a == admission::queued) {
     enqueue(m);
     // From one of its own handlers: the actor yields this turn (see actor::defer).
-    if (tls.top != nullptr && tls.top->actor == this) tls.top->yield = true;
+    if (tls.top != nullptr && tls.top->actor == this) tls.top->stop |= stop_yield;
     return;
   }
   enqueue_first(m);
@@ -204,7 +207,7 @@ void actor_base::shut_down() noexcept {
   bool own_handler = false;
   for (drain_frame* f = tls.top; f != nullptr; f = f->parent) {
     if (f->actor == this) {
-      f->destroyed = true;
+      f->stop |= stop_destroyed;
       own_handler = true;
     }
   }

@@ -18,6 +18,7 @@
 
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/backoff.hpp"
+#include "handoff/metrics.hpp"
 
 namespace handoff::detail {
 
@@ -52,6 +53,7 @@ actor_base::admission actor_base::admit_bounded(message* built) {
   for (unsigned spins = 0;; ++spins) {
     const admission a = core_.try_acquire_below(o.capacity);
     if (a != admission::full) return a;
+    if (spins == 0) count_full();  // once per send, however long it waits
     const char* why = nullptr;
     if (tls.top != nullptr) {
       why = "handoff: the actor's mailbox is full (a send from inside a handler never waits for room)";
@@ -75,6 +77,8 @@ actor_base::admission actor_base::admit_bounded(message* built) {
     throw_full(why);
   }
 }
+
+void actor_base::count_full() noexcept { count_event(nullptr, metric_counter::mailbox_full); }
 
 bool actor_base::wait_for_room(std::int64_t deadline) {
   room_bucket& b = bucket_of(this);

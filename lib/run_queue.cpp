@@ -67,7 +67,7 @@ bool run_next(drain_frame* parent) noexcept {
       // A sentinel frame: what the task makes runnable queues behind it instead of
       // recursing (a million granted coroutines must not nest), and ask() from it still
       // sees the actors being drained below it.
-      drain_frame sentinel{nullptr, parent, false};
+      drain_frame sentinel{nullptr, parent, 0};
       tls.top = &sentinel;
       t->run(t);
       tls.top = parent;

@@ -18,9 +18,10 @@
 // Cost: events are reported only on slow paths: a lock request that had to wait, a wait
 // that timed out, a lease that ran out, a Redis round trip, a full mailbox. The
 // uncontended keyed lock/unlock and an actor post on a mailbox with room reach no sink and
-// read no clock, sink or not: with no sink set, nothing at all is added to any path but
-// one pointer load where an event happens. Wait times therefore describe the requests
-// that waited (queued behind a holder), never the ones that found their key free.
+// read no clock, sink or not. On a slow path, with no sink set, an event costs one
+// pointer load (the process-wide sink) besides the object's own statistics (a relaxed
+// counter add; a clock read for a wait). Wait times therefore describe the requests that
+// waited (queued behind a holder), never the ones that found their key free.
 //
 // Not promised: events reach a sink in the order they happened, or at all for a sink
 // swapped while the event was being reported (a report in flight may still go to the old

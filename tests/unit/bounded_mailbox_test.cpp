@@ -6,6 +6,7 @@
 #endif
 #include <handoff/actor.hpp>
 #include <handoff/basic_actor.hpp>
+#include <handoff/metrics.hpp>
 #include <handoff/run_deferred.hpp>
 #include <handoff/thread_pool.hpp>
 
@@ -254,6 +255,30 @@ TEST(BoundedMailbox, TrySendOnAFullBasicActorLeavesTheMessageWithTheCaller) {
   owner.join();
   EXPECT_TRUE(a.try_send(std::move(m)));  // idle now: runs here
   EXPECT_EQ(seen, (std::vector<int>{5}));
+}
+
+TEST(BoundedMailbox, EverySendThatFindsTheMailboxFullIsCountedOnceByTheMetricsSink) {
+  test_timeout limit{30s};
+  struct counting_sink final : handoff::metrics_sink {
+    std::atomic<std::uint64_t> full{0};
+    void add(handoff::metric_counter c, std::uint64_t n) noexcept override {
+      if (c == handoff::metric_counter::mailbox_full) full += n;
+    }
+    void observe_wait(handoff::metric_wait, std::chrono::nanoseconds) noexcept override {}
+  } sink;
+  handoff::set_metrics_sink(&sink);
+  {
+    busy_actor b{bounded(1, handoff::full_policy::block, 20ms)};
+    EXPECT_FALSE(b.a.try_post(record(1)));
+    EXPECT_FALSE(b.a.try_post(record(2)));
+    EXPECT_THROW(b.a.post(record(3)), handoff::mailbox_full);  // waited 20 ms: still one event
+    b.owner.release();
+    b.owner.join();
+    EXPECT_TRUE(b.a.try_post(record(4)));  // room: no event
+    b.log();
+  }
+  handoff::set_metrics_sink(nullptr);
+  EXPECT_EQ(sink.full.load(), 3U);
 }
 
 TEST(BoundedMailbox, ANegativeMaxBlockIsRejected) {

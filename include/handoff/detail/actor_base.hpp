@@ -101,6 +101,8 @@ class actor_base {
     }
     return before == ran;
   }
+  // try_release() where the actor is known to be unbounded (nobody waits for room).
+  [[nodiscard]] bool try_release_unbounded(std::uint64_t ran) noexcept { return core_.try_release(ran); }
 
   // Loser of the hand-off: hand the (already counted) message to the owner.
   void enqueue(message* m) noexcept { core_.enqueue(m); }
@@ -131,7 +133,10 @@ class actor_base {
     }
     if constexpr (TryOnly) {
       const admission a = core_.try_acquire_below(options_->capacity);
-      if (a == admission::full && built != nullptr) discard(built);
+      if (a == admission::full) {
+        if (built != nullptr) discard(built);
+        count_full();
+      }
       return a;
     } else {
       return admit_bounded(built);
@@ -189,22 +194,21 @@ class actor_base {
   void run_inline(Run& run) noexcept {
     // A time budget counts the owner's own message too.
     const std::int64_t turn_start = options_ != nullptr && options_->max_time.count() != 0 ? now_ns() : 0;
-    drain_frame frame{this, nullptr, false};
+    drain_frame frame{this, nullptr, 0};
     tls.top = &frame;
     try {
       run();
     } catch (...) {
-      if (frame.destroyed) {
+      if ((frame.stop & stop_destroyed) != 0) {
         report_to_stderr(std::current_exception(), handler_source);
       } else {
         report_error(std::current_exception());
       }
     }
     tls.top = nullptr;
-    if (!frame.destroyed) {
-      if (!frame.yield) [[likely]] return finish_inline(turn_start);
-      yield_turn(1);
-    }
+    if (frame.stop == 0) [[likely]]
+      return finish_inline(turn_start);
+    if ((frame.stop & stop_destroyed) == 0) yield_turn(1);
     if (has_queued()) run_queued();
   }
 
@@ -267,6 +271,8 @@ class actor_base {
   // full_policy::fail, or past max_block, destroys `built` (if any) and throws
   // mailbox_full. Never returns `full`.
   admission admit_bounded(message* built);
+  // Reports a send that found the mailbox full to the process-wide metrics sink, if any.
+  static void count_full() noexcept;
   // Sleeps until a bounded mailbox has room or `deadline` passes (false).
   bool wait_for_room(std::int64_t deadline);
   // Wakes the senders sleeping in wait_for_room() (any actor sharing their bucket).
@@ -287,6 +293,7 @@ class actor_base {
     unsigned idle_spins;      // consecutive `waiting` steps
     bool budgeted;
     bool bounded;  // give back room after every message
+    bool limited;  // budgeted || bounded: one test per step for both
   };
   [[nodiscard]] drain_cursor start_turn(std::uint64_t ran, std::int64_t turn_start, drain_frame& frame) const noexcept;
   drain_status drain_step(drain_cursor& c) noexcept;

@@ -40,9 +40,14 @@ struct task {
 struct drain_frame {
   actor_base* actor;
   drain_frame* parent;
-  bool destroyed;       // the actor was destroyed by one of its own handlers: stop touching it
-  bool yield = false;   // a handler deferred to its own actor: end this turn after it
+  // Why the turn ends after the running handler, 0: it need not. One byte, so that the
+  // drain loop tests one load per message. Bits:
+  //   stop_destroyed  the actor was destroyed by one of its own handlers: stop touching it
+  //   stop_yield      a handler deferred to its own actor: hand the actor on after it
+  unsigned char stop;
 };
+inline constexpr unsigned char stop_destroyed = 1;
+inline constexpr unsigned char stop_yield = 2;
 
 // Per-thread scheduler state; touched only by its own thread. Trivial, so that access
 // needs no TLS wrapper call on the hot path.
