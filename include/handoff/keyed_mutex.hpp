@@ -50,6 +50,10 @@
 // what this thread owns only through its run queue (actors won by nested sends, granted
 // waiters), before it queues for the key: nobody else could run them (docs/runtime.md).
 //
+// Introspection: size(), waiting() and stats() (keyed_mutex_options.hpp) read the table
+// shard by shard; waits, timeouts and lease expiries are counted, and reported to a
+// metrics_sink (metrics.hpp), on the slow paths only: never on the uncontended lock/unlock.
+//
 // Keys: Hash, Eq and Key's copy constructor may throw; the exception propagates out of the
 // locking call with nothing held, nothing queued and no state left for the key. A thread
 // keeps its last idle entry for reuse only when its key is small (a string of at most 256
