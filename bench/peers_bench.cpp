@@ -88,6 +88,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -443,6 +444,45 @@ bool counting_handoff_run() {
       producer.post([n = c.n](cnt_producer& p) { p.result->set_value(n); });
     });
   });
+  return result.get() == counting_n;
+}
+
+// Counting with backpressure: the counter's mailbox holds at most counting_capacity
+// messages. The producer sends with try_post until the mailbox is full, then defers the
+// rest of its work to itself, which ends its turn so that the counter (won by this thread,
+// queued on its run queue) drains first.
+constexpr std::uint32_t counting_capacity = 1024;
+std::uint64_t counting_bounded_peak_queued = 0;  // the counter's largest count, from the last run
+double counting_bounded_heap_growth = 0;         // largest heap growth while producing, bytes
+
+bool counting_bounded_handoff_run() {
+  struct producer_state {
+    producer_state(handoff::actor<cnt_counter>* c, std::promise<std::uint64_t>* r) : counter(c), result(r) {}
+    handoff::actor<cnt_counter>* counter;
+    std::promise<std::uint64_t>* result;
+    int sent = 0;
+    std::size_t heap_before = heap_in_use();
+  };
+  using producer_actor = handoff::actor<producer_state>;
+  std::promise<std::uint64_t> answer;
+  auto result = answer.get_future();
+  handoff::actor_options o;
+  o.capacity = counting_capacity;
+  handoff::actor<cnt_counter> counter{std::move(o)};
+  producer_actor producer{&counter, &answer};
+  counting_bounded_peak_queued = 0;
+  counting_bounded_heap_growth = 0;
+  struct step {
+    void operator()(producer_state& p, producer_actor& self) const {
+      while (p.sent < counting_n && p.counter->try_post([](cnt_counter& c) { ++c.n; })) ++p.sent;
+      counting_bounded_peak_queued = std::max(counting_bounded_peak_queued, p.counter->pending());
+      counting_bounded_heap_growth = std::max(counting_bounded_heap_growth,
+                                              static_cast<double>(heap_in_use()) - static_cast<double>(p.heap_before));
+      if (p.sent < counting_n) return self.defer(step{});  // full: the counter runs first
+      p.counter->post([&self](cnt_counter& c) { self.post([n = c.n](producer_state& q) { q.result->set_value(n); }); });
+    }
+  };
+  producer.post(step{});
   return result.get() == counting_n;
 }
 
@@ -941,8 +981,19 @@ int main(int argc, char** argv) {
         savina_workload{"fjthroughput", fj_msgs, fjthroughput_handoff_run, fjthroughput_caf_run}}) {
     add(std::string(w.name) + "/handoff", [w](benchmark::State& s) {
       savina(s, w.messages, 1, w.handoff_run);
-      if (w.handoff_run == counting_handoff_run) s.counters["bytes_per_queued_msg"] = counting_bytes_per_queued;
+      if (w.handoff_run == counting_handoff_run) {
+        s.counters["bytes_per_queued_msg"] = counting_bytes_per_queued;
+        s.counters["peak_queued_msgs"] = counting_n;  // every increment is queued before the counter runs
+        s.counters["peak_heap_growth_kb"] = counting_bytes_per_queued * counting_n / 1024;
+      }
     })->MinTime(savina_min_time_s);
+    if (w.handoff_run == counting_handoff_run) {
+      add(std::string(w.name) + "/handoff_bounded1024", [w](benchmark::State& s) {
+        savina(s, w.messages, 1, counting_bounded_handoff_run);
+        s.counters["peak_queued_msgs"] = static_cast<double>(counting_bounded_peak_queued);
+        s.counters["peak_heap_growth_kb"] = counting_bounded_heap_growth / 1024;
+      })->MinTime(savina_min_time_s);
+    }
     add(std::string(w.name) + "/caf", [w](benchmark::State& s) {
       savina_caf(s, w.messages, w.caf_run);
     })->MinTime(savina_min_time_s);
