@@ -95,10 +95,11 @@ class actor_base {
   // release; pairs with the acquire in try_acquire() of the next owner. A bounded actor
   // that was full wakes the senders waiting for room.
   [[nodiscard]] bool try_release(std::uint64_t ran) noexcept {
+    // Read before the release: once it reaches 0, another thread may destroy *this.
+    const std::uint64_t capacity = options_ != nullptr ? options_->capacity : 0;
     const std::uint64_t before = core_.release(ran);
-    if (options_ != nullptr && options_->capacity != 0 && before >= options_->capacity) [[unlikely]] {
-      wake_senders();
-    }
+    // wake_senders() uses only the address of *this, so it is safe after a release.
+    if (capacity != 0 && before >= capacity) [[unlikely]] wake_senders();
     return before == ran;
   }
   // try_release() where the actor is known to be unbounded (nobody waits for room).
@@ -275,7 +276,8 @@ class actor_base {
   static void count_full() noexcept;
   // Sleeps until a bounded mailbox has room or `deadline` passes (false).
   bool wait_for_room(std::int64_t deadline);
-  // Wakes the senders sleeping in wait_for_room() (any actor sharing their bucket).
+  // Wakes the senders sleeping in wait_for_room() (any actor sharing their bucket). Uses
+  // only the address of *this, never its members: callable after a release.
   void wake_senders() noexcept;
 
   // The drain loop, one protocol action per drain_step() so that tests can interleave the
