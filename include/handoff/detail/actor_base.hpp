@@ -99,7 +99,8 @@ class actor_base {
     const std::uint64_t capacity = options_ != nullptr ? options_->capacity : 0;
     const std::uint64_t before = core_.release(ran);
     // wake_senders() uses only the address of *this, so it is safe after a release.
-    if (capacity != 0 && before >= capacity) [[unlikely]] wake_senders();
+    if (capacity != 0 && before >= capacity) [[unlikely]]
+      wake_senders();
     return before == ran;
   }
   // try_release() where the actor is known to be unbounded (nobody waits for room).
