@@ -426,7 +426,14 @@ struct cnt_producer {
   std::promise<std::uint64_t>* result;  // set to the counter's answer
 };
 
-double counting_bytes_per_queued = 0;  // heap per queued increment, from the last run
+double counting_bytes_per_queued = 0;  // heap per queued increment, from the last unbounded run
+// The counter's largest backlog and the heap's largest growth while producing, measured by
+// the last Counting run (either form).
+struct counting_peak {
+  std::uint64_t queued = 0;
+  double heap_growth = 0;  // bytes
+};
+counting_peak counting_last;
 
 bool counting_handoff_run() {
   std::promise<std::uint64_t> answer;
@@ -439,7 +446,8 @@ bool counting_handoff_run() {
     // Every increment is queued now (the counter runs after this handler). Heap growth:
     // free slabs kept from an earlier run are reused unseen, so this reads below the
     // 32 bytes (and a 64-byte header per 16 KiB slab) a queued increment occupies.
-    counting_bytes_per_queued = static_cast<double>(heap_in_use() - before) / counting_n;
+    counting_last = {p.counter->pending(), static_cast<double>(heap_in_use() - before)};
+    counting_bytes_per_queued = counting_last.heap_growth / counting_n;
     p.counter->post([&producer](cnt_counter& c) {  // retrieve: answer to the producer
       producer.post([n = c.n](cnt_producer& p) { p.result->set_value(n); });
     });
@@ -452,8 +460,6 @@ bool counting_handoff_run() {
 // rest of its work to itself, which ends its turn so that the counter (won by this thread,
 // queued on its run queue) drains first.
 constexpr std::uint32_t counting_capacity = 1024;
-std::uint64_t counting_bounded_peak_queued = 0;  // the counter's largest count, from the last run
-double counting_bounded_heap_growth = 0;         // largest heap growth while producing, bytes
 
 bool counting_bounded_handoff_run() {
   struct producer_state {
@@ -470,20 +476,24 @@ bool counting_bounded_handoff_run() {
   o.capacity = counting_capacity;
   handoff::actor<cnt_counter> counter{std::move(o)};
   producer_actor producer{&counter, &answer};
-  counting_bounded_peak_queued = 0;
-  counting_bounded_heap_growth = 0;
+  counting_last = {};
   struct step {
     void operator()(producer_state& p, producer_actor& self) const {
       while (p.sent < counting_n && p.counter->try_post([](cnt_counter& c) { ++c.n; })) ++p.sent;
-      counting_bounded_peak_queued = std::max(counting_bounded_peak_queued, p.counter->pending());
-      counting_bounded_heap_growth = std::max(counting_bounded_heap_growth,
-                                              static_cast<double>(heap_in_use()) - static_cast<double>(p.heap_before));
+      counting_last.queued = std::max(counting_last.queued, p.counter->pending());
+      counting_last.heap_growth = std::max(counting_last.heap_growth,
+                                           static_cast<double>(heap_in_use()) - static_cast<double>(p.heap_before));
       if (p.sent < counting_n) return self.defer(step{});  // full: the counter runs first
       p.counter->post([&self](cnt_counter& c) { self.post([n = c.n](producer_state& q) { q.result->set_value(n); }); });
     }
   };
   producer.post(step{});
   return result.get() == counting_n;
+}
+
+void report_counting_peak(benchmark::State& s) {
+  s.counters["peak_queued_msgs"] = static_cast<double>(counting_last.queued);
+  s.counters["peak_heap_growth_kb"] = counting_last.heap_growth / 1024;
 }
 
 // ThreadRing.
@@ -983,15 +993,13 @@ int main(int argc, char** argv) {
       savina(s, w.messages, 1, w.handoff_run);
       if (w.handoff_run == counting_handoff_run) {
         s.counters["bytes_per_queued_msg"] = counting_bytes_per_queued;
-        s.counters["peak_queued_msgs"] = counting_n;  // every increment is queued before the counter runs
-        s.counters["peak_heap_growth_kb"] = counting_bytes_per_queued * counting_n / 1024;
+        report_counting_peak(s);
       }
     })->MinTime(savina_min_time_s);
     if (w.handoff_run == counting_handoff_run) {
       add(std::string(w.name) + "/handoff_bounded1024", [w](benchmark::State& s) {
         savina(s, w.messages, 1, counting_bounded_handoff_run);
-        s.counters["peak_queued_msgs"] = static_cast<double>(counting_bounded_peak_queued);
-        s.counters["peak_heap_growth_kb"] = counting_bounded_heap_growth / 1024;
+        report_counting_peak(s);
       })->MinTime(savina_min_time_s);
     }
     add(std::string(w.name) + "/caf", [w](benchmark::State& s) {
