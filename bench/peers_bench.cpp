@@ -481,8 +481,8 @@ bool counting_bounded_handoff_run() {
     void operator()(producer_state& p, producer_actor& self) const {
       while (p.sent < counting_n && p.counter->try_post([](cnt_counter& c) { ++c.n; })) ++p.sent;
       counting_last.queued = std::max(counting_last.queued, p.counter->pending());
-      counting_last.heap_growth = std::max(counting_last.heap_growth,
-                                           static_cast<double>(heap_in_use()) - static_cast<double>(p.heap_before));
+      counting_last.heap_growth =
+          std::max(counting_last.heap_growth, static_cast<double>(heap_in_use()) - static_cast<double>(p.heap_before));
       if (p.sent < counting_n) return self.defer(step{});  // full: the counter runs first
       p.counter->post([&self](cnt_counter& c) { self.post([n = c.n](producer_state& q) { q.result->set_value(n); }); });
     }
