@@ -255,6 +255,8 @@ def machine_line(contexts):
         parts.append(c["date"])
     if "load_avg" in c:
         parts.append("load avg " + ", ".join(f"{x:.2f}" for x in c["load_avg"]))
+    if "core_to_core_rtt_ns" in c:
+        parts.append(f"core-to-core round trip {c['core_to_core_rtt_ns']} ns")
     if c.get("library_build_type") == "debug":
         parts.append("libbenchmark built as debug (Debian package; affects only its own overhead)")
     return "; ".join(parts)
@@ -351,6 +353,19 @@ def counter_tables(out, by_workload):
         out.append("")
 
 
+def started_line(context):
+    """The sentence "This binary started at <date>, load avg ..., core-to-core round trip ... ns."
+    (with a leading space) from a binary's context, or "" when it has neither figure."""
+    parts = []
+    if "load_avg" in context:
+        parts.append("load avg " + ", ".join(f"{x:.2f}" for x in context["load_avg"]))
+    if "core_to_core_rtt_ns" in context:
+        parts.append(f"core-to-core round trip {context['core_to_core_rtt_ns']} ns")
+    if not parts:
+        return ""
+    return f" This binary started at {context.get('date', '?')}, " + ", ".join(parts) + "."
+
+
 def ops_section(out, title, note, server_line, context, workloads):
     """Appends a section of time-and-ops/s rows: its title, note, the server line with the load
     when the binary started (from its context), the time table and the counters."""
@@ -358,11 +373,7 @@ def ops_section(out, title, note, server_line, context, workloads):
     out.append("")
     out.append(note)
     if context:
-        line = server_line
-        if "load_avg" in context:
-            line += (f" This binary started at {context.get('date', '?')}, load avg "
-                     + ", ".join(f"{x:.2f}" for x in context["load_avg"]) + ".")
-        out.append(line)
+        out.append(server_line + started_line(context))
     out.append("")
     time_table(out, [], workloads, ops=True)
     counter_tables(out, workloads)
@@ -472,11 +483,10 @@ def render(contexts, results):
         out.append("")
         out.append(KM_NOTE)
         km_context = next((c for c in contexts if "keyed_mutex_keys" in c), None)
-        if km_context and "load_avg" in km_context:
-            # The binaries run one after another: the load when this one started says more
-            # about its numbers than the first binary's.
-            out.append(f"This binary started at {km_context.get('date', '?')}, load avg "
-                       + ", ".join(f"{x:.2f}" for x in km_context["load_avg"]) + ".")
+        if km_context:
+            # The binaries run one after another: the machine when this one started says
+            # more about its numbers than when the first one did.
+            out.append(started_line(km_context).lstrip())
         out.append("")
         time_table(out, km_plot, km_workload)
         counter_tables(out, km_workload)
