@@ -54,6 +54,9 @@
 //                      lock() 20 ms apart, the holder unlocks; the grants must come in call
 //                      order, and the key's lock, queue and waiter set must be gone from the
 //                      server afterwards. 1, or a SkipWithError.
+//   server_cpu_us, process_cpu_us, ctx_switches  (every workload) CPU time per lock/unlock
+//                      of redis-server and of this process, and this process's context
+//                      switches per lock/unlock: see cost_meter.
 //
 // Routes: every workload runs on loopback ("redis_hotkey/...") and again over a network's
 // round trip ("redis_hotkey_rtt0.5ms/...", "_rtt2ms"): all clients (their subscriber
@@ -66,6 +69,8 @@
 // scheduling, not of network, and the proxy's own work adds to each delayed one.
 #include <benchmark/benchmark.h>
 #include <hiredis/hiredis.h>
+#include <sys/resource.h>
+#include <sys/time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -74,6 +79,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -324,12 +330,68 @@ struct contention_stats {
   }
 };
 
+// Where the CPU time of one run goes, per lock/unlock: the server's (INFO cpu: user + system
+// of redis-server), this process's (every benchmark thread, the clients' background threads
+// and, on the delayed routes, the proxy's thread) and this process's context switches
+// (voluntary and involuntary). On loopback with 2 cores these, not the round trips, set
+// the contended rows' throughput. Read by thread 0 before and after the loop (untimed;
+// Google Benchmark's start and stop barriers put every thread's loop in between).
+class cost_meter {
+ public:
+  explicit cost_meter(int server_port) : server_port_(server_port) {}
+
+  void start() {
+    server_us_ = server_cpu_us();
+    self_ = usage();
+  }
+
+  void report(benchmark::State& state, std::int64_t ops) const {
+    if (ops <= 0) return;
+    const rusage now = usage();
+    const auto n = static_cast<double>(ops);
+    state.counters["server_cpu_us"] = (server_cpu_us() - server_us_) / n;
+    state.counters["process_cpu_us"] = (cpu_us(now) - cpu_us(self_)) / n;
+    state.counters["ctx_switches"] =
+        static_cast<double>((now.ru_nvcsw + now.ru_nivcsw) - (self_.ru_nvcsw + self_.ru_nivcsw)) / n;
+  }
+
+ private:
+  static rusage usage() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u;
+  }
+  static double cpu_us(const rusage& u) {
+    const auto us = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec);
+    };
+    return us(u.ru_utime) + us(u.ru_stime);
+  }
+  // used_cpu_user + used_cpu_sys of the server, in µs (INFO reports seconds).
+  double server_cpu_us() const {
+    raw_connection c(server_port_);
+    reply r = c.command({"INFO", "cpu"});
+    const std::string info(r->str, r->len);
+    double total = 0;
+    for (const char* field : {"used_cpu_user:", "used_cpu_sys:"}) {
+      const auto at = info.find(std::string("\n") + field);
+      if (at != std::string::npos) total += std::strtod(info.c_str() + at + 1 + std::strlen(field), nullptr);
+    }
+    return total * 1e6;
+  }
+
+  int server_port_;
+  double server_us_ = 0;
+  rusage self_{};
+};
+
 // ---------------------------------------------------------------------------------------
 // Benchmarks.
 
 template <class Impl>
-void bm_uncontended(benchmark::State& state, Impl& impl, inputs& in) {
+void bm_uncontended(benchmark::State& state, Impl& impl, inputs& in, cost_meter& cost) {
   const std::uint64_t before = sum(in.counts);
+  cost.start();
   const std::uint16_t* walk = in.walk[0].data();
   std::size_t i = 0;
   for (auto _ : state) {
@@ -343,6 +405,7 @@ void bm_uncontended(benchmark::State& state, Impl& impl, inputs& in) {
     }
   }
   state.SetItemsProcessed(state.iterations());
+  cost.report(state, state.iterations());
   check_total(state, before, sum(in.counts));
 }
 
@@ -410,7 +473,8 @@ std::string fifo_check(std::vector<std::unique_ptr<handoff_lock>>& clients, int 
 
 template <class Impl>
 void bm_hotkey(benchmark::State& state, std::vector<std::unique_ptr<Impl>>& clients, inputs& in,
-               contention_stats& stats, std::vector<std::unique_ptr<handoff_lock>>* fifo_clients, int port) {
+               contention_stats& stats, std::vector<std::unique_ptr<handoff_lock>>* fifo_clients, int port,
+               cost_meter& cost) {
   std::uint64_t before = 0;
   if (state.thread_index() == 0) {
     if (fifo_clients != nullptr) {
@@ -422,29 +486,33 @@ void bm_hotkey(benchmark::State& state, std::vector<std::unique_ptr<Impl>>& clie
     }
     stats.reset();
     before = in.hot_count;
+    cost.start();
   }
   const std::vector<std::string> key{in.hot_key};
   contended_loop(state, *clients[static_cast<std::size_t>(state.thread_index())], key, nullptr, &in.hot_count, stats);
   state.SetItemsProcessed(state.iterations());
   if (state.thread_index() == 0) {
     stats.report(state);
+    cost.report(state, state.iterations() * state.threads());
     check_total(state, before, in.hot_count);
   }
 }
 
 template <class Impl>
-void bm_rooms(benchmark::State& state, std::vector<std::unique_ptr<Impl>>& clients, inputs& in,
-              contention_stats& stats) {
+void bm_rooms(benchmark::State& state, std::vector<std::unique_ptr<Impl>>& clients, inputs& in, contention_stats& stats,
+              cost_meter& cost) {
   std::uint64_t before = 0;
   if (state.thread_index() == 0) {
     stats.reset();
     before = sum(in.room_counts);
+    cost.start();
   }
   const auto t = static_cast<std::size_t>(state.thread_index());
   contended_loop(state, *clients[t], in.rooms, &in.room_walk[t], in.room_counts.data(), stats);
   state.SetItemsProcessed(state.iterations());
   if (state.thread_index() == 0) {
     stats.report(state);
+    cost.report(state, state.iterations() * state.threads());
     check_total(state, before, sum(in.room_counts));
   }
 }
@@ -545,6 +613,7 @@ int main(int argc, char** argv) {
 
     inputs in;
     contention_stats stats;
+    cost_meter cost(port);
 
     // One route to the server: loopback, or through a delay proxy. One client per
     // benchmark thread (like one process each), a fresh set per workload (as
@@ -586,18 +655,22 @@ int main(int argc, char** argv) {
 
       // 1. Uncontended lock/unlock over 1024 keys, one client.
       const std::string unc = "redis_uncontended" + rt.tag;
-      add(unc + "/handoff", [&rt, &in](benchmark::State& s) { bm_uncontended(s, *rt.unc.handoff[0], in); });
-      add(unc + "/handoff_lease", [&rt, &in](benchmark::State& s) {
+      add(unc + "/handoff",
+          [&rt, &in, &cost](benchmark::State& s) { bm_uncontended(s, *rt.unc.handoff[0], in, cost); });
+      add(unc + "/handoff_lease", [&rt, &in, &cost](benchmark::State& s) {
         leased l{*rt.unc.handoff[0]};
-        bm_uncontended(s, l, in);
+        bm_uncontended(s, l, in, cost);
       });
-      add(unc + "/poll_1ms", [&rt, &in](benchmark::State& s) { bm_uncontended(s, *rt.unc.poll1[0], in); });
-      add(unc + "/poll_100ms", [&rt, &in](benchmark::State& s) { bm_uncontended(s, *rt.unc.poll100[0], in); });
+      add(unc + "/poll_1ms", [&rt, &in, &cost](benchmark::State& s) { bm_uncontended(s, *rt.unc.poll1[0], in, cost); });
+      add(unc + "/poll_100ms",
+          [&rt, &in, &cost](benchmark::State& s) { bm_uncontended(s, *rt.unc.poll100[0], in, cost); });
 
       // 2. One hot key, 2, 4 and 8 clients (with the FIFO check for handoff).
       const auto hotkey = [&](const std::string& impl, auto& clients, auto* fifo) {
         add("redis_hotkey" + rt.tag + "/" + impl,
-            [&clients, &in, &stats, fifo, port](benchmark::State& s) { bm_hotkey(s, clients, in, stats, fifo, port); })
+            [&clients, &in, &stats, fifo, port, &cost](benchmark::State& s) {
+              bm_hotkey(s, clients, in, stats, fifo, port, cost);
+            })
             ->Threads(2)
             ->Threads(4)
             ->Threads(8);
@@ -608,8 +681,8 @@ int main(int argc, char** argv) {
 
       // 3. 8 clients over 64 keys.
       const auto many = [&](const std::string& impl, auto& clients) {
-        add("redis_64keys" + rt.tag + "/" + impl, [&clients, &in, &stats](benchmark::State& s) {
-          bm_rooms(s, clients, in, stats);
+        add("redis_64keys" + rt.tag + "/" + impl, [&clients, &in, &stats, &cost](benchmark::State& s) {
+          bm_rooms(s, clients, in, stats, cost);
         })->Threads(8);
       };
       many("handoff", rt.rooms.handoff);
