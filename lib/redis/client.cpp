@@ -23,6 +23,7 @@ client::client(options opts) : o(std::move(opts)), pool_(o, o.pool_size, &counte
   bg_conn_ = std::make_unique<connection>(o, &counters);  // fails fast on a wrong address or password
   check_eviction(*bg_conn_, o, "a held lock could be evicted and granted twice");
   for (script* s : {&acquire_script_, &release_script_, &extend_script_, &cancel_script_}) bg_conn_->load(*s);
+  skip_replies_ = bg_conn_->supports_reply_skip();
   connect_subscriber();
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "handoff::redis: eventfd");
@@ -119,6 +120,35 @@ std::pair<attempt_result, client::pushed_grant> client::attempt_and_wait(connect
                   {id, lease, "1", heartbeat_ttl_ms_, channel_prefix_, wait_ms}, {"BLPOP", list, blpop_timeout(ms)},
                   what, std::chrono::milliseconds(ms) + o.command_timeout);
   return {parse_attempt(*a, key), parse_grant(*g, what)};
+}
+
+std::pair<attempt_result, client::pushed_grant> client::attempt_and_wait_listed(connection& c, const key_names& n,
+                                                                                std::string_view id,
+                                                                                std::int64_t lease_ms,
+                                                                                const std::string& list,
+                                                                                std::int64_t ms, std::string_view key) {
+  const std::string lease = std::to_string(lease_ms);
+  const std::string wait_ms = std::to_string(ms);
+  const std::string what = "lock " + handoff::detail::key_excerpt(key);
+  const reply r =
+      c.eval_skipped_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                          {id, lease, "1", heartbeat_ttl_ms_, channel_prefix_, wait_ms, "1"},
+                          {"BLPOP", list, blpop_timeout(ms)}, what, std::chrono::milliseconds(ms) + o.command_timeout);
+  if (r->type == REDIS_REPLY_NIL) return {{false, -1, -1}, {}};  // nothing in time, or the script failed
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING) {
+    const std::string got(r->element[1]->str, r->element[1]->len);
+    long long a = 0;
+    long long b = 0;
+    // "g <fence> <lease ms left>": the attempt got the key, as {1, fence, left} would say.
+    if (std::sscanf(got.c_str(), "g %lld %lld", &a, &b) == 2 && a > 0) return {{true, a, b}, {}};
+    // "- <pttl>": look again when the holder's lease ends, as {0, pttl, ...} and '-' would say.
+    if (std::sscanf(got.c_str(), "- %lld", &a) == 1) return {{false, a, -1}, {0, 0, 0, true}};
+    // A release's grant. The attempt emptied the list before the BLPOP behind it ran, so
+    // the grant answers this attempt: its heartbeat is the one the attempt recorded.
+    pushed_grant g = parse_grant(*r, what);
+    if (g.fence != 0) return {{false, -1, g.beat}, g};
+  }
+  throw error("handoff::redis: " + what + ": unexpected reply to BLPOP");
 }
 
 void client::cancel(connection& c, const key_names& n, std::string_view id, std::string_view key) noexcept {
@@ -239,7 +269,11 @@ guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t 
         if (sent >= deadline && !first) break;
         if (!first) counters.recheck();  // no notification answered this wait in time
         pushed_grant g;
-        std::tie(r, g) = attempt_and_wait(c, n, id, ms, list, wait_ms(sent, -1), key);
+        // The first attempt skips the script's reply (one wake-up instead of two); a
+        // re-check takes it, so that a script that failed (NOSCRIPT after a server
+        // restart) is seen and loaded again.
+        std::tie(r, g) = first && skip_replies_ ? attempt_and_wait_listed(c, n, id, ms, list, wait_ms(sent, -1), key)
+                                                : attempt_and_wait(c, n, id, ms, list, wait_ms(sent, -1), key);
         if (r.granted) {
           if (first) found_free();
           guard got = granted(key, id, static_cast<std::uint64_t>(r.value), lease_ns, found(sent, lease_ns, r));

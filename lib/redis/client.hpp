@@ -248,6 +248,13 @@ struct client : std::enable_shared_from_this<client> {
   std::pair<attempt_result, pushed_grant> attempt_and_wait(connection& c, const key_names& n, std::string_view id,
                                                            std::int64_t lease_ms, const std::string& list,
                                                            std::int64_t ms, std::string_view key);
+  // attempt_and_wait with the script's reply skipped (connection::eval_skipped_then): the
+  // BLPOP's reply says what the attempt's would have (scripts.hpp, ARGV[7]), and the
+  // waiting thread wakes once. A failing script shows only as the BLPOP timing out.
+  std::pair<attempt_result, pushed_grant> attempt_and_wait_listed(connection& c, const key_names& n,
+                                                                  std::string_view id, std::int64_t lease_ms,
+                                                                  const std::string& list, std::int64_t ms,
+                                                                  std::string_view key);
   static attempt_result parse_attempt(const redisReply& r, std::string_view key);
   static pushed_grant parse_grant(const redisReply& r, std::string_view what);
   // When a waiter that was not granted re-checks next: a notification wakes it earlier.
@@ -261,6 +268,8 @@ struct client : std::enable_shared_from_this<client> {
   script release_script_{scripts::release_source(), {}};
   script extend_script_{scripts::extend, {}};
   script cancel_script_{scripts::cancel_source(), {}};
+  // Whether the server honours CLIENT REPLY SKIP: set by the constructor, read-only after.
+  bool skip_replies_ = false;
   const std::string id_ = random_hex128();
   const std::string channel_prefix_ = o.prefix + "notify:";
   const std::int64_t heartbeat_ms_ = missed_heartbeats * o.recheck_interval.count();

@@ -20,6 +20,16 @@ timeval to_timeval(std::chrono::milliseconds ms) {
           .tv_usec = static_cast<suseconds_t>(ms.count() % 1000 * 1000)};
 }
 
+// EVALSHA's arguments; nkeys (the number of keys, as text) must outlive them.
+std::vector<std::string_view> evalsha(const script& s, std::string_view nkeys,
+                                      std::initializer_list<std::string_view> keys,
+                                      std::initializer_list<std::string_view> args) {
+  std::vector<std::string_view> argv{"EVALSHA", s.sha, nkeys};
+  argv.insert(argv.end(), keys);
+  argv.insert(argv.end(), args);
+  return argv;
+}
+
 std::string describe(const redisReply* r) {
   if (r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
     return std::string(r->str, r->len);
@@ -167,9 +177,7 @@ std::pair<reply, reply> connection::eval_then(const script& s, std::initializer_
                                               std::initializer_list<std::string_view> then, std::string_view what,
                                               std::chrono::milliseconds timeout) {
   const std::string nkeys = std::to_string(keys.size());
-  std::vector<std::string_view> eval{"EVALSHA", s.sha, nkeys};
-  eval.insert(eval.end(), keys);
-  eval.insert(eval.end(), args);
+  const std::vector<std::string_view> eval = evalsha(s, nkeys, keys, args);
   const std::vector<std::string_view> next(then);
   std::pair<reply, reply> r;
   for (int tries = 0; tries < 2; ++tries) {
@@ -194,6 +202,36 @@ std::pair<reply, reply> connection::eval_then(const script& s, std::initializer_
   return r;
 }
 
+reply connection::eval_skipped_then(const script& s, std::initializer_list<std::string_view> keys,
+                                    std::initializer_list<std::string_view> args,
+                                    std::initializer_list<std::string_view> then, std::string_view what,
+                                    std::chrono::milliseconds timeout) {
+  const std::string nkeys = std::to_string(keys.size());
+  set_timeout(timeout, what);
+  append({"CLIENT", "REPLY", "SKIP"}, what);
+  append(evalsha(s, nkeys, keys, args), what);
+  append(std::vector<std::string_view>(then), what);
+  flush(what);
+  reply r = receive(what);
+  if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
+  return r;
+}
+
+bool connection::supports_reply_skip() {
+  constexpr std::string_view what = "CLIENT REPLY SKIP";
+  set_timeout(timeout_, what);
+  // Honoured, it answers nothing and the first PING's PONG is skipped: one PONG comes back.
+  // Unknown, it answers an error, then both PINGs answer.
+  append({"CLIENT", "REPLY", "SKIP"}, what);
+  append({"PING"}, what);
+  append({"PING"}, what);
+  flush(what);
+  if (receive(what)->type != REDIS_REPLY_ERROR) return true;
+  receive(what);
+  receive(what);
+  return false;
+}
+
 void connection::load(script& s) {
   reply loaded = command({"SCRIPT", "LOAD", s.source}, "SCRIPT LOAD");
   s.sha = describe(loaded.get());
@@ -202,9 +240,7 @@ void connection::load(script& s) {
 reply connection::eval(const script& s, std::initializer_list<std::string_view> keys,
                        std::initializer_list<std::string_view> args, std::string_view what) {
   const std::string nkeys = std::to_string(keys.size());
-  std::vector<std::string_view> argv{"EVALSHA", s.sha, nkeys};
-  argv.insert(argv.end(), keys);
-  argv.insert(argv.end(), args);
+  const std::vector<std::string_view> argv = evalsha(s, nkeys, keys, args);
   reply r = send(argv, what, timeout_);
   if (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("NOSCRIPT")) {
     command({"SCRIPT", "LOAD", s.source}, what);  // same source, same SHA

@@ -68,6 +68,18 @@ class connection {
                                     std::initializer_list<std::string_view> then, std::string_view what,
                                     std::chrono::milliseconds timeout);
 
+  // eval_then with CLIENT REPLY SKIP in front: only `then`'s reply comes back, so that the
+  // server writes one reply and the caller wakes once. The script's reply is not sent, nor
+  // any error it raises (NOSCRIPT included): the script must report through `then`, and
+  // the caller must run it with eval_then now and then to see its errors.
+  reply eval_skipped_then(const script& s, std::initializer_list<std::string_view> keys,
+                          std::initializer_list<std::string_view> args, std::initializer_list<std::string_view> then,
+                          std::string_view what, std::chrono::milliseconds timeout);
+
+  // Whether the server honours CLIENT REPLY SKIP (Redis 3.2 and later): one round trip,
+  // with a PING behind it. Throws error like command().
+  bool supports_reply_skip();
+
   // SCRIPT LOAD: sets s.sha. Done once per script, before eval() may run concurrently.
   void load(script& s);
 

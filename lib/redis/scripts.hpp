@@ -53,11 +53,18 @@ end
 -- The list a blocking waiter's grant is pushed onto: {K}:grant:<id>, beside the lock.
 local function grant_list(K, id) return string.sub(K[1], 1, -5) .. 'grant:' .. id end
 -- Makes the BLPOP that a blocking waiter sent behind this script (ms: its timeout) return
--- at once: the caller holds the key, or must look again sooner than that.
-local function poke(K, id, ms)
+-- at once with `what`: the caller holds the key, or must look again sooner than that.
+local function poke(K, id, ms, what)
   local list = grant_list(K, id)
-  redis.call('RPUSH', list, '-')
+  redis.call('RPUSH', list, what)
   redis.call('PEXPIRE', list, ms + 60000)
+end
+-- The caller holds the key (fencing token `fence`, `left` ms of its lease left, or -1 for
+-- the whole lease from now): the script's reply, and a poke that ends the BLPOP behind it,
+-- which carries the reply when the client skips it (`listed`).
+local function won(K, id, blpop, listed, fence, left)
+  if blpop > 0 then poke(K, id, blpop, listed and ('g ' .. str(fence) .. ' ' .. left) or '-') end
+  return {1, fence, left}
 end
 -- True if the lock value v was granted to request id.
 local function granted_to(v, id) return v and string.sub(v, 1, #id + 1) == id .. ' ' end
@@ -103,6 +110,10 @@ end
 // A blocking waiter that expects to wait sends them together: queueing and waiting cost one
 // round trip. The list then gets a '-' (poke) when the caller holds the key, or when the
 // holder's lease ends before that BLPOP would time out (the caller waits again until then).
+// ARGV[7] = '1' (optional): the client skips this script's reply (CLIENT REPLY SKIP), so
+// that the server writes, and the waiting thread wakes for, one reply only: the poke then
+// carries what the reply would say, "g <fencing token> <remaining lease ms>" when the
+// caller holds the key and "- <the lock's PTTL>" when it must look again sooner.
 // Returns {1, fencing token, remaining lease ms} when the caller holds the key: granted
 // now (remaining -1: the whole lease, from now), or earlier by a release whose
 // notification it has not seen. Otherwise {0, the lock's PTTL, heartbeat}, having queued
@@ -127,18 +138,16 @@ if ARGV[6] == '0' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
 end
 )lua";
 inline constexpr const char* acquire = R"lua(
-local id, blpop = ARGV[1], tonumber(ARGV[6])
+local id, blpop, listed = ARGV[1], tonumber(ARGV[6]), ARGV[7] == '1'
 if redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
   local fence = next_fence(KEYS)
   redis.call('SET', KEYS[1], id .. ' ' .. str(fence), 'PX', ARGV[2])
-  if blpop > 0 then poke(KEYS, id, blpop) end
-  return {1, fence, -1}
+  return won(KEYS, id, blpop, listed, fence, -1)
 end
 local held = redis.call('GET', KEYS[1])
 if granted_to(held, id) then
   redis.call('DEL', grant_list(KEYS, id))  -- the pushed grant, if any: found here instead
-  if blpop > 0 then poke(KEYS, id, blpop) end
-  return {1, tonumber(string.sub(held, #id + 2)), redis.call('PTTL', KEYS[1])}
+  return won(KEYS, id, blpop, listed, tonumber(string.sub(held, #id + 2)), redis.call('PTTL', KEYS[1]))
 end
 local now = now_ms()
 drop_dead(KEYS, now)
@@ -151,8 +160,7 @@ if not held then
     end
     local fence = next_fence(KEYS)
     redis.call('SET', KEYS[1], id .. ' ' .. str(fence), 'PX', ARGV[2])
-    if blpop > 0 then poke(KEYS, id, blpop) end
-    return {1, fence, -1}
+    return won(KEYS, id, blpop, listed, fence, -1)
   end
   grant_next(KEYS, ARGV[5], now)
 end
@@ -172,7 +180,7 @@ end
 local pttl = redis.call('PTTL', KEYS[1])
 if blpop > 0 then
   redis.call('DEL', grant_list(KEYS, id))  -- a grant left there has ended: not ours now
-  if pttl >= 0 and pttl + 1 < blpop then poke(KEYS, id, blpop) end
+  if pttl >= 0 and pttl + 1 < blpop then poke(KEYS, id, blpop, listed and ('- ' .. pttl) or '-') end
 end
 return {0, pttl, beat}
 )lua";

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <future>
 #include <memory>
 #include <random>
@@ -66,15 +67,17 @@ class RedisHandoffScripts : public testing::Test {
   struct attempt {
     long long granted, value, extra;
   };
-  // The acquire script for request `r` (queue: wait in line; blpop: a BLPOP's timeout behind it).
+  // The acquire script for request `r` (queue: wait in line; blpop: a BLPOP's timeout behind
+  // it; listed: its reply is skipped, so the poke says what the reply would).
   attempt acquire(const std::string& r, bool queue = true, const std::string& lease_ms = "30000",
-                  const std::string& heartbeat_ms = "3000", const std::string& blpop = "0") {
+                  const std::string& heartbeat_ms = "3000", const std::string& blpop = "0", bool listed = false) {
     std::vector<std::string> args{"EVALSHA", acquire_, "4"};
     for (const std::string& k : keys()) args.push_back(k);
     for (const std::string& a :
          {r, lease_ms, std::string(queue ? "1" : "0"), heartbeat_ms, std::string("handoff:notify:"), blpop}) {
       args.push_back(a);
     }
+    if (listed) args.emplace_back("1");
     auto reply = raw_.command(args);
     return {reply->element[0]->integer, reply->element[1]->integer, reply->element[2]->integer};
   }
@@ -244,6 +247,36 @@ TEST_F(RedisHandoffScripts, AnAttemptWithABlpopBehindItIsPokedWhenItMustNotWaitT
   EXPECT_TRUE(pushed(id(3)).empty());
 }
 
+TEST_F(RedisHandoffScripts, AnAttemptWhoseReplyIsSkippedSaysInItsPokeWhatTheReplyWould) {
+  // Granted at once: "g <fence> -1" (the whole lease from now), as {1, fence, -1}.
+  const attempt first = acquire(id(1), true, "300", "3000", "1000", true);
+  ASSERT_EQ(first.granted, 1);
+  EXPECT_EQ(pushed(id(1)), std::vector<std::string>{"g " + std::to_string(first.value) + " -1"});
+  // Queued behind a holder whose lease ends before the BLPOP would time out: "- <PTTL>".
+  const attempt second = acquire(id(2), true, "30000", "3000", "1000", true);
+  ASSERT_EQ(second.granted, 0);
+  ASSERT_GE(second.value, 0);
+  const std::vector<std::string> poke = pushed(id(2));
+  ASSERT_EQ(poke.size(), 1U);
+  long long pttl = -1;
+  ASSERT_EQ(std::sscanf(poke[0].c_str(), "- %lld", &pttl), 1) << poke[0];
+  EXPECT_GE(pttl, 0);
+  EXPECT_LE(pttl, 300);
+  // Granted by the release while it waited, found by its next attempt: "g <fence> <lease left>".
+  ASSERT_EQ(release(lock_value()), 1);
+  raw_.command({"DEL", grant_list(id(2))});  // as if that BLPOP had timed out before the push
+  const attempt again = acquire(id(2), true, "30000", "3000", "1000", true);
+  ASSERT_EQ(again.granted, 1);
+  const std::vector<std::string> found = pushed(id(2));
+  ASSERT_EQ(found.size(), 1U);
+  long long fence = 0;
+  long long left = -1;
+  ASSERT_EQ(std::sscanf(found[0].c_str(), "g %lld %lld", &fence, &left), 2) << found[0];
+  EXPECT_EQ(fence, again.value);
+  EXPECT_GT(left, 0);
+  EXPECT_LE(left, 30000);
+}
+
 // --- the client, end to end ---------------------------------------------------------------
 
 class RedisHandoff : public testing::Test {
@@ -382,6 +415,72 @@ TEST_F(RedisHandoff, WaitersTimingOutWhileKeysAreHandedToThemNeverBreakExclusion
   EXPECT_TRUE(raw_.strings({"KEYS", "handoff:{hot}:grant:*"}).empty());
   auto last = clients[0]->try_lock("hot");
   EXPECT_TRUE(last.owns_lock());
+}
+
+// A client whose locks have been queueing sends its next blocking lock's attempt and BLPOP
+// with the attempt's reply skipped (CLIENT REPLY SKIP): the server writes one reply, and
+// the waiting thread wakes once. Run on `server`, with the waiter's re-checks every
+// `recheck`; `between` runs after the waiter's first wait, while the holder has the key
+// again and before the waiter asks for it. Returns how long the second lock() took.
+std::chrono::nanoseconds second_wait(redis_server& server, std::chrono::milliseconds recheck,
+                                     const std::function<void(raw_redis&)>& between) {
+  options o;
+  o.port = server.port();
+  o.command_timeout = 2s;
+  o.recheck_interval = recheck;
+  raw_redis raw(server.port());
+  keyed_mutex holder(o);
+  keyed_mutex waiter(o);
+  auto g = holder.lock("k", lease{30s});
+  std::promise<void> first_done;
+  std::promise<void> go;
+  std::promise<std::chrono::nanoseconds> second;
+  std::jthread t([&] {
+    {
+      auto w = waiter.lock("k");  // queues: from now on the client takes the key as contended
+      EXPECT_TRUE(w.owns_lock());
+    }
+    first_done.set_value();
+    go.get_future().wait();
+    const auto start = std::chrono::steady_clock::now();
+    auto w = waiter.lock("k");
+    EXPECT_TRUE(w.owns_lock());
+    second.set_value(std::chrono::steady_clock::now() - start);
+  });
+  EXPECT_TRUE(raw.wait_queue_length("k", 1));
+  g.unlock();
+  first_done.get_future().wait();
+  g = holder.lock("k", lease{30s});
+  between(raw);
+  go.set_value();
+  EXPECT_TRUE(raw.wait_queue_length("k", 1));
+  std::this_thread::sleep_for(100ms);  // the waiter waits in its BLPOP
+  g.unlock();
+  return second.get_future().get();
+}
+
+TEST_F(RedisHandoff, AClientThatHasQueuedBeforeQueuesAndWaitsWithOneReply) {
+  long long skips = 0;
+  const auto took = second_wait(server_, 20s, [&](raw_redis& raw) { skips = raw.calls("client|reply"); });
+  EXPECT_EQ(raw_.calls("client|reply"), skips + 1) << "the second lock skipped its attempt's reply";
+  EXPECT_LT(took, 10s) << "granted by the release, not by a re-check";
+}
+
+// A script the server forgot (SCRIPT FLUSH, a restart) fails without a reply when the reply
+// is skipped: the waiter's BLPOP runs to its re-check, which takes the reply, sees NOSCRIPT,
+// loads the script again and queues.
+TEST_F(RedisHandoff, AScriptTheServerForgotIsLoadedAgainAtTheWaitersRecheck) {
+  const auto took = second_wait(server_, 300ms, [](raw_redis& raw) { raw.command({"SCRIPT", "FLUSH"}); });
+  EXPECT_LT(took, 10s);
+}
+
+// A server, or a proxy, without CLIENT REPLY: the client sees it when it starts, and
+// contended locks take the attempt's reply as before.
+TEST(RedisHandoffWithoutClientReply, ContendedLocksTakeTheAttemptsReply) {
+  test_timeout timeout{60s};
+  redis_server server({"--rename-command", "CLIENT", "CLIENT-renamed-by-the-test"});
+  const auto took = second_wait(server, 20s, [](raw_redis&) {});
+  EXPECT_LT(took, 10s) << "granted by the release, not by a re-check";
 }
 
 }  // namespace

@@ -95,11 +95,16 @@ class raw_redis {
   long long pttl(const std::string& k) { return integer({"PTTL", lock_key(k)}); }
 
   // Calls of EVALSHA the server has run (INFO commandstats): the library's scripts.
-  long long evalsha_calls() {
+  long long evalsha_calls() { return calls("evalsha"); }
+
+  // How often the server ran `command` (as INFO commandstats names it: "evalsha",
+  // "client|reply"), since it started.
+  long long calls(const std::string& command) {
     const std::string info = string({"INFO", "commandstats"});
-    const auto at = info.find("cmdstat_evalsha:calls=");
+    const std::string field = "cmdstat_" + command + ":calls=";
+    const auto at = info.find(field);
     if (at == std::string::npos) return 0;
-    return std::stoll(info.substr(at + std::char_traits<char>::length("cmdstat_evalsha:calls=")));
+    return std::stoll(info.substr(at + field.size()));
   }
 
   // Waits until `k`'s queue holds `n` waiters.

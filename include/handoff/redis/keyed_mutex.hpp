@@ -21,8 +21,11 @@
 // the lock to the first live waiter's request with that waiter's lease and the next
 // fencing token, and tells the waiter, which is then the holder without a round trip of
 // its own. A blocking waiter waits in BLPOP on its grant list, on a connection of its own
-// (opened on first need, then kept for the next wait); an async waiter is told on its
-// client's channel, through the mutex's one subscriber connection. A waiter that gives up
+// (opened on first need, then kept for the next wait); when its client's locks have been
+// waiting lately, it sends its attempt with the BLPOP and the attempt's reply skipped
+// (CLIENT REPLY SKIP, where the server has it: the list says what the reply would), so
+// that the server writes one reply and the thread wakes once. An async waiter is told on
+// its client's channel, through the mutex's one subscriber connection. A waiter that gives up
 // while the key is being handed to it passes it on in its cancel. A waiter also re-checks
 // every options::recheck_interval (its heartbeat: a waiter whose process died is skipped
 // after 3 missed intervals) and when the holder's lease runs out.
