@@ -110,33 +110,28 @@ std::string blpop_timeout(std::int64_t ms) {
 std::pair<attempt_result, client::pushed_grant> client::attempt_and_wait(connection& c, const key_names& n,
                                                                          std::string_view id, std::int64_t lease_ms,
                                                                          const std::string& list, std::int64_t ms,
-                                                                         std::string_view key) {
+                                                                         std::string_view key, bool skip_reply) {
   const std::string lease = std::to_string(lease_ms);
   const std::string wait_ms = std::to_string(ms);
   const std::string what = "lock " + handoff::detail::key_excerpt(key);
   // The replies may take the whole wait: the socket waits that long plus one command_timeout.
-  auto [a, g] =
-      c.eval_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
-                  {id, lease, "1", heartbeat_ttl_ms_, channel_prefix_, wait_ms}, {"BLPOP", list, blpop_timeout(ms)},
-                  what, std::chrono::milliseconds(ms) + o.command_timeout);
+  const auto timeout = std::chrono::milliseconds(ms) + o.command_timeout;
+  if (skip_reply) {
+    const reply r = c.eval_skipped_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                                        {id, lease, "1", heartbeat_ttl_ms_, channel_prefix_, wait_ms, "1"},
+                                        {"BLPOP", list, blpop_timeout(ms)}, what, timeout);
+    return parse_listed(*r, what);
+  }
+  auto [a, g] = c.eval_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                            {id, lease, "1", heartbeat_ttl_ms_, channel_prefix_, wait_ms},
+                            {"BLPOP", list, blpop_timeout(ms)}, what, timeout);
   return {parse_attempt(*a, key), parse_grant(*g, what)};
 }
 
-std::pair<attempt_result, client::pushed_grant> client::attempt_and_wait_listed(connection& c, const key_names& n,
-                                                                                std::string_view id,
-                                                                                std::int64_t lease_ms,
-                                                                                const std::string& list,
-                                                                                std::int64_t ms, std::string_view key) {
-  const std::string lease = std::to_string(lease_ms);
-  const std::string wait_ms = std::to_string(ms);
-  const std::string what = "lock " + handoff::detail::key_excerpt(key);
-  const reply r =
-      c.eval_skipped_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
-                          {id, lease, "1", heartbeat_ttl_ms_, channel_prefix_, wait_ms, "1"},
-                          {"BLPOP", list, blpop_timeout(ms)}, what, std::chrono::milliseconds(ms) + o.command_timeout);
-  if (r->type == REDIS_REPLY_NIL) return {{false, -1, -1}, {}};  // nothing in time, or the script failed
-  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING) {
-    const std::string got(r->element[1]->str, r->element[1]->len);
+std::pair<attempt_result, client::pushed_grant> client::parse_listed(const redisReply& r, std::string_view what) {
+  if (r.type == REDIS_REPLY_NIL) return {{false, -1, -1}, {}};  // nothing in time, or the script failed
+  if (r.type == REDIS_REPLY_ARRAY && r.elements == 2 && r.element[1]->type == REDIS_REPLY_STRING) {
+    const std::string got(r.element[1]->str, r.element[1]->len);
     long long a = 0;
     long long b = 0;
     // "g <fence> <lease ms left>": the attempt got the key, as {1, fence, left} would say.
@@ -145,10 +140,10 @@ std::pair<attempt_result, client::pushed_grant> client::attempt_and_wait_listed(
     if (std::sscanf(got.c_str(), "- %lld", &a) == 1) return {{false, a, -1}, {0, 0, 0, true}};
     // A release's grant. The attempt emptied the list before the BLPOP behind it ran, so
     // the grant answers this attempt: its heartbeat is the one the attempt recorded.
-    pushed_grant g = parse_grant(*r, what);
+    const pushed_grant g = parse_grant(r, what);
     if (g.fence != 0) return {{false, -1, g.beat}, g};
   }
-  throw error("handoff::redis: " + what + ": unexpected reply to BLPOP");
+  throw error("handoff::redis: " + std::string(what) + ": unexpected reply to BLPOP");
 }
 
 void client::cancel(connection& c, const key_names& n, std::string_view id, std::string_view key) noexcept {
@@ -272,8 +267,7 @@ guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t 
         // The first attempt skips the script's reply (one wake-up instead of two); a
         // re-check takes it, so that a script that failed (NOSCRIPT after a server
         // restart) is seen and loaded again.
-        std::tie(r, g) = first && skip_replies_ ? attempt_and_wait_listed(c, n, id, ms, list, wait_ms(sent, -1), key)
-                                                : attempt_and_wait(c, n, id, ms, list, wait_ms(sent, -1), key);
+        std::tie(r, g) = attempt_and_wait(c, n, id, ms, list, wait_ms(sent, -1), key, first && skip_replies_);
         if (r.granted) {
           if (first) found_free();
           guard got = granted(key, id, static_cast<std::uint64_t>(r.value), lease_ns, found(sent, lease_ns, r));

@@ -245,17 +245,15 @@ struct client : std::enable_shared_from_this<client> {
   // A blocking waiter's wait, on its own connection: BLPOP `list` for at most `ms`.
   pushed_grant await_grant(connection& c, const std::string& list, std::int64_t ms, std::string_view key);
   // An attempt (queueing) with the BLPOP of `list` for at most `ms` behind it: one round trip.
+  // With skip_reply, the script's reply is skipped (connection::eval_skipped_then) and the
+  // BLPOP's reply says what it would have (scripts.hpp, ARGV[7]): the thread wakes once,
+  // and a failing script shows only as the BLPOP timing out.
   std::pair<attempt_result, pushed_grant> attempt_and_wait(connection& c, const key_names& n, std::string_view id,
                                                            std::int64_t lease_ms, const std::string& list,
-                                                           std::int64_t ms, std::string_view key);
-  // attempt_and_wait with the script's reply skipped (connection::eval_skipped_then): the
-  // BLPOP's reply says what the attempt's would have (scripts.hpp, ARGV[7]), and the
-  // waiting thread wakes once. A failing script shows only as the BLPOP timing out.
-  std::pair<attempt_result, pushed_grant> attempt_and_wait_listed(connection& c, const key_names& n,
-                                                                  std::string_view id, std::int64_t lease_ms,
-                                                                  const std::string& list, std::int64_t ms,
-                                                                  std::string_view key);
+                                                           std::int64_t ms, std::string_view key, bool skip_reply);
   static attempt_result parse_attempt(const redisReply& r, std::string_view key);
+  // The BLPOP's reply of a skip_reply attempt, as the attempt's result and the pushed grant.
+  static std::pair<attempt_result, pushed_grant> parse_listed(const redisReply& r, std::string_view what);
   static pushed_grant parse_grant(const redisReply& r, std::string_view what);
   // When a waiter that was not granted re-checks next: a notification wakes it earlier.
   [[nodiscard]] std::int64_t next_check(std::int64_t now, std::int64_t deadline, std::int64_t pttl_ms) const noexcept;
