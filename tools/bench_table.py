@@ -132,10 +132,10 @@ REDIS_NOTE = ("handoff::redis::keyed_mutex against the polling lock of redis-plu
               "grants whose lock() started before that unlock; wait_* = how long lock() took; same_holder_pct "
               "= grants to the thread that held the key last (a polling lock lets the releaser re-take the key: "
               "high throughput, unbounded waits for the others); fifo_ok = FIFO grant order across 5 clients "
-              "checked on every redis_hotkey/handoff call; server_cpu_us, process_cpu_us = CPU time per lock/unlock of "
-              "redis-server and of the benchmark process (all its threads: clients, their background threads, the "
-              "delay proxy), ctx_switches = the process's context switches per lock/unlock. **Loopback caveat:** redis-server, the clients and "
-              "their background threads share the machine's cores, so a round trip is tens of microseconds of "
+              "checked on every redis_hotkey/handoff call; server_cpu_us, process_cpu_us = CPU time per "
+              "lock/unlock of redis-server and of the benchmark process (all its threads: clients, their "
+              "background threads, the delay proxy), ctx_switches = the process's context switches per "
+              "lock/unlock. **Loopback caveat:** redis-server, the clients and their background threads share the machine's cores, so a round trip is tens of microseconds of "
               "system calls and scheduling, and on 2 cores the contended rows measure CPU time per operation as "
               "much as waiting; over a network every figure grows by the network's round trips. "
               "See bench/redis_bench.cpp and docs/redis.md.")
@@ -255,10 +255,7 @@ def machine_line(contexts):
             parts.append(c[key])
     if "date" in c:
         parts.append(c["date"])
-    if "load_avg" in c:
-        parts.append("load avg " + ", ".join(f"{x:.2f}" for x in c["load_avg"]))
-    if "core_to_core_rtt_ns" in c:
-        parts.append(f"core-to-core round trip {c['core_to_core_rtt_ns']} ns")
+    parts += machine_state(c)
     if c.get("library_build_type") == "debug":
         parts.append("libbenchmark built as debug (Debian package; affects only its own overhead)")
     return "; ".join(parts)
@@ -355,17 +352,23 @@ def counter_tables(out, by_workload):
         out.append("")
 
 
-def started_line(context):
-    """The sentence "This binary started at <date>, load avg ..., core-to-core round trip ... ns."
-    (with a leading space) from a binary's context, or "" when it has neither figure."""
+def machine_state(context):
+    """What the machine offered when a binary started: its load and core-to-core round trip."""
     parts = []
     if "load_avg" in context:
         parts.append("load avg " + ", ".join(f"{x:.2f}" for x in context["load_avg"]))
     if "core_to_core_rtt_ns" in context:
         parts.append(f"core-to-core round trip {context['core_to_core_rtt_ns']} ns")
+    return parts
+
+
+def started_line(context):
+    """Returns "This binary started at <date>, load avg ..., core-to-core round trip ... ns.", or ""
+    when the context has neither figure."""
+    parts = machine_state(context)
     if not parts:
         return ""
-    return f" This binary started at {context.get('date', '?')}, " + ", ".join(parts) + "."
+    return f"This binary started at {context.get('date', '?')}, " + ", ".join(parts) + "."
 
 
 def ops_section(out, title, note, server_line, context, workloads):
@@ -375,7 +378,7 @@ def ops_section(out, title, note, server_line, context, workloads):
     out.append("")
     out.append(note)
     if context:
-        out.append(server_line + started_line(context))
+        out.append(" ".join(x for x in (server_line, started_line(context)) if x))
     out.append("")
     time_table(out, [], workloads, ops=True)
     counter_tables(out, workloads)
@@ -485,10 +488,10 @@ def render(contexts, results):
         out.append("")
         out.append(KM_NOTE)
         km_context = next((c for c in contexts if "keyed_mutex_keys" in c), None)
-        if km_context:
+        if km_context and started_line(km_context):
             # The binaries run one after another: the machine when this one started says
             # more about its numbers than when the first one did.
-            out.append(started_line(km_context).lstrip())
+            out.append(started_line(km_context))
         out.append("")
         time_table(out, km_plot, km_workload)
         counter_tables(out, km_workload)
