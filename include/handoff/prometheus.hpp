@@ -31,6 +31,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -61,13 +62,33 @@ class sink final : public handoff::metrics_sink {
   std::array<::prometheus::Histogram*, metric_wait_count> waits_{};      // owned by the registry
 };
 
+// The exporter's HTTP server (civetweb, inside prometheus-cpp). Each server thread serves
+// one connection at a time, from its first byte to its last: a client that connects and
+// sends nothing, or half a request, holds a thread until request_timeout. A scrape waits
+// only if every thread is held that way; with more slow clients than threads at once, a
+// scrape may wait up to request_timeout per wave of them.
+struct exporter_options {
+  // 32: a scraper or two plus 30 silent or slow connections (port scanners, health
+  // checks that never finish, a stuck proxy) before a scrape has to queue. An idle thread
+  // is a blocked thread and its stack.
+  std::size_t threads = 32;
+  // How long a thread waits for a connection's request before it closes the connection
+  // (civetweb's request_timeout_ms; its own default is 30 s): 5 s, half of Prometheus'
+  // default 10 s scrape timeout, so that a scrape queued behind one wave of slow clients
+  // is still answered in time.
+  std::chrono::milliseconds request_timeout{5000};
+};
+
 // A registry served at http://<bind_address>/metrics by prometheus-cpp's exposer (its own
 // threads), with one unlabelled sink and gauges read at each scrape.
 class exporter {
  public:
-  // "127.0.0.1:9464"; port 0 picks a free one (port() says which). Throws what
-  // prometheus-cpp throws when it cannot listen (std::runtime_error).
-  explicit exporter(const std::string& bind_address);
+  // "127.0.0.1:9464"; port 0 picks a free one (port() says which). Bind to loopback or to
+  // the scraper's network only: the metrics show load and, through gauges, what a process
+  // holds. Throws std::invalid_argument if options.threads is 0 or
+  // options.request_timeout is not positive, and what prometheus-cpp throws when it cannot
+  // listen (std::runtime_error). Starts options.threads server threads.
+  explicit exporter(const std::string& bind_address, const exporter_options& options = {});
   ~exporter();
   exporter(const exporter&) = delete;
   exporter& operator=(const exporter&) = delete;
@@ -79,8 +100,8 @@ class exporter {
   [[nodiscard]] int port() const;
 
   // Thread-safe. Adds a gauge `name{labels}` whose value read() returns at each scrape, on
-  // the exposer's thread (keep it cheap; it must not throw). Keep what read() refers to
-  // alive as long as this exporter.
+  // one of the exposer's threads, one call at a time (keep it cheap; it must not throw).
+  // Keep what read() refers to alive as long as this exporter.
   void gauge(const std::string& name, const std::string& help, const ::prometheus::Labels& labels,
              std::function<double()> read);
   // Gauges handoff_keyed_keys and handoff_keyed_waiters of a keyed mutex (its size() and

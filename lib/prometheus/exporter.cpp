@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace handoff::prometheus {
@@ -96,9 +98,24 @@ class exporter::scrape_gauges final : public ::prometheus::Collectable {
   std::vector<entry> gauges_;  // guarded by mu_
 };
 
-exporter::exporter(const std::string& bind_address)
+namespace {
+
+// civetweb's options for exporter_options (civetweb names, values as strings).
+std::vector<std::string> server_options(const std::string& bind_address, const exporter_options& options) {
+  if (options.threads == 0) throw std::invalid_argument("handoff::prometheus::exporter: threads must be at least 1");
+  if (options.request_timeout <= std::chrono::milliseconds::zero()) {
+    throw std::invalid_argument("handoff::prometheus::exporter: request_timeout must be positive");
+  }
+  return {"listening_ports",    bind_address,
+          "num_threads",        std::to_string(options.threads),
+          "request_timeout_ms", std::to_string(options.request_timeout.count())};
+}
+
+}  // namespace
+
+exporter::exporter(const std::string& bind_address, const exporter_options& options)
     : registry_(std::make_shared<::prometheus::Registry>()), gauges_(std::make_shared<scrape_gauges>()),
-      sink_(*registry_), exposer_(std::make_unique<::prometheus::Exposer>(bind_address, 1)) {
+      sink_(*registry_), exposer_(std::make_unique<::prometheus::Exposer>(server_options(bind_address, options))) {
   exposer_->RegisterCollectable(registry_);
   exposer_->RegisterCollectable(gauges_);
 }

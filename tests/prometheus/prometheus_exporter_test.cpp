@@ -1,11 +1,18 @@
 // handoff::prometheus against its own HTTP endpoint: an exporter on a free loopback port,
 // keyed locking that waits, times out and lets a lease run out, then a scrape with curl
-// (the way Prometheus reads it) whose lines must carry the right names, labels and values.
+// (the way Prometheus reads it) whose lines must carry the right names, labels and values;
+// and slow clients (connected and silent, or half a request sent) that must not keep a
+// scrape from being answered.
 #include <handoff/keyed_mutex.hpp>
 #include <handoff/metrics.hpp>
 #include <handoff/prometheus.hpp>
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <array>
 #include <chrono>
@@ -13,8 +20,11 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "../unit/test_support.hpp"
 #include "../unit/test_timeout.hpp"
@@ -39,6 +49,63 @@ std::string scrape(int port) {
   std::array<char, 4096> buf{};
   while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p.get())) out.append(buf.data(), n);
   return out;
+}
+
+// A TCP connection to 127.0.0.1:<port>, closed when destroyed; reads and writes give up
+// after `io_timeout`, so a server that does not answer fails the test instead of hanging it.
+class client_socket {
+ public:
+  client_socket(int port, std::chrono::milliseconds io_timeout) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    if (fd_ < 0) return;
+    const timeval tv{static_cast<time_t>(io_timeout.count() / 1000),
+                     static_cast<suseconds_t>((io_timeout.count() % 1000) * 1000)};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~client_socket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  client_socket(const client_socket&) = delete;
+  client_socket& operator=(const client_socket&) = delete;
+
+  [[nodiscard]] bool connected() const { return fd_ >= 0; }
+  [[nodiscard]] bool send(std::string_view data) const {
+    return fd_ >= 0 && ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size());
+  }
+  // The response's status line ("HTTP/1.1 200 OK"), or "" if none came within the timeout.
+  [[nodiscard]] std::string status_line() const {
+    std::string in;
+    std::array<char, 512> buf{};
+    while (in.find("\r\n") == std::string::npos) {
+      const ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
+      if (n <= 0) return "";
+      in.append(buf.data(), static_cast<std::size_t>(n));
+    }
+    return in.substr(0, in.find("\r\n"));
+  }
+
+ private:
+  int fd_;
+};
+
+// GET /metrics on a fresh connection that waits at most `limit`: the status line and how
+// long it took to come.
+std::pair<std::string, std::chrono::milliseconds> timed_scrape(int port, std::chrono::milliseconds limit) {
+  const auto start = std::chrono::steady_clock::now();
+  const client_socket scraper(port, limit);
+  std::string status;
+  if (scraper.send("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")) {
+    status = scraper.status_line();
+  }
+  return {status, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start)};
 }
 
 // The value of the sample line `series` (name with its labels, as exposed), if present.
@@ -104,6 +171,36 @@ TEST_F(PrometheusExporter, TheUnlabelledSinkServesProcessWideEventsUnderTheirCou
   EXPECT_EQ(sample(body, "handoff_actor_mailbox_full_total"), 3.0) << body;
   EXPECT_EQ(sample(body, "handoff_keyed_lock_timeouts_total"), 1.0) << body;
   EXPECT_EQ(sample(body, "handoff_redis_round_trips_total"), 0.0) << body;
+}
+
+TEST_F(PrometheusExporter, EightSilentAndEightHalfSentClientsDoNotDelayAScrapePastTwoSeconds) {
+  std::vector<std::unique_ptr<client_socket>> slow;
+  for (int i = 0; i < 16; ++i) {
+    slow.push_back(std::make_unique<client_socket>(exporter_.port(), 2s));
+    ASSERT_TRUE(slow.back()->connected());
+    // Every other one sends half a request line and waits; the rest send nothing.
+    if (i % 2 == 1) {
+      ASSERT_TRUE(slow.back()->send("GET /metr"));
+    }
+  }
+  const auto [status, took] = timed_scrape(exporter_.port(), 2s);
+  EXPECT_EQ(status.substr(0, 13), "HTTP/1.1 200 ") << "no answer within 2 s (took " << took.count() << " ms)";
+  EXPECT_LT(took, 2s);
+}
+
+TEST(PrometheusExporterOptions, ASilentClientHoldsTheOnlyServerThreadForTheRequestTimeoutOnly) {
+  const test_timeout timeout{60s};
+  handoff::prometheus::exporter exporter("127.0.0.1:0", {.threads = 1, .request_timeout = 300ms});
+  const client_socket silent(exporter.port(), 2s);
+  ASSERT_TRUE(silent.connected());
+  const auto [status, took] = timed_scrape(exporter.port(), 2s);
+  EXPECT_EQ(status.substr(0, 13), "HTTP/1.1 200 ") << "no answer within 2 s (took " << took.count() << " ms)";
+  EXPECT_GE(took, 200ms) << "the scrape did not wait for the silent client: more than one server thread?";
+}
+
+TEST(PrometheusExporterOptions, NoServerThreadsOrANonPositiveRequestTimeoutIsRefused) {
+  EXPECT_THROW(handoff::prometheus::exporter("127.0.0.1:0", {.threads = 0}), std::invalid_argument);
+  EXPECT_THROW(handoff::prometheus::exporter("127.0.0.1:0", {.request_timeout = 0ms}), std::invalid_argument);
 }
 
 }  // namespace
