@@ -262,7 +262,7 @@ def anchors(path):
 
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 NAME = re.compile(r"\bhandoff::(?:[\w~]+(?:<[^`]*?>)?(?:\([^`]*?\))?(?:\{[^`]*?\})?::)*[\w~]+")
-HEADER = re.compile(r"<(handoff/[\w./]+)>")
+HEADER = re.compile(r"<(handoff/\w[\w./]*)>")
 LINK = re.compile(r"(?<!!)\[(?:[^\]]|\][^(])*?\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REF_LINK = re.compile(r"^\s*\[[^\]]+\]:\s*(\S+)")
 
