@@ -18,6 +18,9 @@
 //   1024actors_zipf       the same with a skewed choice: Zipf, s = 1.0, over the 1024
 //                         actors (rank -> actor by a fixed random permutation; the hottest
 //                         actor gets ~13% of the messages), against 1024 std::mutexes.
+//   1actor_bounded256     8 senders -> one actor<S> with actor_options{.capacity = 256}
+//                         (full_policy::block: a sender waits for room), trivial handler,
+//                         against the same actor unbounded: more blocked senders than cores.
 //   chain1000             one message forwarded through a chain of 1000 actors (each
 //                         handler counts it and posts it to the next actor; the nested sends
 //                         run on the sender's thread, in constant stack), against a loop
@@ -66,44 +69,23 @@
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/backoff.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
+#include "mini_actor.hpp"
 
 namespace {
 
+using handoff::bench::calibrate_work;
+using handoff::bench::end_barrier;
 using handoff::bench::heap_in_use;
+using handoff::bench::mini_actor;
+using handoff::bench::spin_work;
+using handoff::bench::timed_loop;
+using handoff::bench::vyukov_mailbox;
 
 constexpr double min_time_s = 1.0;  // per benchmark instance and repetition
 constexpr std::size_t many_actors = 1024;
 
 // ---------------------------------------------------------------------------------------
 // Shared workload helpers.
-
-void cpu_relax(unsigned& spins) noexcept { handoff::detail::backoff(spins++); }
-
-// The busy work: a dependent chain of multiply-adds the compiler cannot fold or vectorise.
-[[gnu::noinline]] std::uint64_t spin_work(std::uint64_t x, std::uint32_t iterations) noexcept {
-  for (std::uint32_t i = 0; i < iterations; ++i) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    asm volatile("" : "+r"(x));
-  }
-  return x;
-}
-
-// Iterations of spin_work that take `target_ns` on this machine (best of several probes,
-// so that a noisy neighbour makes the work longer, never shorter).
-std::uint32_t calibrate_work(double target_ns, double* ns_per_iteration) {
-  constexpr std::uint32_t probe = 1u << 20;
-  double best = 1e300;
-  std::uint64_t x = 1;
-  for (int r = 0; r < 9; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    x = spin_work(x, probe);
-    const auto t1 = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double, std::nano>(t1 - t0).count() / probe);
-  }
-  benchmark::DoNotOptimize(x);
-  *ns_per_iteration = best;
-  return static_cast<std::uint32_t>(std::max(1.0, std::round(target_ns / best)));
-}
 
 // The state every implementation protects: a message count and the busy work's value.
 struct counter_state {
@@ -145,35 +127,6 @@ struct counting_handler {
   }
 };
 
-// Reached by every sender thread after its last message; see the overview.
-class end_barrier {
- public:
-  void reset() noexcept { arrived_.store(0, std::memory_order_relaxed); }
-  void arrive_and_wait(int threads) noexcept {
-    arrived_.fetch_add(1, std::memory_order_acq_rel);
-    unsigned spins = 0;
-    while (arrived_.load(std::memory_order_acquire) < threads) cpu_relax(spins);
-  }
-
- private:
-  std::atomic<int> arrived_{0};
-};
-
-// The timed loop of every throughput benchmark: op(i) per iteration, then, inside the
-// last iteration (so still timed), wait until every sender is done. Thread 0 resets the
-// barrier before the loop; Google Benchmark's start barrier orders that before any use.
-template <class Op>
-void timed_loop(benchmark::State& state, end_barrier& done, Op&& op) {
-  if (state.thread_index() == 0) done.reset();
-  const benchmark::IterationCount last = state.max_iterations;
-  benchmark::IterationCount i = 0;
-  for (auto _ : state) {
-    op(i);
-    if (++i == last) done.arrive_and_wait(state.threads());
-  }
-  state.SetItemsProcessed(state.iterations());
-}
-
 void check_count(benchmark::State& state, std::uint64_t before, std::uint64_t after) {
   if (state.thread_index() != 0) return;
   const auto expected = before + static_cast<std::uint64_t>(state.max_iterations) * state.threads();
@@ -185,84 +138,8 @@ void check_count(benchmark::State& state, std::uint64_t before, std::uint64_t af
 }
 
 // ---------------------------------------------------------------------------------------
-// Mailbox alternatives (docs/design.md, "Mailbox choice"): one minimal actor, the same hand-off protocol as
-// handoff::detail::actor_base (count first, 0 -> 1 winner runs inline and drains, release
-// with fetch_sub), parameterised on the mailbox. No budget, no nesting, no error hook:
-// only the mailbox differs between the instantiations.
-
-template <class Msg, class Handler, class Mailbox>
-class mini_actor {
- public:
-  mini_actor() = default;
-  explicit mini_actor(Handler h) : handler_(std::move(h)) {}
-
-  void send(Msg m) {
-    // acquire; pairs with the release below in the previous owner.
-    if (count_.fetch_add(1, std::memory_order_acquire) != 0) {
-      mailbox_.push(std::move(m));
-      return;
-    }
-    handler_(m);
-    std::uint64_t ran = 1;  // run and not yet uncounted
-    unsigned spins = 0;
-    for (;;) {
-      if (mailbox_.try_pop(m)) {
-        handler_(m);
-        ++ran;
-        spins = 0;
-        continue;
-      }
-      if (ran != 0) {
-        // release; pairs with the acquire above in the next owner.
-        if (count_.fetch_sub(ran, std::memory_order_release) == ran) return;
-        ran = 0;
-        continue;
-      }
-      cpu_relax(spins);  // counted, not yet pushed: wait for that sender
-    }
-  }
-
- private:
-  std::atomic<std::uint64_t> count_{0};
-  Mailbox mailbox_;
-  Handler handler_;
-};
-
-// handoff's mailbox: the intrusive Vyukov queue with nodes from handoff's node pool,
-// exactly what basic_actor uses.
-template <class Msg>
-class vyukov_mailbox {
-  struct node : handoff::detail::mailbox_node {
-    explicit node(Msg&& m) : msg(std::move(m)) {}
-    Msg msg;
-  };
-
- public:
-  vyukov_mailbox() = default;
-  vyukov_mailbox(const vyukov_mailbox&) = delete;
-  vyukov_mailbox& operator=(const vyukov_mailbox&) = delete;
-  ~vyukov_mailbox() {
-    Msg m;
-    while (try_pop(m)) {
-    }
-  }
-
-  void push(Msg&& m) {
-    void* p = handoff::detail::allocate_node(sizeof(node));
-    queue_.push(::new (p) node(std::move(m)));
-  }
-  bool try_pop(Msg& out) {
-    auto* n = static_cast<node*>(queue_.pop());
-    if (n == nullptr) return false;
-    out = std::move(n->msg);
-    n->~node();
-    handoff::detail::free_node(n, sizeof(node));
-    return true;
-  }
-
- private:
-  handoff::detail::mpsc_queue queue_;
-};
+// Mailbox alternatives (docs/design.md, "Mailbox choice"): mini_actor (mini_actor.hpp) over
+// handoff's Vyukov mailbox and over moodycamel's queue.
 
 // moodycamel's ConcurrentQueue, default-constructed, implicit (token-less) producers.
 template <class Msg>
@@ -581,6 +458,13 @@ int main(int argc, char** argv) {
   many_targets many;
   mailbox_targets mail;
 
+  // Bounded against unbounded, 8 senders, trivial work.
+  one_target unbounded8(0);
+  struct bounded_target {
+    alignas(64) handoff::actor<counter_state> actor{handoff::actor_options{.capacity = 256}};
+    alignas(64) end_barrier done;
+  } bounded8;
+
   // a. Uncontended post -> run.
   add("post_run_uncontended/handoff_post", [&](benchmark::State& s) { bm_actor_post(s, uncontended, 0); });
   add("post_run_uncontended/handoff_send", [&](benchmark::State& s) { bm_basic_send(s, uncontended); });
@@ -640,6 +524,16 @@ int main(int argc, char** argv) {
       ->Threads(1)
       ->Threads(2)
       ->MinTime(0.5);
+
+  // h. A bounded mailbox under oversubscription: 8 senders, capacity 256.
+  add("1actor_bounded256/handoff_unbounded", [&](benchmark::State& s) { bm_actor_post(s, unbounded8, 0); })->Threads(8);
+  add("1actor_bounded256/handoff_bounded256", [&](benchmark::State& s) {
+    std::uint64_t before = 0;
+    if (s.thread_index() == 0) before = actor_count(bounded8.actor);
+    timed_loop(s, bounded8.done,
+               [&](benchmark::IterationCount) { bounded8.actor.post([](counter_state& st) { ++st.n; }); });
+    if (s.thread_index() == 0) check_count(s, before, actor_count(bounded8.actor));
+  })->Threads(8);
 
   // g. A message forwarded through a chain of 1000 actors, against 1000 mutex-protected nodes.
   chain_targets chain;

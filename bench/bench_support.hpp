@@ -1,6 +1,7 @@
 // What every benchmark binary shares: the machine description recorded next to its
-// results, the parked thread that keeps glibc on its multi-threaded paths, and the
-// mutual-exclusion check of the lock benchmarks.
+// results, the parked thread that keeps glibc on its multi-threaded paths, the
+// mutual-exclusion check of the lock benchmarks, and the calibrated busy work and timed
+// loop of the throughput benchmarks.
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +20,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "handoff/detail/backoff.hpp"
 
 namespace handoff::bench {
 
@@ -140,6 +144,67 @@ inline void check_total(benchmark::State& state, std::uint64_t before, std::uint
                          std::to_string(expected - before))
                             .c_str());
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Calibrated busy work and the timed loop of the throughput benchmarks.
+
+// A waiter's pause: spin, then yield (the library's own backoff).
+inline void cpu_relax(unsigned& spins) noexcept { handoff::detail::backoff(spins++); }
+
+// The busy work: a dependent chain of multiply-adds the compiler cannot fold or vectorise.
+[[gnu::noinline]] inline std::uint64_t spin_work(std::uint64_t x, std::uint32_t iterations) noexcept {
+  for (std::uint32_t i = 0; i < iterations; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    asm volatile("" : "+r"(x));
+  }
+  return x;
+}
+
+// Iterations of spin_work that take `target_ns` on this machine (best of several probes,
+// so that a noisy neighbour makes the work longer, never shorter).
+inline std::uint32_t calibrate_work(double target_ns, double* ns_per_iteration) {
+  constexpr std::uint32_t probe = 1u << 20;
+  double best = 1e300;
+  std::uint64_t x = 1;
+  for (int r = 0; r < 9; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    x = spin_work(x, probe);
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double, std::nano>(t1 - t0).count() / probe);
+  }
+  benchmark::DoNotOptimize(x);
+  *ns_per_iteration = best;
+  return static_cast<std::uint32_t>(std::max(1.0, std::round(target_ns / best)));
+}
+
+// Reached by every sender thread after its last message (timed_loop).
+class end_barrier {
+ public:
+  void reset() noexcept { arrived_.store(0, std::memory_order_relaxed); }
+  void arrive_and_wait(int threads) noexcept {
+    arrived_.fetch_add(1, std::memory_order_acq_rel);
+    unsigned spins = 0;
+    while (arrived_.load(std::memory_order_acquire) < threads) cpu_relax(spins);
+  }
+
+ private:
+  std::atomic<int> arrived_{0};
+};
+
+// The timed loop of every throughput benchmark: op(i) per iteration, then, inside the
+// last iteration (so still timed), wait until every sender is done. Thread 0 resets the
+// barrier before the loop; Google Benchmark's start barrier orders that before any use.
+template <class Op>
+void timed_loop(benchmark::State& state, end_barrier& done, Op&& op) {
+  if (state.thread_index() == 0) done.reset();
+  const benchmark::IterationCount last = state.max_iterations;
+  benchmark::IterationCount i = 0;
+  for (auto _ : state) {
+    op(i);
+    if (++i == last) done.arrive_and_wait(state.threads());
+  }
+  state.SetItemsProcessed(state.iterations());
 }
 
 }  // namespace handoff::bench

@@ -36,6 +36,10 @@ Naming convention (what bench/*.cpp must follow):
     Their ratios go to no plot.
   * Workloads whose name starts with "ractor_" (bench/redis_actor_bench.cpp) get their own
     section, "Redis actors", like the Redis keyed mutex's.
+  * Workloads named "fanin_send<S>_work<H>/threads:<N>" (bench/fanin_bench.cpp) get their
+    own section, "Fan-in matrix": one row per cell, one column per implementation with its
+    ratio mutex time / its time, and the cell's target (FANIN_TARGET) judged on the library's
+    rows (handoff_send and handoff_post; the prototypes are shown, not judged).
   * Workloads in SPEEDUP_TARGETS compare two handoff impls with each other (a worker pool
     of 1 and of more workers): speed-up = slow impl time / fast impl time, in its own table,
     one row per listed pair (a pair with no minimum is shown without a target).
@@ -79,6 +83,11 @@ TIME_TARGETS = {
 }
 # workload -> [(slow impl, fast impl, min speed-up slow_time / fast_time or None, description, note)]
 SPEEDUP_TARGETS = {
+    "1actor_bounded256": [("handoff_unbounded", "handoff_bounded256", 0.5, "bounded <= 2x unbounded time",
+                           "1actor_bounded256: 8 senders -> one actor, trivial handler, with "
+                           "actor_options{.capacity = 256} (full_policy::block) and without a capacity "
+                           "(bench/actor_bench.cpp); here the speed-up is unbounded time / bounded time: >= 0.5 means the "
+                           "bound costs at most 2x")],
     "keyed_pool_1011x1ms": [("handoff_1worker", "handoff_3workers", 2.8, "3 workers >= 2.8x 1 worker",
                              "keyed_pool: 1011 requests of 1 ms (sleep, not CPU) over 8 keys, one actor per key "
                              "with actor_options{.executor = pool, .max_messages = 1}, each request submitted "
@@ -105,6 +114,77 @@ COUNTER_MIN_TARGETS = {
     ("km_hotkey", "fifo_ok"): (1.0, "FIFO grant order checked"),
     ("redis_hotkey", "fifo_ok"): (1.0, "FIFO grant order across clients checked"),
 }
+FANIN_PREFIX = "fanin_"
+FANIN_NAME = re.compile(r"^fanin_send(\d+)_work(\d+)/threads:(\d+)$")
+FANIN_LIBRARY = ("handoff_send", "handoff_post")
+FANIN_NOTE = ("N senders -> one actor; sender work is busy work before each send, handler work busy work in "
+              "the handler (under the lock for the mutex); both calibrated (fanin_work_iterations). Cells: "
+              "ratio = mutex time / implementation time (> 1: faster than the mutex); the mutex column is "
+              "its time per message. mailbox = the library's protocol in minimal form over the Vyukov "
+              "mailbox (the baseline the prototypes replace); handoff_send / handoff_post = the library's "
+              "basic_actor / actor; proto_* = packed-word prototypes (bench/packed_actor.hpp): packed = one "
+              "fetch_add per send into ticketed slots, lines = the same with consumer batching, sticky = "
+              "with a sticky release. The target is judged on the slower of handoff_send and handoff_post. "
+              "See bench/fanin_bench.cpp.")
+
+
+def fanin_target(senders, send_ns, work_ns):
+    """(min ratio mutex / handoff, description) for one fan-in cell, or None."""
+    if work_ns >= 100:
+        return 1.2, ">= 1.2x mutex"
+    if work_ns >= 30:
+        if send_ns == 30 and senders == 2:
+            return 1.1, ">= 1.1x mutex"
+        return 1.0, ">= 1.0x mutex"
+    if send_ns <= 30:
+        return 1.0, ">= 1.0x mutex"
+    return None
+
+
+def fanin_section(out, workloads):
+    """Appends the fan-in matrix: one row per cell, ratio mutex / impl per column."""
+    impls = []
+    for by_impl in workloads.values():
+        for impl in by_impl:
+            if impl != "mutex" and impl not in impls:
+                impls.append(impl)
+    out.append("### Fan-in matrix")
+    out.append("")
+    out.append(FANIN_NOTE)
+    out.append("")
+    heads = [i.replace("handoff_", "") for i in impls]
+    out.append("| senders | sender work | handler work | mutex | " + " | ".join(heads) + " | target |")
+    out.append("|---:|---:|---:|---:|" + "---:|" * len(impls) + "---|")
+    rows = []
+    for workload, by_impl in workloads.items():
+        m = FANIN_NAME.match(workload)
+        if not m:
+            continue
+        send_ns, work_ns, senders = (int(g) for g in m.groups())
+        rows.append(((senders, send_ns, work_ns), by_impl))
+    for (senders, send_ns, work_ns), by_impl in sorted(rows, key=lambda r: r[0]):
+        mutex = by_impl.get("mutex", (None, {}))[1]
+        mt = mutex.get("time") if "error" not in mutex else None
+        cells = []
+        ratios = {}
+        for impl in impls:
+            r = by_impl.get(impl, (None, {}))[1]
+            t = r.get("time")
+            if "error" in r or not t or not mt:
+                cells.append("ERROR" if "error" in r else "n/a")
+                continue
+            ratios[impl] = mt / t
+            cells.append(f"{mt / t:.2f}")
+        target = ""
+        goal = fanin_target(senders, send_ns, work_ns)
+        lib = [ratios[i] for i in FANIN_LIBRARY if i in ratios]
+        if goal and lib:
+            target = f"{'met' if min(lib) >= goal[0] else '**NOT met**'} ({goal[1]})"
+        out.append(f"| {senders} | {send_ns} ns | {work_ns} ns | {fmt_ns(mt)} | " + " | ".join(cells) +
+                   f" | {target} |")
+    out.append("")
+
+
 KM_PREFIX = "km_"
 KM_NOTE = ("Keys are std::string (\"player:123\"); time is wall-clock per lock/unlock, all threads together. "
            "Baselines: map_mutex_cleanup = std::unordered_map<std::string, {std::mutex, users}> under one "
@@ -404,9 +484,12 @@ def render(contexts, results):
     km_workload = OrderedDict()  # the keyed mutex's workloads: their own section
     redis_workload = OrderedDict()  # handoff::redis's: their own section
     ractor_workload = OrderedDict()  # handoff::redis::actor_system's: their own section
+    fanin_workload = OrderedDict()  # the fan-in matrix: its own section
     for run, r in results.items():
         workload, impl = split_name(run)
-        if workload.startswith(KM_PREFIX):
+        if workload.startswith(FANIN_PREFIX):
+            target = fanin_workload
+        elif workload.startswith(KM_PREFIX):
             target = km_workload
         elif workload.startswith(RACTOR_PREFIX):
             target = ractor_workload
@@ -419,6 +502,9 @@ def render(contexts, results):
     # Time comparison.
     if by_workload:
         time_table(out, plot, by_workload)
+
+    if fanin_workload:
+        fanin_section(out, fanin_workload)
 
     # Speed-ups between two handoff impls of one workload (the worker pool).
     speedups = [(w, impls) for w, impls in by_workload.items() if w.split("/")[0] in SPEEDUP_TARGETS]

@@ -1,0 +1,215 @@
+// Fan-in: N sender threads feeding one actor, across the amount of work each side does.
+//
+// Each cell of the matrix is a workload "fanin_send<S>_work<H>/threads:<N>":
+//   N  senders: 2 and 8 threads, all sending to one target;
+//   S  sender work: calibrated busy work (bench_support.hpp, spin_work) done by the sender
+//      before each send, outside the target: 0, ~30 ns, ~100 ns;
+//   H  handler work: the same busy work inside the handler (under the lock for the mutex):
+//      0, ~30 ns, ~100 ns, ~400 ns. Every handler also counts the message.
+// The iteration counts and the measured ns per iteration of the busy work are recorded in
+// the results' context (fanin_work_iterations, work_ns_per_iteration).
+//
+// Implementations, in one binary so that their ratios compare like with like:
+//   mutex                 std::mutex locked around the handler's work (the baseline).
+//   mailbox               the library's protocol in its minimal form over the Vyukov mailbox
+//                         (mini_actor.hpp): a count fetch_add plus the mailbox exchange per
+//                         queued send. A baseline: the protocol the prototypes replace.
+//   handoff_send          handoff::basic_actor<int, H>::send (the library's typed actor).
+//   handoff_post          handoff::actor<State>::post (the library's type-erased actor).
+//   handoff_proto_packed  packed_actor.hpp: one fetch_add counts the message and gives it
+//                         a ticket into slots (prototype).
+//   handoff_proto_lines   the same with consumer batching: the drainer waits briefly at a
+//                         line of slots that senders are still filling (prototype).
+//   handoff_proto_sticky  the packed word with a sticky release: the last owner keeps a
+//                         claim on the idle actor for its own next send (prototype).
+// Time is wall-clock per message, all senders together; every run ends with every message
+// run and the count checked (SkipWithError on a lost or duplicated message).
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "bench_support.hpp"
+#include "handoff/actor.hpp"
+#include "handoff/basic_actor.hpp"
+#include "mini_actor.hpp"
+#include "packed_actor.hpp"
+
+namespace {
+
+using handoff::bench::end_barrier;
+using handoff::bench::spin_work;
+using handoff::bench::timed_loop;
+
+constexpr double min_time_s = 0.3;  // per instance and repetition: 7 impls x 24 cells
+
+// The target's state: the message count and the busy work's value.
+struct fan_state {
+  std::uint64_t n = 0;
+  std::uint64_t acc = 1;
+  std::uint32_t work = 0;
+  void run() noexcept {
+    ++n;
+    if (work != 0) acc = spin_work(acc, work);
+  }
+};
+
+// The typed actors' handler: the state lives in it. Message -1 copies the count to
+// *report (sent once the actor is idle, so that it runs on the caller's thread).
+struct fan_handler {
+  fan_state s;
+  std::uint64_t* report;
+  void operator()(int m) noexcept {
+    if (m < 0) {
+      *report = s.n;
+      return;
+    }
+    s.run();
+  }
+};
+
+template <class Actor>
+std::uint64_t count_of(Actor& a, std::uint64_t& report) {
+  a.send(-1);
+  return report;
+}
+
+struct fan_mutex {
+  std::mutex m;
+  fan_state s;
+};
+
+using fan_mailbox = handoff::bench::mini_actor<int, fan_handler, handoff::bench::vyukov_mailbox<int>>;
+using fan_packed = handoff::bench::packed_actor<int, fan_handler>;
+using fan_lines = handoff::bench::packed_actor<int, fan_handler, handoff::bench::drain_mode::lines>;
+using fan_sticky = handoff::bench::sticky_actor<int, fan_handler>;
+
+// One cell's targets, each on its own cache lines. They outlive every run.
+struct fan_targets {
+  alignas(64) fan_mutex mutex;
+  alignas(64) handoff::basic_actor<int, fan_handler> basic;
+  alignas(64) handoff::actor<fan_state> actor;
+  alignas(64) fan_mailbox mailbox;
+  alignas(64) fan_packed packed;
+  alignas(64) fan_lines lines;
+  alignas(64) fan_sticky sticky;
+  alignas(64) end_barrier done;
+  std::uint64_t report = 0;  // written by message -1 on the reading thread
+  explicit fan_targets(std::uint32_t work)
+      : basic(fan_handler{{0, 1, work}, &report}), actor(fan_state{0, 1, work}),
+        mailbox(fan_handler{{0, 1, work}, &report}), packed(fan_handler{{0, 1, work}, &report}),
+        lines(fan_handler{{0, 1, work}, &report}), sticky(fan_handler{{0, 1, work}, &report}) {
+    mutex.s.work = work;
+  }
+};
+
+// Thread 0 reads the count before the start barrier and after the end barrier, when no
+// send is in flight (see the overview of actor_bench.cpp: every sender has returned, so
+// every message has run and its owner released).
+template <class Send, class Count>
+void bm_fan(benchmark::State& state, end_barrier& done, std::uint32_t send_work, Send&& send, Count&& count) {
+  std::uint64_t before = 0;
+  if (state.thread_index() == 0) before = count();
+  std::uint64_t x = static_cast<std::uint64_t>(state.thread_index()) + 1;
+  timed_loop(state, done, [&](benchmark::IterationCount) {
+    if (send_work != 0) x = spin_work(x, send_work);
+    send();
+  });
+  benchmark::DoNotOptimize(x);
+  if (state.thread_index() != 0) return;
+  const std::uint64_t expected = before + static_cast<std::uint64_t>(state.max_iterations) * state.threads();
+  const std::uint64_t after = count();
+  if (after != expected) {
+    state.SkipWithError(("lost or duplicated messages: ran " + std::to_string(after - before) + ", sent " +
+                         std::to_string(expected - before))
+                            .c_str());
+  }
+}
+
+void register_cell(const std::string& workload, fan_targets& t, std::uint32_t send_work) {
+  const auto add = [&](const char* impl, auto fn) {
+    benchmark::RegisterBenchmark((workload + "/" + impl).c_str(), fn)
+        ->UseRealTime()
+        ->MinTime(min_time_s)
+        ->Threads(2)
+        ->Threads(8);
+  };
+  fan_targets* p = &t;
+  add("mutex", [p, send_work](benchmark::State& s) {
+    bm_fan(
+        s, p->done, send_work,
+        [p] {
+          std::lock_guard lock(p->mutex.m);
+          p->mutex.s.run();
+        },
+        [p] {
+          std::lock_guard lock(p->mutex.m);
+          return p->mutex.s.n;
+        });
+  });
+  add("mailbox", [p, send_work](benchmark::State& s) {
+    bm_fan(
+        s, p->done, send_work, [p] { p->mailbox.send(1); }, [p] { return count_of(p->mailbox, p->report); });
+  });
+  add("handoff_send", [p, send_work](benchmark::State& s) {
+    bm_fan(
+        s, p->done, send_work, [p] { p->basic.send(1); }, [p] { return count_of(p->basic, p->report); });
+  });
+  add("handoff_post", [p, send_work](benchmark::State& s) {
+    bm_fan(
+        s, p->done, send_work, [p] { p->actor.post([](fan_state& st) { st.run(); }); },
+        [p] { return p->actor.ask([](fan_state& st) { return st.n; }).get(); });
+  });
+  add("handoff_proto_packed", [p, send_work](benchmark::State& s) {
+    bm_fan(
+        s, p->done, send_work, [p] { p->packed.send(1); }, [p] { return count_of(p->packed, p->report); });
+  });
+  add("handoff_proto_lines", [p, send_work](benchmark::State& s) {
+    bm_fan(
+        s, p->done, send_work, [p] { p->lines.send(1); }, [p] { return count_of(p->lines, p->report); });
+  });
+  add("handoff_proto_sticky", [p, send_work](benchmark::State& s) {
+    bm_fan(
+        s, p->done, send_work, [p] { p->sticky.send(1); }, [p] { return count_of(p->sticky, p->report); });
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  handoff::bench::parked_thread idle;  // see parked_thread: before anything is measured
+
+  double ns_per_iteration = 0;
+  constexpr std::array<int, 4> work_ns{0, 30, 100, 400};
+  std::array<std::uint32_t, 4> iterations{};
+  std::string recorded;
+  for (std::size_t i = 0; i < work_ns.size(); ++i) {
+    iterations[i] = work_ns[i] == 0 ? 0 : handoff::bench::calibrate_work(work_ns[i], &ns_per_iteration);
+    recorded += (i == 0 ? "" : ", ") + std::to_string(work_ns[i]) + " ns: " + std::to_string(iterations[i]);
+  }
+
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  handoff::bench::add_machine_context();
+  benchmark::AddCustomContext("fanin_work_iterations", recorded);
+  benchmark::AddCustomContext("work_ns_per_iteration", std::to_string(ns_per_iteration));
+  benchmark::AddCustomContext("parked_thread", "yes (glibc multi-threaded lock paths)");
+
+  // One set of targets per handler work (the work is the handler's state); sender work is
+  // the loop's.
+  std::array<std::unique_ptr<fan_targets>, 4> targets;
+  for (std::size_t h = 0; h < work_ns.size(); ++h) targets[h] = std::make_unique<fan_targets>(iterations[h]);
+  for (std::size_t s = 0; s < 3; ++s) {
+    for (std::size_t h = 0; h < work_ns.size(); ++h) {
+      const std::string workload = "fanin_send" + std::to_string(work_ns[s]) + "_work" + std::to_string(work_ns[h]);
+      register_cell(workload, *targets[h], iterations[s]);
+    }
+  }
+
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
