@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: build handoff in Release and run the benchmark suite against its baselines
-# (actor_bench: std::mutex, moodycamel mailboxes; peers_bench: Boost.Asio strands and
+# (actor_bench: std::mutex, moodycamel mailboxes; fanin_bench: the fan-in matrix against std::mutex
+# and the protocol baseline; peers_bench: Boost.Asio strands and
 # CAF 0.17, the Savina micro-benchmarks, idle-actor memory; pool_bench: per-key
 # serialization over a handoff::thread_pool of 1 and 3 workers; keyed_mutex_bench:
 # handoff::keyed_mutex against a map of std::mutex with cleanup, a striped mutex array and
@@ -29,7 +30,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash tools/deps.sh
 
 cmake --preset release
-benches=(actor_bench peers_bench pool_bench keyed_mutex_bench)
+benches=(actor_bench fanin_bench peers_bench pool_bench keyed_mutex_bench)
 # redis_bench exists when CMake found hiredis (tools/deps.sh installs it and redis-server).
 hiredis_found() { grep -q '^HANDOFF_HAS_REDIS:INTERNAL=ON$' build/release/CMakeCache.txt; }
 if hiredis_found; then
