@@ -85,7 +85,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
     }
     if (c.budgeted && c.turn != 0 && budget_spent(c.turn, c.turn_start)) {
       // Account first, then post: only a still-owned actor may be handed over.
-      if (c.uncounted == 0 || !try_release(c.uncounted)) continue_on_executor();
+      if (c.uncounted == 0 || !try_release(c.uncounted)) continue_elsewhere();
       return drain_status::done;
     }
   }
@@ -117,7 +117,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
   }
   // count_ > 0 and nothing linked: a sender is between fetch_add and push.
   if (opt != nullptr && opt->executor && c.idle_spins >= spins_before_hand_off) {
-    continue_on_executor();
+    continue_elsewhere();
     return drain_status::done;
   }
   ++c.idle_spins;
@@ -140,8 +140,6 @@ void actor_base::drain_now(std::uint64_t ran, std::int64_t turn_start) noexcept 
   if (top_level) run_queued();
 }
 
-void actor_base::continue_on_executor() { options_->executor.execute(work{&resume, this}); }
-
 void actor_base::queue_later() noexcept { push_later(queue_entry(), &ready_next_); }
 
 void actor_base::run_after_current(message* m) noexcept {
@@ -157,13 +155,13 @@ void actor_base::submit_deferred(message* m, admission a) noexcept {
     return;
   }
   enqueue_first(m);
-  hand_on();
+  continue_elsewhere();
 }
 
-void actor_base::hand_on() noexcept {
+void actor_base::continue_elsewhere() noexcept {
   if (options_ != nullptr && options_->executor) {
     try {
-      continue_on_executor();
+      options_->executor.execute(work{&resume, this});
       return;
     } catch (...) {
       // Still ours and counted: run it here, later, rather than strand it.
@@ -177,14 +175,18 @@ void actor_base::hand_on() noexcept {
 void actor_base::yield_turn(std::uint64_t ran) noexcept {
   [[maybe_unused]] const bool released = try_release(ran);
   HANDOFF_ASSERT(!released);  // the deferred message is still counted
-  hand_on();
+  continue_elsewhere();
 }
 
 bool actor_base::hand_to_idle_executor() noexcept {
   const actor_options* o = options_.get();
   if (o == nullptr || !o->executor.has_idle_workers()) return false;
-  continue_on_executor();
-  return true;
+  try {
+    o->executor.execute(work{&resume, this});
+    return true;
+  } catch (...) {
+    return false;  // the run queue that popped it drains it: the same fall-back as continue_elsewhere()
+  }
 }
 
 void actor_base::check_not_draining() const {

@@ -131,9 +131,10 @@ class job {
 
 // An executor runs each work item it is given exactly once, on some thread, eventually.
 // `execute` may be called from any thread, including from inside work it is running, and
-// from an actor's drain loop, which is noexcept: an execute() that throws there (say,
-// bad_alloc) terminates the program. It must keep accepting work until every actor that
-// uses it is destroyed. Running the work inline inside execute() is allowed (the actor
+// from an actor's drain loop. An execute() that throws there (say, bad_alloc) loses
+// nothing: the actor it was handing on goes to the FIFO end of the calling thread's run
+// queue instead and runs there. It must keep accepting work until every actor that uses
+// it is destroyed. Running the work inline inside execute() is allowed (the actor
 // then continues on this thread's run queue, without recursion); execute's result, if
 // any, is ignored.
 template <class E>

@@ -425,6 +425,42 @@ TEST(DrainBudget, AnInlineExecutorKeepsDrainingOnTheOwnerWithoutGrowingTheStack)
   EXPECT_LT(s.max_frame - s.min_frame, 64u * 1024u) << "each hand-off nested a drain on the stack";
 }
 
+// An executor that refuses all work, as one out of memory would.
+struct throwing_executor {
+  int calls = 0;
+  void execute(handoff::work) {
+    ++calls;
+    throw std::bad_alloc();
+  }
+};
+
+TEST(DrainBudget, AnExecutorWhoseExecuteThrowsLeavesTheActorToThisThreadsRunQueueAndLosesNothing) {
+  // Every hand-off of the budget fails: each time, the actor must go to this thread's run
+  // queue and go on there (terminating, or stranding the backlog, would fail the test).
+  constexpr int backlog = 50;
+  struct state {
+    int runs = 0;
+    int off_thread = 0;
+    std::thread::id thread;
+  };
+  throwing_executor ex;
+  handoff::actor<state> a{handoff::actor_options{.executor = ex, .max_messages = 1}};
+  a.post([&](state& s) {
+    s.thread = std::this_thread::get_id();
+    for (int i = 0; i < backlog; ++i) {
+      a.post([](state& st) {
+        ++st.runs;
+        st.off_thread += std::this_thread::get_id() != st.thread;
+      });
+    }
+  });
+  // post() returned: this thread ran its run queue, so the whole backlog has run here.
+  const state s = a.ask([](state& st) { return st; }).get();
+  EXPECT_EQ(s.runs, backlog);
+  EXPECT_EQ(s.off_thread, 0);
+  EXPECT_GE(ex.calls, backlog - 1) << "the budget did not try the executor";
+}
+
 TEST(ActorOptions, ABudgetWithoutAnExecutorIsRejectedAtConstruction) {
   using handoff::actor_options;
   EXPECT_THROW((handoff::actor<int>{actor_options{.max_messages = 1}, 0}), std::invalid_argument);

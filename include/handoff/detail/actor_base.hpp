@@ -87,7 +87,7 @@ class actor_base {
   // --- protocol steps, each one atomic; small so that tests can drive them one by one ---
 
   // Counts one message. True: the caller became the owner (the 0 -> 1 hand-off).
-  // acquire; pairs with the release in try_release()/hand_off(): everything the previous
+  // acquire; pairs with the release in try_release(): everything the previous
   // owner's handlers wrote is visible to the handlers this thread runs.
   [[nodiscard]] bool try_acquire() noexcept { return core_.try_acquire(); }
 
@@ -118,10 +118,9 @@ class actor_base {
   void run_after_current(message* m) noexcept;
 
   // A send that never runs here (defer), counted as `a` by admit(): a loser enqueues `m`;
-  // the winner puts it in front of the mailbox and hands the actor to its executor, or, without one (or
-  // if execute() throws), to the FIFO end of this thread's run queue, which runs at this
-  // thread's next drain: the next send or grant it runs at top level, run_deferred(), a
-  // blocking call, or its exit.
+  // the winner puts it in front of the mailbox and continues elsewhere (its executor, else
+  // the FIFO end of this thread's run queue, which runs at this thread's next drain: the
+  // next send or grant it runs at top level, run_deferred(), a blocking call, or its exit).
   void submit_deferred(message* m, admission a) noexcept;
 
   // Counts one message for a send: owner (the caller won the actor) or queued. A bounded
@@ -301,18 +300,17 @@ class actor_base {
   [[nodiscard]] drain_cursor start_turn(std::uint64_t ran, std::int64_t turn_start, drain_frame& frame) const noexcept;
   drain_status drain_step(drain_cursor& c) noexcept;
   void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
+  // The FIFO end of this thread's run queue (see continue_elsewhere()).
   void queue_later() noexcept;
   // Owner only, the actor counted (not idle): the owner stops draining and the actor goes
-  // on later: to its executor or, without one (or if execute() throws), to the FIFO end of
-  // this thread's run queue, which a thread at top level runs before it returns or exits.
-  void hand_on() noexcept;
+  // on elsewhere, later: to its executor or, without one or if execute() throws, to the
+  // FIFO end of this thread's run queue, which a thread at top level runs before it
+  // returns or exits. The one way an owner hands on a still-owned actor: budget spent, a
+  // sender preempted, a defer, spreading to idle workers.
+  void continue_elsewhere() noexcept;
   // Owner only, after a handler deferred to its own actor (a counted message waits):
-  // uncounts `ran` and hands the actor on, so that this thread's other work runs first.
+  // uncounts `ran`, then continues elsewhere, so that this thread's other work runs first.
   void yield_turn(std::uint64_t ran) noexcept;
-  // Hands the still-owned actor to its executor: the one continuation every hand-off uses
-  // (budget spent, sender preempted, defer, spreading). Precondition: an executor is set.
-  // Throws what execute() throws.
-  void continue_on_executor();
   // Run-queue pop of an actor with more work queued behind it: hands it to its executor
   // if that executor reports idle workers (spreading work over a pool). True if handed.
   [[nodiscard]] bool hand_to_idle_executor() noexcept;
