@@ -11,20 +11,32 @@
 # worker per key in BLPOP and the in-process actor, 4 sender processes), then print the
 # comparison table and regenerate docs/benchmarks.md and its plots docs/benchmarks.png and docs/benchmarks_keyed_mutex.png.
 #
-#   bash tools/bench.sh [extra benchmark flags, given to every binary, e.g. --benchmark_filter=mailbox]
+#   bash tools/bench.sh [--update-docs] [extra benchmark flags, given to every binary, e.g. --benchmark_filter=mailbox]
 #
 # Works from any directory. On a fresh Debian 12 machine, run as root: missing Debian
 # packages are installed first by tools/deps.sh (checked with dpkg; apt-get update once,
-# then apt-get install --no-install-recommends). Takes about 8 minutes on 2 cores
+# then apt-get install --no-install-recommends). Takes about 11 minutes on 2 cores
 # (3 repetitions of every benchmark; the table shows medians).
-# Output: build/release/bench/{actor,peers,pool,keyed_mutex,redis,redis_actor}_bench.json (raw results), the
-# Markdown table on stdout (tools/bench_table.py), and, for a full run (no extra flags),
-# docs/benchmarks.md with the same table, the machine, and docs/benchmarks.png and
-# docs/benchmarks_keyed_mutex.png (gnuplot, tools/plot.gp: the ratios as bars, log scale). A
-# run with extra flags (a filter) prints the table only, leaving the committed page alone.
+# Output, all under build/release/bench/ (the clone stays clean): the raw results
+# {actor,fanin,peers,pool,keyed_mutex,redis,redis_actor}_bench.json, the Markdown table on
+# stdout (tools/bench_table.py) and, for a full run (no extra flags), benchmarks.md with the
+# same table and the machine, and its plots benchmarks.png and benchmarks_keyed_mutex.png
+# (gnuplot, tools/plot.gp: the ratios as bars, log scale). --update-docs (full runs only)
+# then copies the page and its plots over docs/benchmarks.md and docs/*.png, the tracked
+# copies: run it when a change to a benchmark or its table is committed.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+update_docs=0
+if [[ ${1:-} == --update-docs ]]; then
+  update_docs=1
+  shift
+  if (($# != 0)); then
+    echo "handoff: --update-docs regenerates the tracked page from a full run: give no other flags" >&2
+    exit 2
+  fi
+fi
 
 # Missing Debian packages (apt-get update once, then install), shared with tools/test.sh.
 bash tools/deps.sh
@@ -55,14 +67,20 @@ echo "handoff: benchmarks ran in $((SECONDS - start)) s"
 echo
 rc=0
 if (($# == 0)); then
-  ratios=build/release/bench/ratios.tsv
-  km_ratios=build/release/bench/ratios_keyed_mutex.tsv
-  python3 tools/bench_table.py "${outs[@]}" -o docs/benchmarks.md --image benchmarks.png --plot-data "$ratios" \
-    --km-image benchmarks_keyed_mutex.png --km-plot-data "$km_ratios" || rc=$?
-  gnuplot -e "datafile='$ratios'; outfile='docs/benchmarks.png'" tools/plot.gp
-  gnuplot -e "datafile='$km_ratios'; outfile='docs/benchmarks_keyed_mutex.png'; heading='keyed mutex'" tools/plot.gp
+  dir=build/release/bench
+  python3 tools/bench_table.py "${outs[@]}" -o "$dir/benchmarks.md" --image benchmarks.png \
+    --plot-data "$dir/ratios.tsv" --km-image benchmarks_keyed_mutex.png --km-plot-data "$dir/ratios_keyed_mutex.tsv" ||
+    rc=$?
+  gnuplot -e "datafile='$dir/ratios.tsv'; outfile='$dir/benchmarks.png'" tools/plot.gp
+  gnuplot -e "datafile='$dir/ratios_keyed_mutex.tsv'; outfile='$dir/benchmarks_keyed_mutex.png'; heading='keyed mutex'" \
+    tools/plot.gp
   echo
-  echo "handoff: wrote docs/benchmarks.md, docs/benchmarks.png and docs/benchmarks_keyed_mutex.png"
+  if ((update_docs)); then
+    cp "$dir/benchmarks.md" "$dir/benchmarks.png" "$dir/benchmarks_keyed_mutex.png" docs/
+    echo "handoff: wrote docs/benchmarks.md, docs/benchmarks.png and docs/benchmarks_keyed_mutex.png"
+  else
+    echo "handoff: wrote $dir/benchmarks.md and its plots (bash tools/bench.sh --update-docs writes them to docs/)"
+  fi
 else
   python3 tools/bench_table.py "${outs[@]}" || rc=$?
 fi
