@@ -203,7 +203,16 @@ class keyed_mutex {
       w->refs.store(1, std::memory_order_relaxed);
       w->entry = e;
       w->token = e->token;
-      callback_waiter<std::decay_t<F>>::run(w, true);
+      w->state.store(detail::waiter::granted, std::memory_order_relaxed);  // this thread's only
+      if (detail::tls.top == nullptr) {
+        // At top level: run it as a later grant runs, as a task under a sentinel frame, so
+        // that f counts as inside a handler (a post to a full bounded actor throws at once
+        // instead of waiting for room while f holds the key) and what f makes runnable
+        // runs after it. schedule() at top level runs it before returning.
+        detail::complete_waiter(w);
+      } else {
+        callback_waiter<std::decay_t<F>>::run(w, true);  // inside a handler already: run it now
+      }
     }
   }
 

@@ -166,6 +166,31 @@ TEST(BoundedMailbox, AHandlersSendToAFullMailboxThrowsAtOnceWhateverThePolicy) {
   EXPECT_TRUE(full.log().empty());
 }
 
+// A keyed-mutex callback granted at once (its key free) runs inside lock_async on this
+// thread, yet counts as inside a handler, as one granted later does: it holds the key, so
+// waiting for room could deadlock against the full actor's owner waiting for that key.
+TEST(BoundedMailbox, AKeyedCallbackGrantedAtOnceThatPostsToAFullMailboxGetsMailboxFullAtOnce) {
+  test_timeout limit{10s};      // today's failure mode is a hang: abort instead
+  busy_actor full{bounded(1)};  // block policy, no max_block: waiting here would never end
+  handoff::keyed_mutex<> m;
+  bool ran = false;
+  bool threw = false;
+  m.lock_async("free", [&](handoff::key_guard g) {
+    ran = g.owns_lock();
+    try {
+      full.a.post(record(1));
+    } catch (const handoff::mailbox_full&) {
+      threw = true;
+    }
+  });
+  EXPECT_TRUE(ran);  // granted and run before lock_async returned
+  EXPECT_TRUE(threw);
+  EXPECT_EQ(m.size(), 0U);
+  full.owner.release();
+  full.owner.join();
+  EXPECT_TRUE(full.log().empty());
+}
+
 TEST(BoundedMailbox, AHandlerPostingToItsOwnFullActorGetsMailboxFullNotADeadlock) {
   test_timeout limit{30s};
   handoff::actor<int> a{bounded(1)};  // the running handler fills it
