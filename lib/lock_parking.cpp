@@ -77,10 +77,10 @@ void run_completion(task* t) noexcept {
 }  // namespace
 
 bool cancel_wait(waiter* w, std::uint32_t seen) noexcept {
-  HANDOFF_ASSERT(seen == waiter::waiting || seen == waiter::sleeping);
+  HANDOFF_ASSERT(seen == waiter::waiting || seen == waiter::sleeping || seen == waiter::woken);
   // acquire on failure: the grant's token and the holder's writes become visible.
   const bool cancelled = w->state.compare_exchange_strong(seen, waiter::cancelled, std::memory_order_acquire);
-  HANDOFF_ASSERT(cancelled || seen == waiter::granted);
+  HANDOFF_ASSERT(cancelled || seen == waiter::granted || seen == waiter::woken);
   return cancelled;
 }
 
@@ -88,7 +88,7 @@ bool try_grant(waiter* w) noexcept {
   std::uint32_t s = w->state.load(std::memory_order_relaxed);
   for (;;) {
     if (s == waiter::cancelled) return false;
-    HANDOFF_ASSERT(s == waiter::waiting || s == waiter::sleeping);  // granted once only
+    HANDOFF_ASSERT(s == waiter::waiting || s == waiter::sleeping || s == waiter::woken);  // granted once only
     // release; pairs with the requester's acquire loads of `state`: the token, and every
     // write of the previous holder, are visible to the new one.
     if (w->state.compare_exchange_weak(s, waiter::granted, std::memory_order_release, std::memory_order_relaxed)) {
@@ -98,22 +98,44 @@ bool try_grant(waiter* w) noexcept {
   }
 }
 
-bool wait_for_grant(waiter* w, std::int64_t deadline) noexcept {
+std::uint32_t try_wake(waiter* w) noexcept {
+  std::uint32_t s = w->state.load(std::memory_order_relaxed);
+  for (;;) {
+    if (s == waiter::cancelled || s == waiter::woken) return s;
+    HANDOFF_ASSERT(s == waiter::waiting || s == waiter::sleeping);
+    // relaxed: what the woken requester reads next (the entry's `open` and `front`, the
+    // token, the last holder's writes) it reads under the shard lock, which the caller holds.
+    if (w->state.compare_exchange_weak(s, waiter::woken, std::memory_order_relaxed)) return s;
+  }
+}
+
+void wake_sleeper(waiter* w) noexcept { futex_wake(w->state); }
+
+std::uint32_t wait_for_turn(waiter* w, std::int64_t deadline) noexcept {
   for (unsigned i = 0; i < wait_spins; ++i) {
-    if (w->state.load(std::memory_order_acquire) == waiter::granted) return true;  // pairs with try_grant
+    // acquire; pairs with try_grant (the token, the last holder's writes).
+    const std::uint32_t s = w->state.load(std::memory_order_acquire);
+    if (s == waiter::granted || s == waiter::woken) return s;
     backoff(0);
   }
   std::uint32_t seen = waiter::waiting;
   // acquire on failure (granted): as above. (GCC rejects a failure order stronger than
   // the success order, hence acquire for both.)
   if (!w->state.compare_exchange_strong(seen, waiter::sleeping, std::memory_order_acquire)) {
-    HANDOFF_ASSERT(seen == waiter::granted);  // only the requester cancels a thread waiter
-    return true;
+    HANDOFF_ASSERT(seen == waiter::granted || seen == waiter::woken);  // only the requester cancels it
+    return seen;
   }
   for (;;) {
     futex_wait(w->state, waiter::sleeping, deadline);
-    if (w->state.load(std::memory_order_acquire) == waiter::granted) return true;  // pairs with try_grant
-    if (deadline != no_deadline && now_ns() >= deadline) return !cancel_wait(w, waiter::sleeping);
+    const std::uint32_t s = w->state.load(std::memory_order_acquire);  // pairs with try_grant
+    if (s != waiter::sleeping) {
+      HANDOFF_ASSERT(s == waiter::granted || s == waiter::woken);
+      return s;
+    }
+    if (deadline != no_deadline && now_ns() >= deadline) {
+      if (cancel_wait(w, waiter::sleeping)) return waiter::cancelled;
+      return w->state.load(std::memory_order_acquire);  // granted or woken first; pairs with try_grant
+    }
   }
 }
 

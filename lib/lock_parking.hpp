@@ -11,14 +11,23 @@ namespace handoff::detail {
 class task_thread;
 
 // The holder's side of a hand-off: grants w unless it gave up (true: granted). Wakes a
-// sleeping thread. Asserts that w was waiting or sleeping.
+// sleeping thread. Asserts that w was waiting, sleeping or woken.
 bool try_grant(waiter* w) noexcept;
+// Eventual fairness, the releasing holder's side of freeing the key, under the shard lock:
+// marks a thread's waiter woken so that it competes for the key. Returns the state found:
+// waiting or sleeping (now woken; sleeping: the caller must wake_sleeper(w) while it holds
+// a reference), woken (already competing: left so), or cancelled (gave up: left so).
+std::uint32_t try_wake(waiter* w) noexcept;
+// Wakes the thread asleep on w's state (after try_wake returned sleeping).
+void wake_sleeper(waiter* w) noexcept;
 // The requester's (or the timer's) side of giving up: true if it cancelled w, false if a
 // grant won the race. `seen` is the state it expects: waiting or sleeping.
 bool cancel_wait(waiter* w, std::uint32_t seen) noexcept;
-// Blocks the calling thread until w is granted (true) or `deadline` passes and the wait is
-// cancelled (false). Spins briefly, then sleeps on the futex.
-bool wait_for_grant(waiter* w, std::int64_t deadline) noexcept;
+// Blocks the calling thread until w is granted, woken (eventual fairness: the key was
+// freed for it to compete), or `deadline` passes and the wait is cancelled; returns which
+// of the three states it ended in. Spins briefly, then sleeps on the futex. Call again
+// after a lost competition put w back to waiting.
+std::uint32_t wait_for_turn(waiter* w, std::int64_t deadline) noexcept;
 
 // While non-null on a thread (the lease timer's), complete_waiter posts waiters to this
 // completion thread instead of running them there. Owned by its thread.

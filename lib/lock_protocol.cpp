@@ -66,9 +66,9 @@ std::int64_t lock_table::now() const noexcept {
 
 grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   const std::uintptr_t me = this_thread_id();
-  if (e->own.try_take_serialized()) {
-    // Free: nobody else counts under this lock, and the last release zeroed it here, so
-    // its writes (the token included) are visible.
+  if (e->own.try_take_serialized() || take_open(e)) {
+    // Free: nobody else counts under this lock, and the last release zeroed it (or opened
+    // it) here, so its writes (the token included) are visible.
     const std::uint64_t token = ++e->token;
     e->holder_thread.store(me, std::memory_order_relaxed);
     s.lock.unlock();
@@ -110,14 +110,22 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   }
   w->entry = e;
   w->table = this;
+  w->queued_at = now();       // before the push: a releasing holder reads it (eventual fairness)
   e->own.join_serialized(w);  // held: counted behind the holder, then queued
   s.lock.unlock();
 
-  const std::int64_t since = now();  // for the statistics: this request waits
-  const bool granted = wait_for_grant(w, r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline);
+  const std::int64_t deadline = r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline;
+  std::uint32_t outcome = wait_for_turn(w, deadline);
+  // Woken (eventual fairness only): the key was freed; compete, and wait again if a barger took it.
+  while (outcome == waiter::woken && (outcome = compete(e, w, deadline)) == waiter::waiting) {
+    outcome = wait_for_turn(w, deadline);
+  }
+  const bool granted = outcome == waiter::granted;
   const std::uint64_t token = granted ? w->token : 0;  // written before the grant; racy otherwise
+  const std::int64_t since = w->queued_at;
   release_waiter(w);
   if (!granted) {  // cancelled: still counted, the holder skips and uncounts it
+    HANDOFF_ASSERT(outcome == waiter::cancelled);
     note_timeout();
     return {};
   }
@@ -129,7 +137,7 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
 }
 
 bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) {
-  if (e->own.try_take_serialized()) {
+  if (e->own.try_take_serialized() || take_open(e)) {
     ++e->token;
     s.lock.unlock();
     return true;
@@ -155,45 +163,120 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
   return false;
 }
 
+bool lock_table::take_open(lock_entry* e) noexcept {
+  if (!e->open) return false;
+  HANDOFF_ASSERT(e->front != nullptr && e->own.pending() >= 2);  // the free key's count and front's
+  e->open = false;                                               // the free key's count is now the taker's hold
+  return true;
+}
+
 void lock_table::release(lock_entry* e) noexcept {
   HANDOFF_ASSERT(e->own.pending() >= 1);  // the releasing holder is counted
+  HANDOFF_ASSERT(!e->open);               // held: not free
   e->holder_thread.store(0, std::memory_order_relaxed);
-  std::uint64_t uncounted = 1;
-  for (;;) {
-    auto* w = e->own.looks_empty() ? nullptr : static_cast<waiter*>(e->own.pop());
-    if (w == nullptr) {
-      lock_shard& s = shard_for(e->hash);
-      s.lock.lock();
-      // Requests are counted and pushed under this lock: the mailbox is exact here.
-      w = e->own.looks_empty() ? nullptr : static_cast<waiter*>(e->own.pop());
-      if (w == nullptr) {
-        e->own.release_serialized(uncounted);  // count == uncounted: nobody else is counted
-        lock_entry* dead = remove_if_unused(s, e);
-        s.lock.unlock();
-        if (dead != nullptr) recycle(dead);
-        return;
-      }
-      s.lock.unlock();
+  std::uint64_t uncounted = 1;  // ours
+  while (waiter* w = next_waiter(e, uncounted)) {
+    // Eventual fairness passes over a blocked thread that has not waited fair_after yet.
+    const bool pass_over = fair_after_ != 0 && w->type == waiter::kind::thread && now() - w->queued_at < fair_after_;
+    if (pass_over ? free_for(e, w, uncounted) : hand_over(e, w, uncounted)) return;
+    release_waiter(w);  // it gave up: the queue's reference
+  }
+}
+
+waiter* lock_table::next_waiter(lock_entry* e, std::uint64_t uncounted) noexcept {
+  if (waiter* f = e->front) {  // the oldest: woken before, lost to a barger (or gave up)
+    e->front = nullptr;
+    return f;
+  }
+  auto* w = e->own.looks_empty() ? nullptr : static_cast<waiter*>(e->own.pop());
+  if (w != nullptr) return w;
+  lock_shard& s = shard_for(e->hash);
+  s.lock.lock();
+  // Requests are counted and pushed under this lock: the mailbox is exact here.
+  w = e->own.looks_empty() ? nullptr : static_cast<waiter*>(e->own.pop());
+  if (w == nullptr) {
+    e->own.release_serialized(uncounted);  // count == uncounted: nobody else is counted
+    lock_entry* dead = remove_if_unused(s, e);
+    s.lock.unlock();
+    if (dead != nullptr) recycle(dead);
+    return nullptr;
+  }
+  s.lock.unlock();
+  return w;
+}
+
+bool lock_table::hand_over(lock_entry* e, waiter* w, std::uint64_t& uncounted) noexcept {
+  e->own.uncount(uncounted);                 // w is counted: stays >= 1
+  uncounted = 1;                             // w's own, should it turn out to have given up
+  const std::uint64_t token = e->token + 1;  // tokens of skipped waiters are burnt: still monotonic
+  e->token = token;
+  w->token = token;
+  if (!try_grant(w)) return false;
+  if (w->type != waiter::kind::thread) {
+    if (w->timeout.owner != nullptr) {
+      lease_timer& t = *timer_;  // started before w was queued with a wait time
+      std::lock_guard lock(t.mutex());
+      if (t.cancel(&w->timeout)) release_waiter(w);  // the timer's reference
     }
-    e->own.uncount(uncounted);                 // w is counted: stays >= 1
-    uncounted = 1;                             // w's own, should it turn out to have given up
-    const std::uint64_t token = e->token + 1;  // tokens of skipped waiters are burnt: still monotonic
-    e->token = token;
-    w->token = token;
-    if (try_grant(w)) {
-      if (w->type != waiter::kind::thread) {
-        if (w->timeout.owner != nullptr) {
-          lease_timer& t = *timer_;  // started before w was queued with a wait time
-          std::lock_guard lock(t.mutex());
-          if (t.cancel(&w->timeout)) release_waiter(w);  // the timer's reference
-        }
-        complete_waiter(w);
-      }
-      release_waiter(w);  // the holder's (queue's) reference
-      return;
-    }
+    complete_waiter(w);
+  }
+  release_waiter(w);  // the holder's (queue's) reference
+  return true;
+}
+
+bool lock_table::free_for(lock_entry* e, waiter* w, std::uint64_t& uncounted) noexcept {
+  lock_shard& s = shard_for(e->hash);
+  s.lock.lock();
+  const std::uint32_t before = try_wake(w);
+  if (before == waiter::cancelled) {
+    s.lock.unlock();
+    ++uncounted;  // w's own
+    return false;
+  }
+  // One count stays for the free key (a barger's hold, or w's own once it takes the key);
+  // w's keeps it counted as a waiter.
+  if (uncounted > 1) e->own.uncount(uncounted - 1);
+  e->front = w;  // with the queue's reference
+  e->open = true;
+  // A sleeping w may take the key and free its node as soon as the lock is let go: hold a
+  // reference across the futex wake. Relaxed: w's own reference keeps it alive until then.
+  if (before == waiter::sleeping) w->refs.fetch_add(1, std::memory_order_relaxed);
+  s.lock.unlock();
+  if (before == waiter::sleeping) {
+    wake_sleeper(w);
     release_waiter(w);
   }
+  return true;
+}
+
+std::uint32_t lock_table::compete(lock_entry* e, waiter* w, std::int64_t deadline) noexcept {
+  lock_shard& s = shard_for(e->hash);
+  s.lock.lock();
+  if (e->open) {
+    // Still free: nobody holds it, so nobody else changes w's state now.
+    HANDOFF_ASSERT(e->front == w && w->state.load(std::memory_order_relaxed) == waiter::woken);
+    e->open = false;
+    e->front = nullptr;
+    e->own.uncount(1);  // w's own: the free key's count is now w's hold
+    w->token = ++e->token;
+    w->state.store(waiter::granted, std::memory_order_relaxed);  // read by this thread only now
+    s.lock.unlock();
+    release_waiter(w);  // front's (the queue's) reference; ours keeps the node
+    return waiter::granted;
+  }
+  // Taken by a barger: wait behind it, still first (front), unless its holder handed us the
+  // key meanwhile (w waited fair_after), which this CAS finds.
+  std::uint32_t seen = waiter::woken;
+  const bool late = deadline != no_deadline && now_ns() >= deadline;
+  const std::uint32_t next = late ? waiter::cancelled : waiter::waiting;
+  // acquire on failure: a grant's token and the holder's writes become visible.
+  if (!w->state.compare_exchange_strong(seen, next, std::memory_order_acquire)) {
+    HANDOFF_ASSERT(seen == waiter::granted);
+    s.lock.unlock();
+    return waiter::granted;
+  }
+  s.lock.unlock();
+  return next;
 }
 
 void lock_table::drop_ref(lock_entry* e) noexcept {
@@ -208,7 +291,8 @@ void lock_table::drop_ref(lock_entry* e) noexcept {
 
 lock_entry* lock_table::remove_if_unused(lock_shard& s, lock_entry* e) noexcept {
   HANDOFF_ASSERT(e->own.pending() == 0);
-  HANDOFF_ASSERT(e->own.looks_empty());  // released: every waiter was consumed
+  HANDOFF_ASSERT(e->front == nullptr && !e->open);  // eventual fairness: nobody woken is left
+  HANDOFF_ASSERT(e->own.looks_empty());             // released: every waiter was consumed
   if (e->refs != 0) return nullptr;
   // Freed only without a lease running: an armed lease is a hold (count >= 1) or counted
   // in refs by the expired guard it left behind.

@@ -107,6 +107,7 @@ class keyed_mutex {
   explicit keyed_mutex(keyed_mutex_options o, Hash hash = Hash(), Eq eq = Eq())
       : hash_(std::move(hash)), eq_(std::move(eq)), longest_(o.longest_waits, eq_) {
     table_.observe(o.metrics, &longest_);
+    if (o.fairness == fairness::eventual) table_.use_fairness(o.fair_after.count());
   }
   // Precondition: no guard and no waiter of this mutex is alive (checked: violating it
   // terminates with a message rather than leave them pointing into freed memory).

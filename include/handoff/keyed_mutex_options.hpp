@@ -8,6 +8,10 @@
 //
 // Counts are since the mutex was constructed (monotonic, as metrics systems expect);
 // longest_waits is since the previous stats() call (each call starts a new window).
+//
+// Fairness (see handoff::fairness below and docs/keyed_mutex.md, "Fairness modes"):
+//
+//   handoff::keyed_mutex<> m({.fairness = handoff::fairness::eventual});  // fair_after 500 us
 #pragma once
 
 #include <chrono>
@@ -20,6 +24,20 @@
 
 namespace handoff {
 
+// How a keyed_mutex passes a key on when its holder unlocks with waiters queued.
+enum class fairness : unsigned char {
+  // The unlock hands the key to the oldest waiter: nobody else can take it in between
+  // (try_lock fails, a new request queues behind). Strict FIFO, one hand-off per lock.
+  fifo,
+  // The unlock frees the key and wakes the oldest waiter to compete for it: until it has
+  // waited fair_after, anyone may take the key first (the unlocking thread relocking, a
+  // new request, a try_lock). Once it has waited fair_after, the next unlock hands it the
+  // key as fifo does. Waiters keep their order among themselves; only requests that have
+  // not queued can pass them. Coroutine and callback waiters are always handed the key
+  // (they never compete): the barging window is opened only for a blocked thread.
+  eventual,
+};
+
 struct keyed_mutex_options {
   // Where this mutex reports its events (handoff/metrics.hpp); nullptr: the process-wide
   // sink, if one is set when the event happens. Not owned: it must outlive the mutex.
@@ -27,6 +45,15 @@ struct keyed_mutex_options {
   // How many keys stats() lists in longest_waits; 0: none kept (no copy of a key is ever
   // made then). A key is copied when its wait makes the list (a slow path: it waited).
   std::size_t longest_waits = 8;
+  // fifo (the default): every unlock hands the key to the oldest waiter. eventual: unlocks
+  // free the key for whoever comes first, until the oldest waiter has waited fair_after.
+  handoff::fairness fairness = handoff::fairness::fifo;
+  // Under eventual: how long the oldest waiter may be passed over, counted from when it
+  // queued (its whole wait, not from its last wake-up). 500 us, parking_lot's figure: short
+  // enough to keep a waiter's worst case far below a scheduler tick, long enough that a
+  // thread relocking a hot key in a loop takes it hundreds of times before it must hand it
+  // on. Zero or less behaves as fifo. Ignored under fifo.
+  std::chrono::nanoseconds fair_after = std::chrono::microseconds(500);
 };
 
 // One key's longest wait in a stats() window.

@@ -7,6 +7,13 @@
 //   waiting | sleeping --(holder's hand-off CAS)--> granted     final
 //   waiting | sleeping --(requester's or timer's give-up CAS)--> cancelled   final
 // The CAS out of waiting/sleeping decides the outcome; nothing leaves granted or cancelled.
+// Under eventual fairness a blocked thread's waiter has one more state, `woken`:
+//   waiting | sleeping --(unlock that frees the key, under the shard lock)--> woken
+//   woken --(the requester takes the free key, under the shard lock)--> granted
+//   woken --(the requester finds it taken again, under the shard lock)--> waiting
+//   woken --(the same, its deadline passed)--> cancelled
+//   woken --(a holder's hand-off CAS, the waiter having waited fair_after)--> granted
+// Coroutine and callback waiters are never woken: they are only granted or cancelled.
 //
 // lock_entry::leased, the lease word: the token of the current leased hold, 0 when none.
 //   0 --(arm_lease, by the new holder)--> token
@@ -50,6 +57,7 @@ struct waiter : task, mailbox_node {
     sleeping = 1,   // queued, requester blocked in futex_wait: a grant must wake it
     granted = 2,    // the holder handed the key over: the requester now holds it
     cancelled = 3,  // the requester gave up (timeout): never granted, skipped by the holder
+    woken = 4,      // eventual fairness: the key was freed and the requester must compete for it
   };
   enum class kind : std::uint8_t { thread, coroutine, callback };
 
@@ -63,8 +71,9 @@ struct waiter : task, mailbox_node {
   std::coroutine_handle<> handle;                     // kind::coroutine
   void (*complete)(waiter*, bool granted) = nullptr;  // kind::callback: runs the callable
   void (*destroy)(waiter*) noexcept = nullptr;        // frees a derived node; nullptr: a plain waiter
-  // Async waits: the table's now() before the push, set by the requester (statistics);
-  // not_queued for a request granted at once.
+  // The table's now() before the push, set by the requester: its wait for the statistics,
+  // and under eventual fairness how long it has waited (read by the releasing holder). Kept
+  // across the wake-ups of an eventual wait. not_queued for a request granted at once.
   static constexpr std::int64_t not_queued = std::numeric_limits<std::int64_t>::max();
   std::int64_t queued_at = not_queued;
 };
@@ -99,6 +108,16 @@ struct lock_entry {
   // The thread that holds the key through the blocking API (for deadlock detection), 0
   // otherwise. Relaxed: it is only compared with the reader's own identity.
   std::atomic<std::uintptr_t> holder_thread{0};
+  // Eventual fairness only (lock_table::fair_after_ != 0; always null/false under fifo).
+  // `front`: the oldest waiter, taken out of the mailbox by an unlock that freed the key and
+  // woke it; it stays the next to be considered, ahead of the mailbox, until it holds the
+  // key or gives up, and it owns the queue's reference to the node. `open`: no holder, the
+  // key is free although `front` (and perhaps the mailbox) still count: the first request
+  // to take the shard lock takes it. Invariant: open implies front is set and woken.
+  // Written under the shard lock; `front` is also read and cleared by the holder, whose
+  // taking of the key (under that lock) ordered it after every write.
+  waiter* front = nullptr;
+  bool open = false;
 
   // --- leases ---
   // The lease word (see the overview). The guard's unlock and the timer's expiry both CAS

@@ -21,6 +21,24 @@
 //            pushed inside that lock, so an empty mailbox there means count == uncounted:
 //            count = 0, and the entry leaves the table unless an expired guard refers to it.
 //
+// Eventual fairness (keyed_mutex_options::fairness; fair_after_ != 0 here) changes only
+// what an unlock does with a blocked thread's waiter that has waited less than fair_after:
+//
+//   unlock:  pop the oldest waiter w (`front` first, then the mailbox), as above. If w is a
+//            thread and has waited less than fair_after: under the shard lock, mark w
+//            woken, keep it in `front`, set `open` (no holder) and wake it; the count keeps
+//            one for the free key. Else hand w the key, as under fifo.
+//   lock:    under the shard lock, an `open` key is taken at once (the count does not
+//            change: the free key's one becomes the holder's). A barger takes it so.
+//   woken w: under the shard lock, takes the key if still `open` (w's count goes), else
+//            goes back to waiting in `front` (or gives up, its deadline passed), and waits.
+//
+// Waiters keep their order: only `front` is ever woken, and the mailbox behind it is
+// popped only after it holds the key or gives up. Its queued_at is kept across wake-ups,
+// so the first unlock after it has waited fair_after in all hands it the key. Coroutine
+// and callback waiters are always handed the key: they would need a wake-up on another
+// thread's run queue to compete, for a barging window nobody but a thread could use.
+//
 // Why the 0 -> 1 transition and the final release happen under the shard lock rather than
 // through a lock-free count: the table must be locked to find or remove the entry anyway,
 // so doing them in the same critical sections makes an uncontended lock/unlock two short
@@ -124,6 +142,10 @@ class lock_table {
   [[nodiscard]] bool disarm_lease(lock_entry* e, std::uint64_t token) noexcept;
   [[nodiscard]] bool extend_lease(lock_entry* e, std::uint64_t token, std::int64_t lease);
 
+  // The fairness mode, before the mutex is used: 0 for fifo, else eventual fairness with
+  // this fair_after in ns (see the overview).
+  void use_fairness(std::int64_t fair_after) noexcept { fair_after_ = fair_after > 0 ? fair_after : 0; }
+
   // Statistics and metrics (detail/lock_stats.hpp), on slow paths only. observe(), before
   // the mutex is used: the sink events go to (nullptr: the process-wide one, looked up at
   // each event) and who keeps the longest waits (nullptr: nobody).
@@ -179,6 +201,21 @@ class lock_table {
 
   lease_timer& timer();
   lease_timer* timer_if_started() noexcept;
+  // The steps of release(), one protocol action each. next_waiter: the waiter to consider
+  // next (`front`, else the mailbox's oldest), or, when none is queued, releases the key
+  // (the count, `uncounted`, goes to 0 under the shard lock) and returns nullptr.
+  // hand_over: the fifo hand-off to w; false if w gave up. free_for: eventual fairness,
+  // frees the key and wakes w to compete for it; false if w gave up. `uncounted`: the
+  // requests consumed and still counted (the releasing holder's, skipped waiters').
+  waiter* next_waiter(lock_entry* e, std::uint64_t uncounted) noexcept;
+  bool hand_over(lock_entry* e, waiter* w, std::uint64_t& uncounted) noexcept;
+  bool free_for(lock_entry* e, waiter* w, std::uint64_t& uncounted) noexcept;
+  // Eventual fairness, the woken requester's step: with the shard lock of e free, takes the
+  // key if it is still open (granted, w->token set), else puts w back to waiting (or, with
+  // `deadline` passed, cancels it). Returns w's state after: granted, waiting, cancelled.
+  std::uint32_t compete(lock_entry* e, waiter* w, std::int64_t deadline) noexcept;
+  // With s locked: takes e if it is open (eventual fairness: free with waiters queued).
+  static bool take_open(lock_entry* e) noexcept;
   // With s locked: e has count == 0; removes it if nothing refers to it. Returns the
   // removed entry, for recycle() after unlocking, or nullptr.
   static lock_entry* remove_if_unused(lock_shard& s, lock_entry* e) noexcept;
@@ -194,6 +231,7 @@ class lock_table {
   destroy_fn destroy_;
   keep_fn keep_;
   bool manual_clock_ = false;                // see use_manual_clock()
+  std::int64_t fair_after_ = 0;              // ns; 0: fifo (see use_fairness())
   std::atomic<std::int64_t> manual_now_{0};  // relaxed: the manual clock has one thread
   std::once_flag timer_once_;
   std::unique_ptr<lease_timer> timer_;
