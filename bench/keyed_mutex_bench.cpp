@@ -46,14 +46,19 @@
 //                                          until the unlock handler hands it the key.
 //                         mutex            a std::mutex per key, for scale.
 //   km_hotkey           threads:1 and threads:2: every thread locks the same key, increments
-//                       a counter, unlocks (count checked). handoff, map_mutex_cleanup,
-//                       striped256, tbb_accessor_erase, tbb_accessor_keep.
+//                       a counter, unlocks (count checked). handoff, handoff_eventual (the
+//                       same under fairness::eventual, default fair_after: an unlock frees
+//                       the key, so a thread relocking it at once may take it ahead of the
+//                       waiter), map_mutex_cleanup, striped256, tbb_accessor_erase,
+//                       tbb_accessor_keep.
 //                       handoff also runs a FIFO check on every call, before the timed loop
 //                       (thread 0): the main thread holds "fifo:check", then starts 4 threads,
 //                       each 20 ms after the previous one is running, each calling lock() and
 //                       recording its number once granted; after the holder unlocks, the
 //                       recorded order must be the start order, and size() 0 once all are
-//                       done. Counter fifo_ok = 1; anything else is a SkipWithError.
+//                       done. Counter fifo_ok = 1; anything else is a SkipWithError. Under
+//                       eventual the check holds too: only requests that have not queued
+//                       can pass a waiter, never another waiter.
 //   km_1m_keys          one thread locks and releases "k:0" .. "k:999999" once each (keys
 //                       pre-generated). Time per lock/unlock. Counters: rss_growth_kb
 //                       (/proc/self/statm resident set after - before, the mutex alive),
@@ -141,6 +146,7 @@ double kb(std::size_t after, std::size_t before) {
 
 class handoff_impl {
  public:
+  explicit handoff_impl(handoff::keyed_mutex_options o = {}) : m_(o) {}
   handoff::key_guard lock(const std::string& key) { return m_.lock(key); }
   std::size_t size() const { return m_.size(); }
   handoff::keyed_mutex<>& mutex() { return m_; }
@@ -547,6 +553,7 @@ int main(int argc, char** argv) {
 
   // Implementations shared by the runs of a workload; they outlive every run.
   handoff_impl h_unc, h_hot;
+  handoff_impl h_hot_eventual{{.fairness = handoff::fairness::eventual}};
   map_mutex_cleanup map_unc, map_hot;
   striped256 striped_unc, striped_hot;
 #if HANDOFF_BENCH_TBB
@@ -583,6 +590,7 @@ int main(int argc, char** argv) {
     add("km_hotkey/" + impl, [&target, &in](benchmark::State& s) { bm_hotkey(s, target, in); })->Threads(1)->Threads(2);
   };
   hot("handoff", h_hot);
+  hot("handoff_eventual", h_hot_eventual);
   hot("map_mutex_cleanup", map_hot);
   hot("striped256", striped_hot);
 #if HANDOFF_BENCH_TBB
