@@ -18,8 +18,14 @@
 // Guarantees:
 //  - Mutual exclusion per key, and everything a holder wrote before unlocking is visible
 //    to the next holder of the same key (on whatever thread or coroutine).
-//  - FIFO per key: waiters are granted in the order their requests reached the key (the
-//    shard lock orders them). A waiter that timed out is never granted.
+//  - FIFO per key, under fairness::fifo (the default, keyed_mutex_options.hpp): waiters
+//    are granted in the order their requests reached the key (the shard lock orders them),
+//    each by the previous holder's unlock. A waiter that timed out is never granted.
+//  - Eventual fairness, under fairness::eventual: an unlock frees the key and wakes the
+//    oldest waiter to compete; a request that has not queued (a relock, a new request, a
+//    try_lock) may take it first. Waiters keep their order among themselves, and once the
+//    oldest has waited keyed_mutex_options::fair_after in all, the next unlock hands it the
+//    key. Coroutine and callback waiters are always handed the key. fair_after 0: fifo.
 //  - Fencing tokens: every grant of a key gets a token greater than every earlier grant's
 //    for that key, across the key's state being freed and recreated.
 //  - Leases: when one runs out the key passes to the next waiter (or is freed); the old
@@ -28,7 +34,8 @@
 //    when no guard or waiter is alive, and the table shrinks back.
 //
 // Not promised: fairness across keys; FIFO between a try_lock and waiters (try_lock fails
-// whenever the key is held, it never jumps the queue); that a lease expires at its exact
+// whenever the key is held; under fifo it never jumps the queue, under eventual it takes a
+// key an unlock freed, waiters or not); that a lease expires at its exact
 // deadline (the timer thread may run late under load: expiry is never early); destroying
 // a coroutine while it is suspended in async_lock (its waiter would be resumed after the
 // frame is gone: let it time out or be granted).
@@ -103,7 +110,8 @@ class keyed_mutex {
 
   explicit keyed_mutex(Hash hash = Hash(), Eq eq = Eq())
       : keyed_mutex(keyed_mutex_options{}, std::move(hash), std::move(eq)) {}
-  // With options (keyed_mutex_options.hpp): a metrics sink, how many longest waits stats() keeps.
+  // With options (keyed_mutex_options.hpp): a metrics sink, how many longest waits stats()
+  // keeps, the fairness mode (fifo or eventual, with its fair_after).
   explicit keyed_mutex(keyed_mutex_options o, Hash hash = Hash(), Eq eq = Eq())
       : hash_(std::move(hash)), eq_(std::move(eq)), longest_(o.longest_waits, eq_) {
     table_.observe(o.metrics, &longest_);
@@ -115,7 +123,9 @@ class keyed_mutex {
   keyed_mutex(const keyed_mutex&) = delete;
   keyed_mutex& operator=(const keyed_mutex&) = delete;
 
-  // Thread-safe. Blocks until the key is granted (FIFO). Throws
+  // Thread-safe. Blocks until the key is granted (FIFO; under eventual fairness, a woken
+  // waiter competes for the freed key and waits again if it loses, at most fair_after
+  // from when it queued). Throws
   // std::system_error(resource_deadlock_would_occur) if this thread holds the key through
   // a blocking lock (not reentrant); std::bad_alloc; std::system_error if the lease timer
   // thread cannot start. Allocates the key's state when the key has none (operator new,
@@ -123,7 +133,8 @@ class keyed_mutex {
   guard lock(const Key& key) { return acquire(key, {}); }
   guard lock(const Key& key, lease l) { return acquire(key, {.lease = l.duration.count()}); }
 
-  // Thread-safe, never blocks or waits in a queue: acquires only if nobody holds the key.
+  // Thread-safe, never blocks or waits in a queue: acquires only if nobody holds the key
+  // (under eventual fairness, also when an unlock freed it with waiters queued).
   guard try_lock(const Key& key) { return acquire(key, {.mode = wait_mode::none}); }
   guard try_lock(const Key& key, lease l) {
     return acquire(key, {.mode = wait_mode::none, .lease = l.duration.count()});
