@@ -178,7 +178,7 @@ TEST_F(KeyedMutexFairness, OnceTheOldestWaiterHasWaitedFairAfterTheNextUnlockHan
   std::thread b1(barger);
   std::thread b2(barger);
   int checked = 0;
-  for (int attempt = 0; attempt < 10 && checked == 0; ++attempt) {
+  for (int attempt = 0; attempt < 30 && checked == 0; ++attempt) {
     std::atomic<bool> granted{false};
     std::atomic<std::uint64_t> at_grant{0};
     std::thread waiter([&] {
@@ -193,7 +193,7 @@ TEST_F(KeyedMutexFairness, OnceTheOldestWaiterHasWaitedFairAfterTheNextUnlockHan
     ASSERT_TRUE(eventually(
         [&] {
           return granted.load(std::memory_order_acquire) ||
-                 barger_locks.load(std::memory_order_relaxed) - at_start >= 50;
+                 barger_locks.load(std::memory_order_relaxed) - at_start >= 10;
         },
         2s));
     if (granted.load(std::memory_order_acquire)) {  // it won a race for the freed key: try again
@@ -210,7 +210,7 @@ TEST_F(KeyedMutexFairness, OnceTheOldestWaiterHasWaitedFairAfterTheNextUnlockHan
   stop.store(true, std::memory_order_relaxed);
   b1.join();
   b2.join();
-  EXPECT_EQ(checked, 1) << "the waiter was never passed over 50 times: not eventual";
+  EXPECT_EQ(checked, 1) << "the waiter was never passed over 10 times: not eventual";
   EXPECT_EQ(m.size(), 0u);
 }
 
