@@ -66,6 +66,7 @@ struct config {
   std::size_t tail_keys;
   int threads;
   int hot_percent;  // share of operations on hot keys
+  handoff::fairness fairness = handoff::fairness::fifo;
 };
 
 struct counters {
@@ -87,6 +88,12 @@ struct counters {
   std::atomic<long> violations{0};
 };
 
+handoff::keyed_mutex_options keyed_options(const config& c) {
+  handoff::keyed_mutex_options o;
+  o.fairness = c.fairness;
+  return o;
+}
+
 class world {
  public:
   explicit world(const config& c) : cfg(c), slots(c.hot_keys + c.tail_keys), start_ns_(now_ns()) {
@@ -97,7 +104,7 @@ class world {
   }
 
   config cfg;
-  handoff::keyed_mutex<> m;
+  handoff::keyed_mutex<> m{keyed_options(cfg)};
   std::vector<key_slot> slots;
   std::vector<std::string> names;
   counters n;
@@ -380,6 +387,13 @@ TEST(KeyedMutexStress, HoldersOfManyKeysNeverOverlapUnlessALeaseRanOutAndTokensO
 
 TEST(KeyedMutexStress, OneHotKeyUnderEveryKindOfWaiterKeepsExclusionAndNeverGrantsAWaiterThatGaveUp) {
   run({.hot_keys = 1, .tail_keys = 0, .threads = 4, .hot_percent = 100}, "one hot key");
+}
+
+// The same under eventual fairness: unlocks free the key, woken waiters compete with
+// barging requests, and a waiter that gave up while woken is skipped.
+TEST(KeyedMutexStress, OneHotKeyUnderEventualFairnessKeepsExclusionAndNeverGrantsAWaiterThatGaveUp) {
+  run({.hot_keys = 1, .tail_keys = 0, .threads = 4, .hot_percent = 100, .fairness = handoff::fairness::eventual},
+      "one hot key, eventual");
 }
 
 }  // namespace
