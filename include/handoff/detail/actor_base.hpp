@@ -93,13 +93,15 @@ class actor_base {
 
   // Owner only. Uncounts `ran` messages that were run; true if that released the actor.
   // release; pairs with the acquire in try_acquire() of the next owner. A bounded actor
-  // that was full wakes the senders waiting for room.
+  // whose count this release takes down to half its capacity wakes the senders waiting
+  // for room (they sleep while it is full): one wake-up per half a mailbox, not one per
+  // message, so that a drainer outnumbered by blocked senders runs a batch undisturbed.
   [[nodiscard]] bool try_release(std::uint64_t ran) noexcept {
     // Read before the release: once it reaches 0, another thread may destroy *this.
     const std::uint64_t capacity = options_ != nullptr ? options_->capacity : 0;
     const std::uint64_t before = core_.release(ran);
     // wake_senders() uses only the address of *this, so it is safe after a release.
-    if (capacity != 0 && before >= capacity) [[unlikely]]
+    if (capacity != 0 && before > capacity / 2 && before - ran <= capacity / 2) [[unlikely]]
       wake_senders();
     return before == ran;
   }
