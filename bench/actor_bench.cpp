@@ -461,7 +461,12 @@ int main(int argc, char** argv) {
   // Bounded against unbounded, 8 senders, trivial work.
   one_target unbounded8(0);
   struct bounded_target {
-    alignas(64) handoff::actor<counter_state> actor{handoff::actor_options{.capacity = 256}};
+    static handoff::actor_options capacity(std::uint32_t n) {
+      handoff::actor_options o;
+      o.capacity = n;
+      return o;
+    }
+    alignas(64) handoff::actor<counter_state> actor{capacity(256)};
     alignas(64) end_barrier done;
   } bounded8;
 

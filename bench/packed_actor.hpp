@@ -152,8 +152,10 @@ class packed_actor {
 //                                            owner; its message goes in its slot too, and
 //                                            the drain starts at cursor_ (the old owner's)
 //   send by another, word sticky:           fetch_add (count + 1, ticket + 1), write the
-//                                            slot, then wait: sticky cleared by someone:
-//                                            done; grace over: CAS clearing sticky: owner
+//                                            slot, then wait: sticky cleared by someone, or
+//                                            sticky again with our ticket older than the
+//                                            count's: done; grace over: CAS clearing
+//                                            sticky: owner
 template <class Msg, class Handler>
 class sticky_actor : private packed_actor<Msg, Handler> {
   using base = packed_actor<Msg, Handler>;
@@ -191,6 +193,11 @@ class sticky_actor : private packed_actor<Msg, Handler> {
     for (unsigned spins = 0;; ++spins) {
       w = word_.load(std::memory_order_relaxed);
       if ((w & sticky_bit) == 0) return;  // taken back or over: the new owner runs it
+      // Sticky again, but a later episode: the tickets counted since its release are the
+      // last count(w) ones; ours is older, so it ran (taking over now would make an owner
+      // of a count that is not ours).
+      const auto oldest = static_cast<std::uint32_t>(w >> 32) - static_cast<std::uint32_t>(w & count_mask);
+      if (static_cast<std::int32_t>(ticket - oldest) < 0) return;
       if (spins >= grace_ &&
           word_.compare_exchange_strong(w, w & ~sticky_bit, std::memory_order_acquire, std::memory_order_relaxed)) {
         return drain_from(cursor_);
