@@ -101,7 +101,9 @@ TEST_F(KeyedMutexFairness, UnderFifoAndFairAfterZeroUnlockHandsTheKeyToTheOldest
         key_guard w = m.lock("k");
         log.add(i);
         // Waiter 0 holds on until this thread's relock has queued behind waiters 1 and 2.
-        if (i == 0) EXPECT_TRUE(eventually([&] { return m.waiting() == 3; }));
+        if (i == 0) {
+          EXPECT_TRUE(eventually([&] { return m.waiting() == 3; }));
+        }
       }));
       ASSERT_TRUE(calls.back()->wait_until_blocked()) << "waiter " << i;
     }
