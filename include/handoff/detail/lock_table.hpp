@@ -6,10 +6,11 @@
 // (blocking and completing waiters), lease_timer.hpp and task_thread.hpp (leases,
 // async wait times, and where their completions run), lock_shard.cpp, entry_cache.cpp.
 //
-// A key's entry is built from the actor hand-off primitive (detail/ownership.hpp, the
-// same code as actor_base): owning the entry's `own` word *is* holding the lock (design (b)
-// in docs/design.md). Its count is the lock requests accepted and not finished (the holder
-// plus the queued waiters), and its mailbox holds the requests that found it owned.
+// A key's entry reuses the actor hand-off primitive's storage (detail/ownership.hpp): its
+// word and its mailbox's pop. Owning the entry's `own` word is holding the lock (design (b)
+// in docs/design.md), but the acquire and the final release are plain loads and stores
+// under the shard lock (the *_serialized steps), not the actor's atomic ones. Its count is the lock requests accepted
+// and not finished (the holder plus the queued waiters), and its mailbox holds the requests that found it owned.
 //
 //   lock:    under the shard lock, find or create the entry, then
 //            count == 0 -> count = 1: the caller holds the key (no node, no wait)
