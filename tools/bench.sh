@@ -15,7 +15,7 @@
 #
 # Works from any directory. On a fresh Debian 12 machine, run as root: missing Debian
 # packages are installed first by tools/deps.sh (checked with dpkg; apt-get update once,
-# then apt-get install --no-install-recommends). Takes about 11 minutes on 2 cores
+# then apt-get install --no-install-recommends). Takes about 15 minutes on 2 cores
 # (3 repetitions of every benchmark; the table shows medians).
 # Output, all under build/release/bench/ (the clone stays clean): the raw results
 # {actor,fanin,peers,pool,keyed_mutex,redis,redis_actor}_bench.json, the Markdown table on
