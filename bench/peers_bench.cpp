@@ -41,7 +41,7 @@
 //   handoff  on the benchmark thread, for all four: no handoff::thread_pool is needed,
 //            because a send from inside a handler that finds its target idle queues the
 //            target on the sending thread's run queue, drained after the current handler
-//            (README "Nested sends don't recurse"), so every run completes on the thread
+//            (docs/runtime.md), so every run completes on the thread
 //            that posted its first message. 1 thread.
 //   caf      caf::actor_system with the default configuration: work-stealing scheduler,
 //            max-threads = max(4, hardware concurrency), plus the benchmark thread that

@@ -23,7 +23,8 @@
 # same table and the machine, and its plots benchmarks.png and benchmarks_keyed_mutex.png
 # (gnuplot, tools/plot.gp: the ratios as bars, log scale). --update-docs (full runs only)
 # then copies the page and its plots over docs/benchmarks.md and docs/*.png, the tracked
-# copies: run it when a change to a benchmark or its table is committed.
+# copies, and rewrites README.md's headline table: run it when a change to a benchmark or
+# its table is committed.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -77,7 +78,8 @@ if (($# == 0)); then
   echo
   if ((update_docs)); then
     cp "$dir/benchmarks.md" "$dir/benchmarks.png" "$dir/benchmarks_keyed_mutex.png" docs/
-    echo "handoff: wrote docs/benchmarks.md, docs/benchmarks.png and docs/benchmarks_keyed_mutex.png"
+    python3 tools/bench_table.py "${outs[@]}" --headline README.md >/dev/null
+    echo "handoff: wrote docs/benchmarks.md, docs/benchmarks.png, docs/benchmarks_keyed_mutex.png and README.md's headline"
   else
     echo "handoff: wrote $dir/benchmarks.md and its plots (bash tools/bench.sh --update-docs writes them to docs/)"
   fi

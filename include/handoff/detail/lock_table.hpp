@@ -191,7 +191,7 @@ class lock_table {
   }
 
   // Shards: 256, one cache line each (16 KB, within L1). Threads on different keys rarely
-  // meet in a shard's lock: with 16 shards (the old count on 2 cores) the 2-thread
+  // meet in a shard's lock: measured with 16 shards instead, the 2-thread
   // uncontended benchmark spent a quarter of its time spinning there (21.6 ns per
   // operation against 16.1 ns with 256).
   static constexpr unsigned shard_bits = 8;
