@@ -24,16 +24,8 @@
 #include <system_error>
 #include <vector>
 
+#include "../unit/core_access.hpp"
 #include "handoff/keyed_mutex.hpp"
-
-namespace handoff::detail {
-struct lock_table_access {
-  template <class M>
-  static lock_table& table(M& m) {
-    return m.table_;
-  }
-};
-}  // namespace handoff::detail
 
 namespace {
 

@@ -1,7 +1,9 @@
-// Test access to the protocol steps that actor types keep protected.
+// Test access to the protocol steps that actor types keep protected, and to the table
+// behind a keyed_mutex.
 #pragma once
 
 #include <handoff/detail/actor_base.hpp>
+#include <handoff/detail/lock_table.hpp>
 
 #include <cstdint>
 #include <utility>
@@ -33,6 +35,14 @@ struct actor_core_access {
 struct probe : actor_base {
   probe() = default;
   explicit probe(actor_options o) : actor_base(std::move(o)) {}
+};
+
+// The table behind a keyed_mutex, for its manual clock (a friend of keyed_mutex).
+struct lock_table_access {
+  template <class M>
+  static lock_table& table(M& m) {
+    return m.table_;
+  }
 };
 
 }  // namespace handoff::detail

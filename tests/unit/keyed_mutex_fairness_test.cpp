@@ -15,17 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "core_access.hpp"
 #include "keyed_mutex_support.hpp"
-
-namespace handoff::detail {
-// The table behind a keyed_mutex, for its manual clock (a friend of keyed_mutex).
-struct lock_table_access {
-  template <class M>
-  static lock_table& table(M& m) {
-    return m.table_;
-  }
-};
-}  // namespace handoff::detail
 
 namespace {
 
@@ -54,6 +45,38 @@ void busy_for(std::chrono::nanoseconds d) {
 constexpr auto barger_hold = 20us;  // a waiter spins about 6 us before it sleeps
 
 // --- barging ------------------------------------------------------------------------------
+
+// Two threads that take key "k" with try_lock whenever it is free and hold it for
+// barger_hold, until stop() or for 2 s at most (a waiter starved for ever then fails its
+// test instead of hanging it). `locks` counts their holds.
+class bargers {
+ public:
+  explicit bargers(keyed_mutex<>& m) : m_(m), b1_([this] { run(); }), b2_([this] { run(); }) {}
+  bargers(const bargers&) = delete;
+  bargers& operator=(const bargers&) = delete;
+  ~bargers() { stop(); }
+  void stop() {
+    stop_.store(true, std::memory_order_relaxed);
+    if (b1_.joinable()) b1_.join();
+    if (b2_.joinable()) b2_.join();
+  }
+  std::atomic<std::uint64_t> locks{0};
+
+ private:
+  void run() {
+    const auto give_up = steady::now() + 2s;
+    while (!stop_.load(std::memory_order_relaxed) && steady::now() < give_up) {
+      key_guard g = m_.try_lock("k");
+      if (!g.owns_lock()) continue;
+      locks.fetch_add(1, std::memory_order_relaxed);
+      busy_for(barger_hold);
+    }
+  }
+  keyed_mutex<>& m_;
+  std::atomic<bool> stop_{false};
+  std::thread b1_;
+  std::thread b2_;
+};
 
 TEST_F(KeyedMutexFairness, UnderEventualATryLockTakesAKeyFreedByUnlockWhileAThreadWaits) {
   keyed_mutex<> m(eventual(never_due));
@@ -129,20 +152,8 @@ TEST_F(KeyedMutexFairness, AWaiterPassedOverByBargingThreadsGetsTheKeyOnceItHasW
   constexpr auto fair_after = 20ms;
   constexpr auto slack = 200ms;  // scheduling the waiter on a loaded machine, sanitizer builds
   keyed_mutex<> m(eventual(fair_after));
-  std::atomic<bool> stop{false};
-  std::atomic<std::uint64_t> barger_locks{0};
-  const auto barger = [&] {
-    // Bounded, so that a waiter starved for ever fails the test instead of hanging it.
-    const auto give_up = steady::now() + 2s;
-    while (!stop.load(std::memory_order_relaxed) && steady::now() < give_up) {
-      key_guard g = m.try_lock("k");
-      if (!g.owns_lock()) continue;
-      barger_locks.fetch_add(1, std::memory_order_relaxed);
-      busy_for(barger_hold);
-    }
-  };
-  std::thread b1(barger);
-  std::thread b2(barger);
+  bargers b(m);
+  std::atomic<std::uint64_t>& barger_locks = b.locks;
   ASSERT_TRUE(eventually([&] { return barger_locks.load(std::memory_order_relaxed) > 10; }));
   std::vector<std::chrono::nanoseconds> waits;
   for (int i = 0; i < 3; ++i) {
@@ -151,9 +162,7 @@ TEST_F(KeyedMutexFairness, AWaiterPassedOverByBargingThreadsGetsTheKeyOnceItHasW
     key_guard w = m.lock("k");
     waits.push_back(steady::now() - start);
   }
-  stop.store(true, std::memory_order_relaxed);
-  b1.join();
-  b2.join();
+  b.stop();
   for (const auto w : waits) EXPECT_LT(w, fair_after + slack);
   EXPECT_EQ(m.size(), 0u);
 }
@@ -167,19 +176,8 @@ TEST_F(KeyedMutexFairness, OnceTheOldestWaiterHasWaitedFairAfterTheNextUnlockHan
   std::int64_t clock = 1;
   table.use_manual_clock(clock);      // before first use; untimed requests only from here on
   table.advance_manual_clock(clock);  // builds the (threadless) timer now, not when the waiter is due
-  std::atomic<bool> stop{false};
-  std::atomic<std::uint64_t> barger_locks{0};
-  const auto barger = [&] {
-    const auto give_up = steady::now() + 2s;  // a starved waiter fails the test, not hangs it
-    while (!stop.load(std::memory_order_relaxed) && steady::now() < give_up) {
-      key_guard g = m.try_lock("k");
-      if (!g.owns_lock()) continue;
-      barger_locks.fetch_add(1, std::memory_order_relaxed);
-      busy_for(barger_hold);
-    }
-  };
-  std::thread b1(barger);
-  std::thread b2(barger);
+  bargers b(m);
+  std::atomic<std::uint64_t>& barger_locks = b.locks;
   int checked = 0;
   for (int attempt = 0; attempt < 30 && checked == 0; ++attempt) {
     std::atomic<bool> granted{false};
@@ -211,9 +209,7 @@ TEST_F(KeyedMutexFairness, OnceTheOldestWaiterHasWaitedFairAfterTheNextUnlockHan
     EXPECT_LE(at_grant.load(std::memory_order_relaxed) - at_due, 1u);
     ++checked;
   }
-  stop.store(true, std::memory_order_relaxed);
-  b1.join();
-  b2.join();
+  b.stop();
   EXPECT_EQ(checked, 1) << "the waiter was never passed over 10 times: not eventual";
   EXPECT_EQ(m.size(), 0u);
 }
