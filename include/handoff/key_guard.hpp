@@ -2,17 +2,28 @@
 // them), and handoff::multi_guard, the guards of several keys from lock_all. A guard holds
 // its key until unlock(), its destruction, or its lease running out; it carries the
 // grant's fencing token.
+//
+// The guard needs only the held entry (detail/lock_entry.hpp) inline; the lock table it
+// returns the entry to is reached out of line (lib/keyed/key_guard.cpp).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <utility>
 
-#include "handoff/detail/lock_table.hpp"
+#include "handoff/detail/lock_entry.hpp"
 #include "handoff/lease.hpp"
 #include "handoff/multi_guard.hpp"
 
 namespace handoff {
+
+namespace detail {
+class lock_table;
+}  // namespace detail
+
+template <class Key, class Hash, class Eq>
+class keyed_mutex;
 
 // The RAII guard of one key. Movable, not copyable; not thread-safe itself (use one guard
 // from one thread at a time), but it may be moved to and unlocked on another thread.
@@ -54,7 +65,7 @@ class [[nodiscard]] key_guard {
   void unlock() noexcept {
     if (entry_ == nullptr) return;
     if (lease_ != 0) return unlock_leased();
-    table_->release(std::exchange(entry_, nullptr));
+    release_held();
   }
 
   // The fencing token of this grant: greater than every earlier grant's token for the same
@@ -81,12 +92,22 @@ class [[nodiscard]] key_guard {
 
   // The current lease length: as granted, or as last extended; zero when none.
   [[nodiscard]] std::chrono::nanoseconds lease_duration() const noexcept { return std::chrono::nanoseconds(lease_); }
-
-  // Internal: a guard of a grant (keyed_mutex builds them, in place where it can).
-  key_guard(detail::lock_table* t, const detail::grant& g) noexcept
+  // Internal: the key that only keyed_mutex can make, which the constructor of a guard of
+  // a grant asks for. A pass key rather than a private constructor, so that keyed_mutex can
+  // build guards in place inside a vector (lock_all): moving a held guard would turn
+  // self-deadlock detection off.
+  class pass_key {
+    template <class Key, class Hash, class Eq>
+    friend class keyed_mutex;
+    pass_key() = default;
+  };
+  // Internal: a guard of a grant; keyed_mutex builds them, in place where it can.
+  key_guard(pass_key /*only keyed_mutex*/, detail::lock_table* t, const detail::grant& g) noexcept
       : table_(t), entry_(g.entry), token_(g.token), lease_(g.lease) {}
 
  private:
+  // unlock() of a hold without a lease: hands the entry back to the table.
+  void release_held() noexcept;
   void unlock_leased() noexcept;
   // Only the holder writes holder_thread, and a guard that holds is the holder (an
   // expired one is not, but then the timer has cleared it already or will).

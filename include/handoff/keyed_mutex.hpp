@@ -175,8 +175,9 @@ class keyed_mutex {
     requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
   multi_guard lock_all(const Keys& keys) {
     // Built in place, never moved: self-deadlock detection stays on for each key.
-    return detail::lock_in_order<Key, guard>(
-        keys, eq_, [this](std::vector<guard>& out, const Key& k) { out.emplace_back(&table_, acquire_grant(k, {})); });
+    return detail::lock_in_order<Key, guard>(keys, eq_, [this](std::vector<guard>& out, const Key& k) {
+      out.emplace_back(guard::pass_key{}, &table_, acquire_grant(k, {}));
+    });
   }
   multi_guard lock_all(std::initializer_list<Key> keys) { return lock_all(std::vector<Key>(keys)); }
 
@@ -273,7 +274,7 @@ class keyed_mutex {
     }
   }
 
-  guard acquire(const Key& key, detail::lock_request r) { return guard(&table_, acquire_grant(key, r)); }
+  guard acquire(const Key& key, detail::lock_request r) { return guard({}, &table_, acquire_grant(key, r)); }
   detail::grant acquire_grant(const Key& key, detail::lock_request r) {
     if (r.lease != 0) table_.start_timer();
     const std::size_t h = detail::mix_hash(hash_(key));
@@ -348,7 +349,7 @@ class keyed_mutex {
         if (!granted) return guard();
       }
       if (result_.lease != 0) m_.table_.arm_lease(result_.entry, result_.token, result_.lease);
-      return guard(&m_.table_, result_);
+      return guard({}, &m_.table_, result_);
     }
 
    private:
@@ -374,7 +375,7 @@ class keyed_mutex {
     static void run(detail::waiter* base, bool granted) {
       auto* self = static_cast<callback_waiter*>(base);
       if (granted && self->queued_at != waiter::not_queued) self->table->note_wait(self->entry, self->queued_at);
-      guard g = granted ? guard(self->table, {self->entry, self->token, 0}) : guard();
+      guard g = granted ? guard({}, self->table, {self->entry, self->token, 0}) : guard();
       invoke_callback(self->fn, std::move(g));
       detail::release_waiter(self);
     }

@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../task_thread.hpp"
+#include "../runtime/task_thread.hpp"
 #include "connection.hpp"
 #include "counters.hpp"
 #include "handoff/detail/clock.hpp"

@@ -3,8 +3,8 @@
  * handoff.pml with a capacity. A sender is admitted by try_acquire_below(CAP), a CAS
  * that counts only while the count is below the capacity (include/handoff/detail/
  * ownership.hpp); a sender that finds the mailbox full sleeps in wait_for_room until the
- * owner wakes it (lib/mailbox_room.cpp); the owner releases after every message it runs
- * (drain_step in lib/actor_base.cpp), reading the capacity before its release and waking
+ * owner wakes it (lib/actor/mailbox_room.cpp); the owner releases after every message it runs
+ * (drain_step in lib/actor/actor_base.cpp), reading the capacity before its release and waking
  * the sleepers when a release takes the count from above CAP/2 to CAP/2 or below
  * (actor_base::try_release). A destroyer deletes the actor as soon as it is idle and
  * every message has run; any later read of the actor is a use-after-free. Checked by spin

@@ -6,7 +6,7 @@
  * coming, it waits for the counted message that is not linked yet. Both the actor and the
  * keyed mutex's per-key entry are built from it; this file models it in its lock-free,
  * most general use, the actor's (include/handoff/detail/ownership.hpp, driven by
- * lib/actor_base.cpp), with the actor's budgets and executor hand-off on top.
+ * lib/actor/actor_base.cpp), with the actor's budgets and executor hand-off on top.
  * keyed_lock.pml models the keyed entry's use, whose increments and final release happen
  * under the table's shard lock. Checked by spin under ctest through tests/model/check.sh;
  * see tests/model/README.md.

@@ -1,4 +1,4 @@
-// Deterministic interleavings of the real hand-off code (lib/actor_base.cpp).
+// Deterministic interleavings of the real hand-off code (lib/actor/actor_base.cpp).
 //
 // One thread plays every party. A sender sends each message in three steps: count it
 // (try_acquire), claim a mailbox slot, link it. The owner drains through

@@ -70,10 +70,21 @@ struct resumable : task {
 
 // The source named when a handler's exception has no hook to go to.
 inline constexpr const char* handler_source = "an actor handler";
-class actor_base {
+// A runnable of the run queue (detail/run_queue.hpp): its base is the queue's link word.
+class actor_base : public runnable {
  public:
   actor_base(const actor_base&) = delete;
   actor_base& operator=(const actor_base&) = delete;
+
+  // The run queue's interface (run_runnable(), which the run queue calls on this thread
+  // with tls.top == the current frame): drains the actor, which this thread owns, or, when
+  // `more` work waits on the queue and its executor reports idle workers, hands it to that
+  // executor (spreading work over a pool) and returns false.
+  bool run_from_queue(bool more) noexcept {
+    if (more && hand_to_idle_executor()) return false;
+    drain(0, 0);  // pushes its own frame on the current one
+    return true;
+  }
 
  protected:
   using admission = ownership::admission;
@@ -258,8 +269,6 @@ class actor_base {
   static void resume(void* a) noexcept;
 
  private:
-  friend bool run_next(drain_frame* parent) noexcept;
-  friend std::uintptr_t* actor_link(actor_base* a) noexcept;
   friend struct actor_core_access;  // tests
 
   template <class Make>
@@ -269,7 +278,7 @@ class actor_base {
   // Destroys a message that was never counted, without running it.
   void discard(message* m) noexcept { m->invoke(m, this, false); }
 
-  // Bounded and full (lib/mailbox_room.cpp): under full_policy::block at top level, runs
+  // Bounded and full (lib/actor/mailbox_room.cpp): under full_policy::block at top level, runs
   // this thread's queue, then waits for room until max_block; inside a handler, under
   // full_policy::fail, or past max_block, destroys `built` (if any) and throws
   // mailbox_full. Never returns `full`.
@@ -316,16 +325,11 @@ class actor_base {
   // Run-queue pop of an actor with more work queued behind it: hands it to its executor
   // if that executor reports idle workers (spreading work over a pool). True if handed.
   [[nodiscard]] bool hand_to_idle_executor() noexcept;
-  // The run-queue entry of an actor: its address, tagged (see run_queue.hpp).
-  [[nodiscard]] std::uintptr_t queue_entry() noexcept { return reinterpret_cast<std::uintptr_t>(this) | 1U; }
   [[nodiscard]] bool budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns) const noexcept;
 
   // The ownership word (messages accepted and not yet run) and the mailbox: see above.
   ownership core_;
-  std::uintptr_t ready_next_ = 0;                 // touched only by the owner (its run-queue link)
   std::shared_ptr<const actor_options> options_;  // immutable after construction; may be null
 };
-
-inline std::uintptr_t* actor_link(actor_base* a) noexcept { return &a->ready_next_; }
 
 }  // namespace handoff::detail

@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "handoff/detail/lock_entry.hpp"
-#include "handoff/detail/run_queue.hpp"  // HANDOFF_TLS_MODEL
+#include "handoff/detail/tls_model.hpp"
 
 namespace handoff::detail {
 

@@ -1,6 +1,6 @@
 // A key's lock state (lock_entry) and a lock request that waits for it (waiter), with the
 // timer_node both use for their deadlines. The protocol that changes them is in
-// detail/lock_table.hpp (overview) and lib/lock_protocol.cpp.
+// detail/lock_table.hpp (overview) and lib/keyed/lock_protocol.cpp.
 //
 // waiter::state, one word, the outcome of a queued request:
 //   waiting --(requester about to sleep)--> sleeping
@@ -95,7 +95,7 @@ struct lock_entry {
   std::size_t hash;        // the mixed hash (reset when a cached entry is reused)
   std::uint32_t refs = 0;  // guards whose lease expired and that still refer to the entry
 
-  // --- hand-off protocol (lib/lock_protocol.cpp only) ---
+  // --- hand-off protocol (lib/keyed/lock_protocol.cpp only) ---
   // The actor hand-off primitive, used serialized: its count is the requests accepted and
   // not finished (the holder and the queued waiters), its mailbox the waiters. Taken and
   // joined only under the shard lock, released to 0 only under it; the holder's hand-offs
@@ -125,6 +125,14 @@ struct lock_entry {
   std::atomic<std::uint64_t> leased{0};
   timer_node lease;               // timer mutex
   std::uint64_t lease_token = 0;  // timer mutex: the token `lease` expires
+};
+
+// The result of a lock request; token == 0: not acquired. retry: look the key up again.
+struct grant {
+  lock_entry* entry = nullptr;
+  std::uint64_t token = 0;
+  std::int64_t lease = 0;
+  bool retry = false;
 };
 
 }  // namespace handoff::detail

@@ -2,9 +2,10 @@
 // hand-off between holders. Key-independent; keyed_mutex.hpp adds the key. The pieces:
 // detail/lock_entry.hpp (entry, waiter), detail/lock_shard.hpp (a shard's table),
 // detail/entry_cache.hpp (the per-thread recycled entry), detail/keyed_entry.hpp (the
-// entry with its key); in lib/: lock_protocol.cpp (this protocol), lock_parking.cpp
-// (blocking and completing waiters), lease_timer.hpp and task_thread.hpp (leases,
-// async wait times, and where their completions run), lock_shard.cpp, entry_cache.cpp.
+// entry with its key); in lib/keyed/: lock_protocol.cpp (this protocol), lock_parking.cpp
+// (blocking and completing waiters), lease_timer.hpp and lib/runtime/task_thread.hpp
+// (leases, async wait times, and where their completions run), lock_shard.cpp,
+// entry_cache.cpp.
 //
 // A key's entry reuses the actor hand-off primitive's storage (detail/ownership.hpp): its
 // word and its mailbox's pop. Owning the entry's `own` word is holding the lock (design (b)
@@ -81,14 +82,6 @@ struct lock_request {
   wait_mode mode = wait_mode::forever;
   std::int64_t deadline = 0;  // steady_clock ns, for `until` (no_deadline: never)
   std::int64_t lease = 0;     // ns; 0: no lease; no_deadline: never runs out
-};
-
-// The result of a lock request; token == 0: not acquired. retry: look the key up again.
-struct grant {
-  lock_entry* entry = nullptr;
-  std::uint64_t token = 0;
-  std::int64_t lease = 0;
-  bool retry = false;
 };
 
 class lease_timer;
@@ -180,7 +173,7 @@ class lock_table {
   static std::uintptr_t this_thread_id() noexcept { return reinterpret_cast<std::uintptr_t>(&tls); }
 
   // With s locked and e in the table: the uncontended lock, inline (part of the protocol
-  // in lib/lock_protocol.cpp). Holds the key and unlocks s if e is free and no lease is
+  // in lib/keyed/lock_protocol.cpp). Holds the key and unlocks s if e is free and no lease is
   // asked for; else leaves both to acquire().
   [[nodiscard]] static bool try_acquire_fast(lock_shard& s, lock_entry* e, grant& g) noexcept {
     if (!e->own.try_take_serialized()) return false;
@@ -221,7 +214,7 @@ class lock_table {
   // removed entry, for recycle() after unlocking, or nullptr.
   static lock_entry* remove_if_unused(lock_shard& s, lock_entry* e) noexcept;
   // Without a shard lock: keeps e (removed, idle) as this thread's cached entry, or frees
-  // it (lib/entry_cache.cpp).
+  // it (lib/keyed/entry_cache.cpp).
   void recycle(lock_entry* e) noexcept;
   // The lease timer took a key from its holder.
   void note_lease_expiry() noexcept;

@@ -1,4 +1,4 @@
-// Pooled node memory for messages and waiters (lib/node_pool.cpp): per-thread slabs of
+// Pooled node memory for messages and waiters (lib/runtime/node_pool.cpp): per-thread slabs of
 // fixed size classes (32 to 512 bytes), carved by bumping and reused whole once their last
 // node comes back, so that steady-state sends and lock waits call no allocator. Shared by
 // the actors and the keyed mutex.

@@ -18,16 +18,20 @@
 // actor, a blocking keyed lock, destroying a busy actor) first runs what it owns only
 // through this queue (run_before_blocking), since nobody else can.
 //
-// Entries are intrusive: an actor's link is its `ready_next_` word, a task's is `next`.
-// A link word holds the next entry's address with bit 0 set for an actor (tagged
-// pointers keep an idle actor at one word of queue state).
+// Entries are intrusive, of two kinds, and the queue knows nothing else of them:
+//   task      a link word and its own run function (coroutines, grants, callbacks);
+//   runnable  a link word only, run through run_runnable(), which the one kind of
+//             runnable (the actor, lib/actor/actor_base.cpp) defines. An idle actor pays
+//             one word of queue state and no function pointer.
+// A link word holds the next entry's address with bit 0 set for a runnable (tagged
+// pointers tell the kinds apart).
 #pragma once
 
 #include <cstdint>
 
-namespace handoff::detail {
+#include "handoff/detail/tls_model.hpp"
 
-class actor_base;
+namespace handoff::detail {
 
 // Something to run once on this thread's queue. `run` must not throw; it may free *t.
 struct task {
@@ -35,10 +39,27 @@ struct task {
   void (*run)(task*) noexcept = nullptr;
 };
 
-// One actor this thread is draining, or a sentinel (actor == nullptr) while a task runs;
-// frames form a stack through `parent`.
+// Something the queue runs again and again, with no run function of its own: its
+// implementer derives from it and defines run_runnable().
+struct runnable {
+  std::uintptr_t ready_next = 0;  // queue link; touched only by the thread whose queue holds it
+};
+
+struct drain_frame;
+
+// Runs r, just popped from this thread's queue, with tls.top == parent (the current frame;
+// nullptr at top level); `more`: other entries wait behind it. False: r went on elsewhere
+// without running here (an actor handed to an executor with idle workers), and the queue
+// pops its next entry. Defined by the implementer of runnable, not by the queue.
+bool run_runnable(runnable* r, drain_frame* parent, bool more) noexcept;
+
+// r's run-queue entry: its address, tagged.
+[[nodiscard]] inline std::uintptr_t entry_of(runnable* r) noexcept { return reinterpret_cast<std::uintptr_t>(r) | 1U; }
+
+// One runnable this thread is draining (an actor; compared by address only), or a sentinel
+// (actor == nullptr) while a task runs; frames form a stack through `parent`.
 struct drain_frame {
-  actor_base* actor;
+  const runnable* actor;
   drain_frame* parent;
   // Why the turn ends after the running handler, 0: it need not. One byte, so that the
   // drain loop tests one load per message. Bits:
@@ -59,14 +80,6 @@ struct thread_state {
   std::uintptr_t later;    // FIFO list (tagged links), 0: empty
   std::uintptr_t* tail;    // link word of the last `later` entry; nullptr: empty
 };
-// initial-exec: a direct %fs-relative access even from the -fPIC library (the default
-// model there calls __tls_get_addr on every access). The state is a few words, well within
-// the static TLS space glibc reserves for libraries loaded with dlopen.
-#if defined(__GNUC__)
-#define HANDOFF_TLS_MODEL [[gnu::tls_model("initial-exec")]]
-#else
-#define HANDOFF_TLS_MODEL
-#endif
 HANDOFF_TLS_MODEL extern constinit thread_local thread_state tls;
 
 // Makes an entry (its tagged address and its link word) runnable after the current work,
@@ -93,13 +106,11 @@ inline void push_later(std::uintptr_t entry, std::uintptr_t* link) noexcept {
 [[nodiscard]] inline bool has_queued() noexcept { return (tls.now | tls.later) != 0; }
 
 // Pops and runs the next entry under `parent` (the current frame; nullptr at top level):
-// drains an actor, or runs a task under a sentinel frame so that what it makes runnable
-// queues. An actor with an executor that has idle workers is handed to it instead when
-// more work waits here (the pool spreads it). False when the queue is empty.
+// runs a runnable (run_runnable: an actor drains, or, when more work waits here and its
+// executor has idle workers, is handed to it so that the pool spreads it), or runs a task
+// under a sentinel frame so that what it makes runnable queues. False when the queue is
+// empty.
 bool run_next(drain_frame* parent) noexcept;
-
-// An actor's run-queue link word (its `ready_next_`).
-std::uintptr_t* actor_link(actor_base* a) noexcept;
 
 // Runs the queue until it is empty. Top level only (tls.top == nullptr).
 void run_queued() noexcept;

@@ -1,4 +1,4 @@
-// The keyed mutex's lease timer (lib/lease_timer.hpp).
+// The keyed mutex's lease timer (lib/keyed/lease_timer.hpp).
 #include "lease_timer.hpp"
 
 #include <algorithm>

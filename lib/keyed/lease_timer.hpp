@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "../runtime/task_thread.hpp"
 #include "handoff/detail/lock_entry.hpp"
-#include "task_thread.hpp"
 
 namespace handoff::detail {
 

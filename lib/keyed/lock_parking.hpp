@@ -1,4 +1,4 @@
-// Parking and completing lock waiters (lib/lock_parking.cpp): the waiter-state CASes, the
+// Parking and completing lock waiters (lib/keyed/lock_parking.cpp): the waiter-state CASes, the
 // blocking wait of a thread, and where coroutine and callback waiters run.
 #pragma once
 

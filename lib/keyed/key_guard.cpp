@@ -1,10 +1,15 @@
-// key_guard's out-of-line members: unlocking a leased hold and extending its lease.
+// key_guard's out-of-line members, those that reach the lock table: unlocking a hold
+// and extending its lease.
 #include "handoff/key_guard.hpp"
 
 #include <stdexcept>
 #include <utility>
 
+#include "handoff/detail/lock_table.hpp"
+
 namespace handoff {
+
+void key_guard::release_held() noexcept { table_->release(std::exchange(entry_, nullptr)); }
 
 void key_guard::unlock_leased() noexcept {
   detail::lock_entry* e = std::exchange(entry_, nullptr);

@@ -12,7 +12,7 @@
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/node_pool.hpp"
-#include "handoff/detail/run_queue.hpp"  // HANDOFF_TLS_MODEL
+#include "handoff/detail/tls_model.hpp"
 #include "thread_annotations.hpp"
 #include "thread_exit.hpp"
 

@@ -3,8 +3,9 @@
 
 #include <utility>
 
+#include "../runtime/thread_exit.hpp"
 #include "handoff/detail/lock_table.hpp"
-#include "thread_exit.hpp"
+#include "handoff/detail/tls_model.hpp"
 
 namespace handoff::detail {
 

@@ -1,7 +1,6 @@
 // The per-thread run queue (see detail/run_queue.hpp).
 #include "handoff/detail/run_queue.hpp"
 
-#include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/run_deferred.hpp"
 
@@ -19,7 +18,7 @@ constexpr unsigned max_now_streak = 64;
 
 std::uintptr_t* link_of(std::uintptr_t e) noexcept {
   // NOLINTNEXTLINE(performance-no-int-to-ptr): a tagged entry (see run_queue.hpp)
-  if ((e & 1U) != 0) return actor_link(reinterpret_cast<actor_base*>(e & ~std::uintptr_t{1}));
+  if ((e & 1U) != 0) return &reinterpret_cast<runnable*>(e & ~std::uintptr_t{1})->ready_next;
   return &reinterpret_cast<task*>(e)->next;  // NOLINT(performance-no-int-to-ptr): untagged: a task
 }
 
@@ -59,9 +58,7 @@ bool run_next(drain_frame* parent) noexcept {
     tls.insert = nullptr;                            // what this entry makes runnable goes first
     if ((entry & 1U) != 0) {
       // NOLINTNEXTLINE(performance-no-int-to-ptr): a tagged entry (see run_queue.hpp)
-      auto* a = reinterpret_cast<actor_base*>(entry & ~std::uintptr_t{1});
-      if (more && a->hand_to_idle_executor()) continue;
-      a->drain(0, 0);  // pushes its own frame on `parent`
+      if (!run_runnable(reinterpret_cast<runnable*>(entry & ~std::uintptr_t{1}), parent, more)) continue;
     } else {
       auto* t = reinterpret_cast<task*>(entry);  // NOLINT(performance-no-int-to-ptr): untagged: a task
       // A sentinel frame: what the task makes runnable queues behind it instead of

@@ -1,4 +1,4 @@
-// Parking and completing lock waiters (lib/lock_parking.hpp): futex wait and wake, the
+// Parking and completing lock waiters (lib/keyed/lock_parking.hpp): futex wait and wake, the
 // waiter-state CASes, and complete_waiter, the one place coroutine and callback waiters
 // are scheduled to run.
 #include "lock_parking.hpp"
@@ -7,11 +7,11 @@
 #include <chrono>
 #include <thread>
 
+#include "../runtime/task_thread.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/backoff.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/node_pool.hpp"
-#include "task_thread.hpp"
 
 #if defined(__linux__)
 #include <linux/futex.h>

@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "../runtime/thread_exit.hpp"
 #include "handoff/detail/backoff.hpp"
-#include "thread_exit.hpp"
 
 namespace handoff::detail {
 
@@ -140,11 +140,11 @@ void actor_base::drain_now(std::uint64_t ran, std::int64_t turn_start) noexcept 
   if (top_level) run_queued();
 }
 
-void actor_base::queue_later() noexcept { push_later(queue_entry(), &ready_next_); }
+void actor_base::queue_later() noexcept { push_later(entry_of(this), &ready_next); }
 
 void actor_base::run_after_current(message* m) noexcept {
   enqueue_first(m);
-  push_now(queue_entry(), &ready_next_);
+  push_now(entry_of(this), &ready_next);
 }
 
 void actor_base::submit_deferred(message* m, admission a) noexcept {
@@ -187,6 +187,11 @@ bool actor_base::hand_to_idle_executor() noexcept {
   } catch (...) {
     return false;  // the run queue that popped it drains it: the same fall-back as continue_elsewhere()
   }
+}
+
+bool run_runnable(runnable* r, drain_frame* parent, bool more) noexcept {
+  HANDOFF_ASSERT(tls.top == parent);
+  return static_cast<actor_base*>(r)->run_from_queue(more);
 }
 
 void actor_base::check_not_draining() const {
