@@ -6,6 +6,14 @@
 - lib/ implements detail/: no lib/ file includes the keyed-mutex facade, and the Redis
   client (include/handoff/redis/, lib/redis/) never includes the in-process lock table,
   directly or through another header.
+- lib/ is laid out by part, and the parts stack: the runtime (lib/runtime/, and the
+  headers it owns: detail/run_queue.hpp, detail/node_pool.hpp, detail/tls_model.hpp)
+  includes neither the actor (detail/actor_base.hpp, actor.hpp, basic_actor.hpp,
+  lib/actor/) nor the keyed mutex (detail/lock_table.hpp, detail/lock_entry.hpp,
+  keyed_mutex.hpp, key_guard.hpp, lib/keyed/); the keyed mutex (lib/keyed/) does not
+  include the actor. Checked through every chain of handoff/ includes, and for relative
+  includes between lib/ folders. The run queue drives the actor through the interface it
+  declares (runnable, run_runnable), never through actor_base.hpp.
 - No file in lib/ or include/ is longer than MAX_LINES: a protocol reads in one sitting.
 
 Usage: layering.py SOURCE_DIR. Prints each violation and exits 1 if there is any.
@@ -24,6 +32,14 @@ VOCABULARY = {
     "handoff/metrics.hpp",
     "handoff/multi_guard.hpp",
 }
+ACTOR = {"handoff/detail/actor_base.hpp", "handoff/actor.hpp", "handoff/basic_actor.hpp"}
+KEYED = {
+    "handoff/detail/lock_table.hpp",
+    "handoff/detail/lock_entry.hpp",
+    "handoff/keyed_mutex.hpp",
+    "handoff/key_guard.hpp",
+}
+RUNTIME_HEADERS = ["run_queue.hpp", "node_pool.hpp", "tls_model.hpp"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 
@@ -46,6 +62,29 @@ def reachable(root, path):
     return seen
 
 
+def lib_folders(root, path):
+    """The lib/ folders (relative to root) that path reaches through relative includes."""
+    seen = set()
+    todo = [path]
+    while todo:
+        f = todo.pop()
+        for inc in includes(f):
+            target = (f.parent / inc).resolve()
+            if inc.startswith("handoff/") or not target.exists() or target in seen:
+                continue
+            seen.add(target)
+            todo.append(target)
+    lib = (root / "lib").resolve()
+    return {t.parent.relative_to(lib).as_posix() for t in seen if lib in t.parents}
+
+
+def forbidden(root, f, headers, folders):
+    """What f includes, directly or not, of `headers` (handoff/ names) or `folders` (of lib/)."""
+    found = sorted(reachable(root, f) & headers)
+    found += [f"lib/{d}/" for d in sorted(lib_folders(root, f) & folders)]
+    return found
+
+
 def main():
     root = pathlib.Path(sys.argv[1])
     errors = []
@@ -61,6 +100,13 @@ def main():
         for inc in sorted(reachable(root, f)):
             if inc in ("handoff/keyed_mutex.hpp", "handoff/key_guard.hpp") or inc.startswith("handoff/detail/lock_"):
                 errors.append(f"{f.relative_to(root)}: the Redis client includes the in-process lock table ({inc})")
+    runtime = sorted(root.glob("lib/runtime/*.[ch]pp")) + [root / "include/handoff/detail" / h for h in RUNTIME_HEADERS]
+    for f in runtime:
+        for inc in forbidden(root, f, ACTOR | KEYED, {"actor", "keyed"}):
+            errors.append(f"{f.relative_to(root)}: the runtime includes the actor or the keyed mutex ({inc})")
+    for f in sorted(root.glob("lib/keyed/*.[ch]pp")):
+        for inc in forbidden(root, f, ACTOR, {"actor"}):
+            errors.append(f"{f.relative_to(root)}: the keyed mutex includes the actor ({inc})")
     for f in sorted(list(root.glob("lib/**/*.[ch]pp")) + list(root.glob("include/**/*.hpp"))):
         n = len(f.read_text(encoding="utf-8").splitlines())
         if n > MAX_LINES:
