@@ -74,6 +74,7 @@
 namespace {
 
 using handoff::bench::calibrate_work;
+using handoff::bench::check_count;
 using handoff::bench::end_barrier;
 using handoff::bench::heap_in_use;
 using handoff::bench::mini_actor;
@@ -126,16 +127,6 @@ struct counting_handler {
     do_work(s, work);
   }
 };
-
-void check_count(benchmark::State& state, std::uint64_t before, std::uint64_t after) {
-  if (state.thread_index() != 0) return;
-  const auto expected = before + static_cast<std::uint64_t>(state.max_iterations) * state.threads();
-  if (after != expected) {
-    state.SkipWithError(("lost or duplicated messages: ran " + std::to_string(after - before) + ", sent " +
-                         std::to_string(expected - before))
-                            .c_str());
-  }
-}
 
 // ---------------------------------------------------------------------------------------
 // Mailbox alternatives (docs/design.md, "Mailbox choice"): mini_actor (mini_actor.hpp) over
@@ -233,12 +224,11 @@ std::uint64_t actor_count(handoff::actor<counter_state>& a) {
 // ---------------------------------------------------------------------------------------
 // Benchmarks.
 
-void bm_actor_post(benchmark::State& state, one_target& t, std::uint32_t work) {
+void bm_actor_post(benchmark::State& state, handoff::actor<counter_state>& a, end_barrier& done, std::uint32_t work) {
   std::uint64_t before = 0;
-  if (state.thread_index() == 0) before = actor_count(t.actor);
-  timed_loop(state, t.done,
-             [&](benchmark::IterationCount) { t.actor.post([work](counter_state& s) { do_work(s, work); }); });
-  if (state.thread_index() == 0) check_count(state, before, actor_count(t.actor));
+  if (state.thread_index() == 0) before = actor_count(a);
+  timed_loop(state, done, [&](benchmark::IterationCount) { a.post([work](counter_state& s) { do_work(s, work); }); });
+  if (state.thread_index() == 0) check_count(state, before, actor_count(a));
 }
 
 void bm_basic_send(benchmark::State& state, one_target& t) {
@@ -471,7 +461,8 @@ int main(int argc, char** argv) {
   } bounded8;
 
   // a. Uncontended post -> run.
-  add("post_run_uncontended/handoff_post", [&](benchmark::State& s) { bm_actor_post(s, uncontended, 0); });
+  add("post_run_uncontended/handoff_post",
+      [&](benchmark::State& s) { bm_actor_post(s, uncontended.actor, uncontended.done, 0); });
   add("post_run_uncontended/handoff_send", [&](benchmark::State& s) { bm_basic_send(s, uncontended); });
   add("post_run_uncontended/mutex", [&](benchmark::State& s) { bm_mutex(s, uncontended, 0); });
 
@@ -479,7 +470,9 @@ int main(int argc, char** argv) {
   for (auto* t : {&trivial, &worked}) {
     const std::uint32_t work = t == &worked ? work200 : 0;
     const std::string w = t == &worked ? "1actor_work200ns" : "1actor_trivial";
-    add(w + "/handoff_post", [t, work](benchmark::State& s) { bm_actor_post(s, *t, work); })->Threads(1)->Threads(2);
+    add(w + "/handoff_post", [t, work](benchmark::State& s) { bm_actor_post(s, t->actor, t->done, work); })
+        ->Threads(1)
+        ->Threads(2);
     add(w + "/handoff_send", [t](benchmark::State& s) { bm_basic_send(s, *t); })->Threads(1)->Threads(2);
     add(w + "/mutex", [t, work](benchmark::State& s) { bm_mutex(s, *t, work); })->Threads(1)->Threads(2);
   }
@@ -531,13 +524,11 @@ int main(int argc, char** argv) {
       ->MinTime(0.5);
 
   // h. A bounded mailbox under oversubscription: 8 senders, capacity 256.
-  add("1actor_bounded256/handoff_unbounded", [&](benchmark::State& s) { bm_actor_post(s, unbounded8, 0); })->Threads(8);
+  add("1actor_bounded256/handoff_unbounded", [&](benchmark::State& s) {
+    bm_actor_post(s, unbounded8.actor, unbounded8.done, 0);
+  })->Threads(8);
   add("1actor_bounded256/handoff_bounded256", [&](benchmark::State& s) {
-    std::uint64_t before = 0;
-    if (s.thread_index() == 0) before = actor_count(bounded8.actor);
-    timed_loop(s, bounded8.done,
-               [&](benchmark::IterationCount) { bounded8.actor.post([](counter_state& st) { ++st.n; }); });
-    if (s.thread_index() == 0) check_count(s, before, actor_count(bounded8.actor));
+    bm_actor_post(s, bounded8.actor, bounded8.done, 0);
   })->Threads(8);
 
   // g. A message forwarded through a chain of 1000 actors, against 1000 mutex-protected nodes.

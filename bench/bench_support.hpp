@@ -134,6 +134,18 @@ inline std::size_t heap_in_use() noexcept {
   return mi.uordblks + mi.hblkhd;
 }
 
+// Thread 0, after the timed loop of a message benchmark: fails the benchmark unless
+// exactly one message per iteration of every thread ran between `before` and `after`.
+inline void check_count(benchmark::State& state, std::uint64_t before, std::uint64_t after) {
+  if (state.thread_index() != 0) return;
+  const auto expected = before + static_cast<std::uint64_t>(state.max_iterations) * state.threads();
+  if (after != expected) {
+    state.SkipWithError(("lost or duplicated messages: ran " + std::to_string(after - before) + ", sent " +
+                         std::to_string(expected - before))
+                            .c_str());
+  }
+}
+
 // Thread 0, after the timed loop: fails the benchmark unless a counter incremented once
 // per iteration under the lock by every thread went from `before` to exactly `after`.
 inline void check_total(benchmark::State& state, std::uint64_t before, std::uint64_t after) {

@@ -119,14 +119,7 @@ void bm_fan(benchmark::State& state, end_barrier& done, std::uint32_t send_work,
     send();
   });
   benchmark::DoNotOptimize(x);
-  if (state.thread_index() != 0) return;
-  const std::uint64_t expected = before + static_cast<std::uint64_t>(state.max_iterations) * state.threads();
-  const std::uint64_t after = count();
-  if (after != expected) {
-    state.SkipWithError(("lost or duplicated messages: ran " + std::to_string(after - before) + ", sent " +
-                         std::to_string(expected - before))
-                            .c_str());
-  }
+  if (state.thread_index() == 0) handoff::bench::check_count(state, before, count());
 }
 
 void register_cell(const std::string& workload, fan_targets& t, std::uint32_t send_work) {
@@ -150,31 +143,24 @@ void register_cell(const std::string& workload, fan_targets& t, std::uint32_t se
           return p->mutex.s.n;
         });
   });
-  add("mailbox", [p, send_work](benchmark::State& s) {
-    bm_fan(
-        s, p->done, send_work, [p] { p->mailbox.send(1); }, [p] { return count_of(p->mailbox, p->report); });
-  });
-  add("handoff_send", [p, send_work](benchmark::State& s) {
-    bm_fan(
-        s, p->done, send_work, [p] { p->basic.send(1); }, [p] { return count_of(p->basic, p->report); });
-  });
+  // The typed actors: send(1) per message; message -1 reads the count (count_of).
+  const auto add_typed = [&](const char* impl, auto member) {
+    add(impl, [p, send_work, member](benchmark::State& s) {
+      auto& a = p->*member;
+      bm_fan(
+          s, p->done, send_work, [&a] { a.send(1); }, [&a, p] { return count_of(a, p->report); });
+    });
+  };
+  add_typed("mailbox", &fan_targets::mailbox);
+  add_typed("handoff_send", &fan_targets::basic);
   add("handoff_post", [p, send_work](benchmark::State& s) {
     bm_fan(
         s, p->done, send_work, [p] { p->actor.post([](fan_state& st) { st.run(); }); },
         [p] { return p->actor.ask([](fan_state& st) { return st.n; }).get(); });
   });
-  add("handoff_proto_packed", [p, send_work](benchmark::State& s) {
-    bm_fan(
-        s, p->done, send_work, [p] { p->packed.send(1); }, [p] { return count_of(p->packed, p->report); });
-  });
-  add("handoff_proto_lines", [p, send_work](benchmark::State& s) {
-    bm_fan(
-        s, p->done, send_work, [p] { p->lines.send(1); }, [p] { return count_of(p->lines, p->report); });
-  });
-  add("handoff_proto_sticky", [p, send_work](benchmark::State& s) {
-    bm_fan(
-        s, p->done, send_work, [p] { p->sticky.send(1); }, [p] { return count_of(p->sticky, p->report); });
-  });
+  add_typed("handoff_proto_packed", &fan_targets::packed);
+  add_typed("handoff_proto_lines", &fan_targets::lines);
+  add_typed("handoff_proto_sticky", &fan_targets::sticky);
 }
 
 }  // namespace
