@@ -10,8 +10,8 @@
 //   auto g2 = co_await m.async_lock("player:42");        // suspends, never blocks a thread
 //   m.lock_async("player:42", [](handoff::key_guard g) { ... });
 //
-// Each key's state is an entry built from the actor's ownership word and mailbox (its
-// acquire and final release serialized by the table's shard lock): the request that finds
+// Each key's state is an entry sharing the actor's ownership word and mailbox storage, under
+// a serialized protocol (acquire and final release under the table's shard lock): the request that finds
 // the key free holds it at once; later requests queue in its mailbox in arrival order and
 // the holder's unlock hands the key to the first live one. See detail/lock_table.hpp for
 // the protocol and docs/keyed_mutex.md for a guide.

@@ -124,7 +124,10 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
   return drain_status::waiting;
 }
 
-void actor_base::drain(std::uint64_t ran, std::int64_t turn_start) noexcept {
+// Inlined into drain() and, through run_from_queue(), into run_runnable(): called
+// through drain(), the run queue's hop into an actor (once per hop of a forwarding chain)
+// cost 11 more instructions, 3% of a chain1000 hop (callgrind).
+[[gnu::always_inline]] inline void actor_base::drain_turn(std::uint64_t ran, std::int64_t turn_start) noexcept {
   drain_frame frame{this, tls.top, 0};
   tls.top = &frame;
   drain_cursor c = start_turn(ran, turn_start, frame);
@@ -132,6 +135,14 @@ void actor_base::drain(std::uint64_t ran, std::int64_t turn_start) noexcept {
     if (s == drain_status::waiting) backoff(c.idle_spins - 1);
   }
   tls.top = frame.parent;
+}
+
+void actor_base::drain(std::uint64_t ran, std::int64_t turn_start) noexcept { drain_turn(ran, turn_start); }
+
+[[gnu::always_inline]] inline bool actor_base::run_from_queue(bool more) noexcept {
+  if (more && hand_to_idle_executor()) return false;
+  drain_turn(0, 0);  // pushes its own frame on the current one
+  return true;
 }
 
 void actor_base::drain_now(std::uint64_t ran, std::int64_t turn_start) noexcept {

@@ -66,7 +66,7 @@ std::int64_t lock_table::now() const noexcept {
 
 grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   const std::uintptr_t me = this_thread_id();
-  if (e->own.try_take_serialized() || take_open(e)) {
+  if (e->own.try_take() || take_open(e)) {
     // Free: nobody else counts under this lock, and the last release zeroed it (or opened
     // it) here, so its writes (the token included) are visible.
     const std::uint64_t token = ++e->token;
@@ -110,8 +110,8 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   }
   w->entry = e;
   w->table = this;
-  w->queued_at = now();       // before the push: a releasing holder reads it (eventual fairness)
-  e->own.join_serialized(w);  // held: counted behind the holder, then queued
+  w->queued_at = now();  // before the push: a releasing holder reads it (eventual fairness)
+  e->own.join(w);        // held: counted behind the holder, then queued
   s.lock.unlock();
 
   const std::int64_t deadline = r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline;
@@ -137,7 +137,7 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
 }
 
 bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) {
-  if (e->own.try_take_serialized() || take_open(e)) {
+  if (e->own.try_take() || take_open(e)) {
     ++e->token;
     s.lock.unlock();
     return true;
@@ -146,7 +146,7 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
   w->table = this;
   w->queued_at = now();                               // before the push: read by the waiter's completion
   if (deadline != no_deadline) w->timeout.owner = w;  // before the push: the granter reads it
-  e->own.join_serialized(w);
+  e->own.join(w);
   s.lock.unlock();
   if (deadline != no_deadline) {
     // After the push, w may be granted at any moment. A grant cancels the timeout under
@@ -170,20 +170,9 @@ bool lock_table::take_open(lock_entry* e) noexcept {
   return true;
 }
 
-void lock_table::release(lock_entry* e) noexcept {
-  HANDOFF_ASSERT(e->own.pending() >= 1);  // the releasing holder is counted
-  HANDOFF_ASSERT(!e->open);               // held: not free
-  e->holder_thread.store(0, std::memory_order_relaxed);
-  std::uint64_t uncounted = 1;  // ours
-  while (waiter* w = next_waiter(e, uncounted)) {
-    // Eventual fairness passes over a blocked thread that has not waited fair_after yet.
-    const bool pass_over = fair_after_ != 0 && w->type == waiter::kind::thread && now() - w->queued_at < fair_after_;
-    if (pass_over ? free_for(e, w, uncounted) : hand_over(e, w, uncounted)) return;
-    release_waiter(w);  // it gave up: the queue's reference
-  }
-}
-
-waiter* lock_table::next_waiter(lock_entry* e, std::uint64_t uncounted) noexcept {
+// Inlined into release(): as a call of its own, the uncontended unlock cost about 30
+// more instructions (measured with callgrind).
+[[gnu::always_inline]] inline waiter* lock_table::next_waiter(lock_entry* e, std::uint64_t uncounted) noexcept {
   if (waiter* f = e->front) {  // the oldest: woken before, lost to a barger (or gave up)
     e->front = nullptr;
     return f;
@@ -195,7 +184,7 @@ waiter* lock_table::next_waiter(lock_entry* e, std::uint64_t uncounted) noexcept
   // Requests are counted and pushed under this lock: the mailbox is exact here.
   w = e->own.looks_empty() ? nullptr : static_cast<waiter*>(e->own.pop());
   if (w == nullptr) {
-    e->own.release_serialized(uncounted);  // count == uncounted: nobody else is counted
+    e->own.release(uncounted);  // count == uncounted: nobody else is counted
     lock_entry* dead = remove_if_unused(s, e);
     s.lock.unlock();
     if (dead != nullptr) recycle(dead);
@@ -203,6 +192,19 @@ waiter* lock_table::next_waiter(lock_entry* e, std::uint64_t uncounted) noexcept
   }
   s.lock.unlock();
   return w;
+}
+
+void lock_table::release(lock_entry* e) noexcept {
+  HANDOFF_ASSERT(e->own.pending() >= 1);  // the releasing holder is counted
+  HANDOFF_ASSERT(!e->open);               // held: not free
+  e->holder_thread.store(0, std::memory_order_relaxed);
+  std::uint64_t uncounted = 1;  // ours
+  while (waiter* w = next_waiter(e, uncounted)) {
+    // Eventual fairness passes over a blocked thread that has not waited fair_after yet.
+    const bool pass_over = fair_after_ != 0 && w->type == waiter::kind::thread && now() - w->queued_at < fair_after_;
+    if (pass_over ? free_for(e, w, uncounted) : hand_over(e, w, uncounted)) return;
+    release_waiter(w);  // it gave up: the queue's reference
+  }
 }
 
 bool lock_table::hand_over(lock_entry* e, waiter* w, std::uint64_t& uncounted) noexcept {

@@ -3,12 +3,11 @@
  * ownership word `count` and an MPSC mailbox. A party counts itself before it enqueues;
  * the 0 -> 1 increment makes it the owner; the owner releases by subtracting what it
  * consumed (fetch_sub(X) == X), and with nothing to pop while the count says more is
- * coming, it waits for the counted message that is not linked yet. Both the actor and the
- * keyed mutex's per-key entry are built from it; this file models it in its lock-free,
- * most general use, the actor's (include/handoff/detail/ownership.hpp, driven by
- * lib/actor/actor_base.cpp), with the actor's budgets and executor hand-off on top.
- * keyed_lock.pml models the keyed entry's use, whose increments and final release happen
- * under the table's shard lock. Checked by spin under ctest through tests/model/check.sh;
+ * coming, it waits for the counted message that is not linked yet. This file models the
+ * lock-free protocol, the actor's (lockfree_ownership in include/handoff/detail/ownership.hpp,
+ * driven by lib/actor/actor_base.cpp), with the actor's budgets and executor hand-off on
+ * top. keyed_lock.pml models the serialized protocol of the keyed entry, which shares the
+ * storage and whose increments and final release happen under the table's shard lock. Checked by spin under ctest through tests/model/check.sh;
  * see tests/model/README.md.
  *
  * One actor, NS sender processes sending M messages each, and (with EXEC) one executor

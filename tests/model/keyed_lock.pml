@@ -1,8 +1,9 @@
 /*
  * Promela model of the keyed mutex's per-key protocol (include/handoff/detail/lock_table.hpp,
- * lib/keyed/lock_protocol.cpp): the hand-off primitive of handoff.pml (count before enqueue, the
- * 0 -> 1 increment owns, release subtracts what was consumed) with its acquirers and its
- * final release serialized by the table's shard lock, plus what the keyed mutex adds:
+ * lib/keyed/lock_protocol.cpp): the storage of handoff.pml's hand-off primitive (count before
+ * enqueue, the 0 -> 1 increment owns, release subtracts what was consumed) under the
+ * serialized protocol (serialized_ownership): acquirers and the final release hold the
+ * table's shard lock, plus what the keyed mutex adds:
  * waiters that time out, leases that the timer expires, and the entry's life in the table.
  * Checked by spin through check.sh (MODEL=keyed_lock.pml); see tests/model/README.md.
  *

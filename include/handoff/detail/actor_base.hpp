@@ -21,7 +21,8 @@
 // per round and cannot fail spuriously (a weak CAS could, and its failure path would
 // subtract the count to 0 while the owner is still draining).
 //
-// The count and the mailbox are the shared hand-off primitive (detail/ownership.hpp).
+// The count and the mailbox are the hand-off primitive's storage, driven by its lock-free
+// protocol (lockfree_ownership in detail/ownership.hpp).
 //
 // Nested sends: a thread that wins an actor while it is already draining one (inside a
 // handler) does not recurse: it puts the message in front of the mailbox through the
@@ -80,14 +81,11 @@ class actor_base : public runnable {
   // with tls.top == the current frame): drains the actor, which this thread owns, or, when
   // `more` work waits on the queue and its executor reports idle workers, hands it to that
   // executor (spreading work over a pool) and returns false.
-  bool run_from_queue(bool more) noexcept {
-    if (more && hand_to_idle_executor()) return false;
-    drain(0, 0);  // pushes its own frame on the current one
-    return true;
-  }
+  // Inline in lib/actor/actor_base.cpp: called only by run_runnable() there.
+  bool run_from_queue(bool more) noexcept;
 
  protected:
-  using admission = ownership::admission;
+  using admission = lockfree_ownership::admission;
 
   actor_base() noexcept = default;
   // Both throw std::invalid_argument for a budget without an executor or a negative time.
@@ -311,6 +309,7 @@ class actor_base : public runnable {
   [[nodiscard]] drain_cursor start_turn(std::uint64_t ran, std::int64_t turn_start, drain_frame& frame) const noexcept;
   drain_status drain_step(drain_cursor& c) noexcept;
   void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
+  void drain_turn(std::uint64_t ran, std::int64_t turn_start) noexcept;  // drain()'s body, inlined
   // The FIFO end of this thread's run queue (see continue_elsewhere()).
   void queue_later() noexcept;
   // Owner only, the actor counted (not idle): the owner stops draining and the actor goes
@@ -328,7 +327,7 @@ class actor_base : public runnable {
   [[nodiscard]] bool budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns) const noexcept;
 
   // The ownership word (messages accepted and not yet run) and the mailbox: see above.
-  ownership core_;
+  lockfree_ownership core_;
   std::shared_ptr<const actor_options> options_;  // immutable after construction; may be null
 };
 

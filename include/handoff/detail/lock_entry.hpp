@@ -94,14 +94,18 @@ struct lock_entry {
   // --- shard lock ---
   std::size_t hash;        // the mixed hash (reset when a cached entry is reused)
   std::uint32_t refs = 0;  // guards whose lease expired and that still refer to the entry
+  // Eventual fairness: the key is free although waiters still count (see `front` below).
+  // Here, in refs' padding, so that the entry stays two cache lines (128 bytes).
+  bool open = false;
 
   // --- hand-off protocol (lib/keyed/lock_protocol.cpp only) ---
-  // The actor hand-off primitive, used serialized: its count is the requests accepted and
-  // not finished (the holder and the queued waiters), its mailbox the waiters. Taken and
-  // joined only under the shard lock, released to 0 only under it; the holder's hand-offs
-  // subtract outside it (never to 0: the granted waiter is counted). Relaxed throughout:
-  // the shard lock or the waiter's `state` publishes what it guards.
-  ownership own;
+  // The hand-off primitive's storage, driven by the serialized protocol: its count is the
+  // requests accepted and not finished (the holder and the queued waiters), its mailbox
+  // the waiters. Taken and joined only under the shard lock, released to 0 only under it;
+  // the holder's hand-offs subtract outside it (never to 0: the granted waiter is
+  // counted). Relaxed throughout: the shard lock or the waiter's `state` publishes what it
+  // guards.
+  serialized_ownership own;
   // Fencing token of the current (or last) grant. Written by the holder; read under the
   // shard lock when count == 0 (the releasing holder's shard unlock publishes it).
   std::uint64_t token = 0;
@@ -111,13 +115,12 @@ struct lock_entry {
   // Eventual fairness only (lock_table::fair_after_ != 0; always null/false under fifo).
   // `front`: the oldest waiter, taken out of the mailbox by an unlock that freed the key and
   // woke it; it stays the next to be considered, ahead of the mailbox, until it holds the
-  // key or gives up, and it owns the queue's reference to the node. `open`: no holder, the
-  // key is free although `front` (and perhaps the mailbox) still count: the first request
-  // to take the shard lock takes it. Invariant: open implies front is set and woken.
-  // Written under the shard lock; `front` is also read and cleared by the holder, whose
-  // taking of the key (under that lock) ordered it after every write.
+  // key or gives up, and it owns the queue's reference to the node. `open` (above): no
+  // holder, the key is free although `front` (and perhaps the mailbox) still count: the
+  // first request to take the shard lock takes it. Invariant: open implies front is set
+  // and woken. Written under the shard lock; `front` is also read and cleared by the
+  // holder, whose taking of the key (under that lock) ordered it after every write.
   waiter* front = nullptr;
-  bool open = false;
 
   // --- leases ---
   // The lease word (see the overview). The guard's unlock and the timer's expiry both CAS

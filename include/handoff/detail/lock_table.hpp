@@ -7,11 +7,13 @@
 // (leases, async wait times, and where their completions run), lock_shard.cpp,
 // entry_cache.cpp.
 //
-// A key's entry reuses the actor hand-off primitive's storage (detail/ownership.hpp): its
-// word and its mailbox's pop. Owning the entry's `own` word is holding the lock (design (b)
-// in docs/design.md), but the acquire and the final release are plain loads and stores
-// under the shard lock (the *_serialized steps), not the actor's atomic ones. Its count is the lock requests accepted
-// and not finished (the holder plus the queued waiters), and its mailbox holds the requests that found it owned.
+// A key's entry shares the actor hand-off primitive's storage (detail/ownership.hpp): its
+// word and its mailbox. Owning the entry's `own` word is holding the lock (design (b) in
+// docs/design.md), but the entry drives it with the serialized protocol
+// (serialized_ownership): the acquire and the final release are plain loads and stores
+// under the shard lock, not the actor's atomic ones. Its count is the lock requests
+// accepted and not finished (the holder plus the queued waiters), and its mailbox holds
+// the requests that found it owned.
 //
 //   lock:    under the shard lock, find or create the entry, then
 //            count == 0 -> count = 1: the caller holds the key (no node, no wait)
@@ -176,7 +178,7 @@ class lock_table {
   // in lib/keyed/lock_protocol.cpp). Holds the key and unlocks s if e is free and no lease is
   // asked for; else leaves both to acquire().
   [[nodiscard]] static bool try_acquire_fast(lock_shard& s, lock_entry* e, grant& g) noexcept {
-    if (!e->own.try_take_serialized()) return false;
+    if (!e->own.try_take()) return false;
     g = {e, ++e->token, 0};
     e->holder_thread.store(this_thread_id(), std::memory_order_relaxed);
     s.lock.unlock();
