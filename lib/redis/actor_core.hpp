@@ -73,8 +73,16 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   // Owner only: drains `n`'s actor under `token` (actor_system.hpp's protocol), starting
   // with `first` if given; reports every failure to on_error.
   void drain(const actor_names& n, const std::string& token, const first_delivery* first = nullptr) noexcept;
-  // Where an owner continues: drain() here, or on the executor (queue_drain).
-  void continue_owned(const actor_names& n, const std::string& token, bool on_executor);
+  // The one place that decides where an owner continues its actor: on the executor (if
+  // any) when `prefer_executor` (the sweeper) or when this thread runs work of the library
+  // now (a handler, a callback, a resumed coroutine); otherwise drain_on_this_thread().
+  // `first`: the post's own message, delivered by its reply (top level only).
+  void continue_owned(const actor_names& n, const std::string& token, bool prefer_executor,
+                      const first_delivery* first = nullptr);
+  // At top level: drain() now. Inside work of the library: a task on this thread's run
+  // queue that drains after that work returns (never nested in it). Reports failures.
+  void drain_on_this_thread(const actor_names& n, const std::string& token,
+                            const first_delivery* first = nullptr) noexcept;
   void queue_drain(const actor_names& n, const std::string& token);
   [[nodiscard]] std::shared_ptr<const actor_system::handler> find(std::string_view key) const;
   void report(std::string_view key, const std::exception_ptr& e) const noexcept;

@@ -1,5 +1,6 @@
 // handoff::redis::actor_system: post, the owner's drain loop, and the facade
 // (actor_system.hpp; the scripts in actor_scripts.hpp; the threads in actor_threads.cpp).
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -9,15 +10,58 @@
 #include "actor_core.hpp"
 #include "actor_scripts.hpp"
 #include "client.hpp"
+#include "handoff/detail/assert.hpp"
 #include "handoff/detail/report.hpp"
+#include "handoff/detail/run_queue.hpp"
 
 namespace handoff::redis::detail {
 
 namespace {
 
-// Handlers running on this thread (any actor_system): a post made inside one never drains
-// inline, so that a chain of actors posting to each other cannot grow the stack.
-thread_local int handler_depth = 0;
+// True when this thread runs work of the library now: an in-process actor's handler, a
+// keyed-mutex callback, a coroutine the library resumed, a task of the run queue, or a
+// Redis handler (which runs under a frame of its own, see handler_frame). An actor won
+// there never drains inside that work (continue_owned): no network round trip and no
+// other actor's handler runs nested in a handler, and a chain of actors posting to each
+// other cannot grow the stack.
+bool inside_work() noexcept { return handoff::detail::tls.top != nullptr; }
+
+// A handler runs as work of the runtime, under a frame of its own (a sentinel: it drains no
+// in-process actor), so that what it makes runnable on this thread (an in-process actor, a
+// keyed-mutex grant, a Redis actor won by its post) waits until it returns. At top level
+// the thread's queue then runs, before the drain's next step; inside other work, the queue
+// runs when that work returns.
+class handler_frame {
+ public:
+  handler_frame() noexcept : frame_{nullptr, handoff::detail::tls.top, 0} { handoff::detail::tls.top = &frame_; }
+  handler_frame(const handler_frame&) = delete;
+  handler_frame& operator=(const handler_frame&) = delete;
+  ~handler_frame() {
+    handoff::detail::tls.top = frame_.parent;
+    if (frame_.parent == nullptr) handoff::detail::run_queued();
+  }
+
+ private:
+  handoff::detail::drain_frame frame_;
+};
+
+// A drain queued on this thread's run queue (continue_owned inside other work). It holds
+// the core (so it may outlive the facade, as an executor job does) and what the drain
+// needs, keeps its registration with the renewer while it waits, and frees itself.
+struct drain_task : handoff::detail::task {
+  drain_task(std::shared_ptr<actor_core> c, const actor_names& names, const std::string& t)
+      : core(std::move(c)), n(names), token(t) {
+    run = &run_drain;
+  }
+  static void run_drain(handoff::detail::task* t) noexcept {
+    const std::unique_ptr<drain_task> self(static_cast<drain_task*>(t));
+    self->core->unregister_drain(self->token);
+    self->core->drain(self->n, self->token);  // reports its failures to on_error
+  }
+  std::shared_ptr<actor_core> core;
+  actor_names n;
+  std::string token;
+};
 
 [[noreturn]] void unexpected(std::string_view what) {
   throw error("handoff::redis: " + std::string(what) + ": unexpected reply from the server");
@@ -96,9 +140,10 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   std::string id = next_id();
   std::string element = id + ' ';
   element += body;
-  // Inside a handler only an executor may continue the actor (no drain nested in a drain).
-  const bool nested = handler_depth > 0;
-  const bool can_own = find(key) != nullptr && (!nested || static_cast<bool>(a.executor));
+  // Inside other work the caller may own the actor, but drains after that work (or on the
+  // executor): its message is not delivered by the reply.
+  const bool nested = inside_work();
+  const bool can_own = find(key) != nullptr;
   const std::string what = describe("post to", key);
   const std::string bound = std::to_string(a.max_mailbox);
   const std::string lease = std::to_string(a.lease.count());
@@ -111,20 +156,38 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_INTEGER &&
       r->element[0]->integer == 2 && !nested) {
     const first_delivery first{id, body, text(*r->element[1]), text(*r->element[2])};
-    drain(n, id, &first);
+    continue_owned(n, id, false, &first);
     return id;
   }
   if (r->type != REDIS_REPLY_INTEGER || r->integer < -1 || r->integer > 1) unexpected(what);
   if (r->integer == -1) return std::nullopt;
-  if (r->integer == 1) continue_owned(n, id, nested);
+  if (r->integer == 1) continue_owned(n, id, false);
   return id;
 }
 
-void actor_core::continue_owned(const actor_names& n, const std::string& token, bool on_executor) {
-  if (on_executor) {
+void actor_core::continue_owned(const actor_names& n, const std::string& token, bool prefer_executor,
+                                const first_delivery* first) {
+  const bool inside = inside_work();
+  HANDOFF_ASSERT(first == nullptr || (!inside && !prefer_executor));
+  if (a.executor && (prefer_executor || inside)) {
     queue_drain(n, token);
   } else {
-    drain(n, token);
+    drain_on_this_thread(n, token, first);
+  }
+}
+
+void actor_core::drain_on_this_thread(const actor_names& n, const std::string& token,
+                                      const first_delivery* first) noexcept {
+  if (!inside_work()) return drain(n, token, first);
+  try {
+    auto t = std::make_unique<drain_task>(shared_from_this(), n, token);
+    // Registered before it is queued, so that the renewer keeps the lease while it waits.
+    register_drain(token, n.key);
+    handoff::detail::schedule(t.release());  // runs after the current work, on this thread
+  } catch (...) {
+    // Out of memory: the actor stays owned until its lease runs out; then a post or a
+    // sweeper takes it over.
+    report(n.key, std::current_exception());
   }
 }
 
@@ -134,7 +197,7 @@ void actor_core::queue_drain(const actor_names& n, const std::string& token) {
   try {
     handoff::execute(a.executor, [self = shared_from_this(), n, token] {
       self->unregister_drain(token);
-      self->drain(n, token);
+      self->drain_on_this_thread(n, token);  // an executor that runs jobs inline: after the work
     });
   } catch (...) {
     unregister_drain(token);  // the lease runs out and a sweeper takes the actor over
@@ -231,13 +294,7 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
       const auto h = find(n.key);
       try {
         if (h == nullptr) throw error("handoff::redis: " + what + ": no handler for this key in this process");
-        ++handler_depth;
-        struct depth_guard {
-          depth_guard() = default;
-          depth_guard(const depth_guard&) = delete;
-          depth_guard& operator=(const depth_guard&) = delete;
-          ~depth_guard() { --handler_depth; }
-        } const depth;
+        const handler_frame frame;
         (*h)(d);
         done = id;
         if (const std::string* s = d.staged_state()) {
@@ -287,6 +344,9 @@ std::string actor_system::post_for(std::string_view key, std::string_view body, 
     if (auto id = core_->try_post(key, body)) return std::move(*id);
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return post(key, body);  // one last try, which throws mailbox_full
+    // About to block: first run what this thread owns only through its run queue (it may
+    // be what would make room, or what another thread waits for).
+    handoff::detail::run_before_blocking();
     std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
   }
 }

@@ -1,6 +1,10 @@
 // handoff::redis::actor_system against a real redis-server (redis_server.hpp): the hand-off
 // across processes (redis_actor_helper), crashes of owners and senders, the budget, dead
-// letters, the state committed with the dequeue, limits, odd keys and a failing server.
+// letters, the state committed with the dequeue, limits, odd keys and a failing server;
+// where a post made inside other work of the library (an in-process handler, a keyed-mutex
+// callback, a resumed coroutine, a Redis handler) drains the actor it wins.
+#include <handoff/actor.hpp>
+#include <handoff/keyed_mutex.hpp>
 #include <handoff/redis/actor_system.hpp>
 #include <handoff/thread_pool.hpp>
 
@@ -288,16 +292,107 @@ TEST(RedisActor, a_spent_budget_without_executor_announces_the_actor_and_a_sweep
   }
 }
 
-TEST(RedisActor, a_post_from_inside_a_handler_never_drains_on_the_handlers_thread) {
+TEST(RedisActor, a_post_from_inside_a_redis_handler_drains_the_won_actor_on_the_same_thread_after_that_handler) {
   redis_server server;
   hr::actor_system actors(at(server.port()), quick());
-  std::promise<std::thread::id> b_ran;
-  actors.on("a:", [&](hr::delivery&) { actors.post("b:1", "from a"); });
-  actors.on("b:", [&](hr::delivery&) { b_ran.set_value(std::this_thread::get_id()); });
+  bool in_a = false;
+  std::vector<std::pair<std::thread::id, bool>> b_runs;  // (thread, inside a's handler)
+  actors.on("a:", [&](hr::delivery&) {
+    in_a = true;
+    actors.post("b:1", "from a");
+    in_a = false;
+  });
+  actors.on("b:", [&](hr::delivery&) { b_runs.emplace_back(std::this_thread::get_id(), in_a); });
   actors.post("a:1", "go");
-  auto f = b_ran.get_future();
-  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
-  EXPECT_NE(f.get(), std::this_thread::get_id()) << "the nested post drained inline";
+  ASSERT_EQ(b_runs.size(), 1U) << "b's message did not run on this thread before the post returned";
+  EXPECT_EQ(b_runs[0].first, std::this_thread::get_id());
+  EXPECT_FALSE(b_runs[0].second) << "the nested post drained inside a's handler";
+  EXPECT_EQ(actors.pending("b:1"), 0U);
+}
+
+// A Redis handler that records, for each run, its thread and whether `inside` was set then.
+struct inside_probe {
+  std::atomic<bool> inside{false};
+  std::mutex mu;
+  std::vector<std::pair<std::thread::id, bool>> runs;  // guarded by mu
+  void attach(hr::actor_system& actors) {
+    actors.on("r:", [this](hr::delivery&) {
+      const std::lock_guard<std::mutex> lock(mu);
+      runs.emplace_back(std::this_thread::get_id(), inside.load());
+    });
+  }
+  // The work the post runs inside: sets `inside` around the post.
+  void post_inside(hr::actor_system& actors) {
+    inside = true;
+    actors.post("r:1", "x");
+    inside = false;
+  }
+  void expect_one_run_here_after_the_work() {
+    const std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(runs.size(), 1U) << "the message did not run exactly once on this thread";
+    EXPECT_EQ(runs[0].first, std::this_thread::get_id());
+    EXPECT_FALSE(runs[0].second) << "the Redis handler ran nested inside the work that posted";
+  }
+};
+
+TEST(RedisActor, a_post_from_an_in_process_actors_handler_drains_after_that_handler_on_the_same_thread) {
+  redis_server server;
+  hr::actor_system actors(at(server.port()), quick());
+  inside_probe probe;
+  probe.attach(actors);
+  handoff::actor<int> local{0};
+  local.post([&](int&) { probe.post_inside(actors); });  // at top level: runs here, then the queue
+  probe.expect_one_run_here_after_the_work();
+  EXPECT_EQ(actors.pending("r:1"), 0U);
+}
+
+TEST(RedisActor, a_post_from_a_keyed_mutex_callback_drains_after_that_callback_on_the_same_thread) {
+  redis_server server;
+  hr::actor_system actors(at(server.port()), quick());
+  inside_probe probe;
+  probe.attach(actors);
+  handoff::keyed_mutex<std::string> m;
+  m.lock_async("k", [&](auto /*guard*/) { probe.post_inside(actors); });  // free key: runs here
+  probe.expect_one_run_here_after_the_work();
+}
+
+TEST(RedisActor, a_post_from_a_coroutine_the_library_resumed_drains_after_it_on_the_same_thread) {
+  redis_server server;
+  hr::actor_system actors(at(server.port()), quick());
+  inside_probe probe;
+  probe.attach(actors);
+  handoff::keyed_mutex<std::string> m;
+  auto held = m.lock("k");
+  [](handoff::keyed_mutex<std::string>& mx, inside_probe& p, hr::actor_system& a) -> handoff::test::fire_and_forget {
+    auto g = co_await mx.async_lock("k");  // resumed inside held.unlock() below
+    p.post_inside(a);
+  }(m, probe, actors);
+  held.unlock();
+  probe.expect_one_run_here_after_the_work();
+}
+
+TEST(RedisActor, post_for_on_a_full_mailbox_inside_a_handler_first_runs_what_this_thread_has_queued) {
+  redis_server server;
+  hr::actor_options a = quick();
+  a.max_mailbox = 1;
+  hr::actor_system actors(at(server.port()), a);
+  std::atomic<bool> queued_ran{false};
+  std::atomic<bool> seen_by_owner{false};
+  actors.on("q:", [&](hr::delivery& d) {
+    // The owner's m0 keeps the mailbox full until the work queued on the poster's thread ran.
+    if (d.body() == "m0") seen_by_owner = eventually([&] { return queued_ran.load(); }, 300ms);
+  });
+  std::thread owner([&] { actors.post("q:1", "m0"); });
+  ASSERT_TRUE(eventually([&] { return actors.pending("q:1") == 1; }));
+  handoff::actor<int> x{0};
+  handoff::actor<int> y{0};
+  x.post([&](int&) {
+    y.post([&](int&) { queued_ran = true; });  // idle: queued on this thread, after x's handler
+    actors.post_for("q:1", "m1", 10s);
+  });
+  owner.join();
+  EXPECT_TRUE(seen_by_owner.load()) << "post_for slept while this thread's queue held y";
+  EXPECT_TRUE(eventually([&] { return actors.pending("q:1") == 0; }));
 }
 
 TEST(RedisActor, a_post_from_a_process_without_a_handler_for_the_key_is_handled_by_one_that_has_it) {

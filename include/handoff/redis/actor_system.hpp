@@ -11,7 +11,8 @@
 // The protocol is the in-process actor's hand-off with the count and the mailbox on the
 // server (each step one Lua script; lib/redis/actor_scripts.hpp gives the data layout):
 //   post:    count += 1 and append the message, atomically; the post that finds no live
-//            owner (count 0 -> 1) becomes the owner and drains on the caller's thread.
+//            owner (count 0 -> 1) becomes the owner and drains on the caller's thread: at
+//            once at top level, after the current work inside a handler or callback.
 //   drain:   peek the head (its delivery count + 1), run the handler, then dequeue it
 //            (at-least-once: a message is removed only after its handler returned);
 //            with the mailbox empty, release by subtracting the messages removed this
@@ -152,9 +153,9 @@ class actor_system {
   explicit actor_system(options o = {}, actor_options a = {});
   // Stops the threads (after the drain each is running, if any, ends its round); drains in
   // progress on posting threads or the executor finish their round. A continuation already
-  // queued on the executor still runs (it holds the system's state): the handlers' captures
-  // must outlive it. Actors this process owned and did not finish are taken over by others
-  // after their lease.
+  // queued on the executor or on a thread's run queue still runs (it holds the system's
+  // state): the handlers' captures must outlive it. Actors this process owned and did not
+  // finish are taken over by others after their lease.
   ~actor_system();
   actor_system(const actor_system&) = delete;
   actor_system& operator=(const actor_system&) = delete;
@@ -166,21 +167,30 @@ class actor_system {
   void on(std::string family, handler h);
 
   // Thread-safe. Appends `body` to `key`'s mailbox (keys and bodies are any bytes); one
-  // round trip. If no process owns the actor, the caller becomes its owner and drains it
-  // here, running handlers (its own message's and others') until the mailbox is empty or
-  // the budget is spent: post may block that long. A post from inside a handler, or for a
-  // key this process has no handler for, never drains: it hands the actor to the executor
-  // or announces it. Returns the message's id. Throws mailbox_full when the mailbox holds
-  // max_mailbox messages (nothing posted), std::invalid_argument for a body over
-  // max_message_bytes, error on Redis failure (the message may or may not be queued).
-  // Errors while draining (after the message was queued) go to on_error, not to the caller.
+  // round trip. If no process owns the actor, the caller becomes its owner. At top level
+  // (the thread runs nothing of the library) it drains the actor here, running handlers
+  // (its own message's and others') until the mailbox is empty or the budget is spent:
+  // post may block that long. Inside work of the library on this thread (an in-process
+  // actor's handler, a keyed-mutex callback, a coroutine the library resumed, a Redis
+  // handler) it never drains there: the drain continues on the executor if there is one,
+  // else on this thread's run queue, after the current work returns (docs/runtime.md),
+  // and post returns after the one round trip. A post for a key this
+  // process has no handler for announces the actor for a sweeper. Each handler runs as
+  // work of the library: what it makes runnable on this thread (an in-process send, a
+  // keyed grant, another Redis actor won) runs after it returns. Returns the message's
+  // id. Allocates. Throws mailbox_full when the mailbox holds max_mailbox messages (nothing
+  // posted), std::invalid_argument for a body over max_message_bytes, error on Redis
+  // failure (the message may or may not be queued). Errors while draining (after the
+  // message was queued) go to on_error, not to the caller.
   std::string post(std::string_view key, std::string_view body);
 
   // As post(), but returns std::nullopt instead of throwing mailbox_full.
   std::optional<std::string> try_post(std::string_view key, std::string_view body);
 
   // As post(), but waits while the mailbox is full (re-trying every few ms), up to
-  // `timeout`; then throws mailbox_full.
+  // `timeout`; then throws mailbox_full. Before each wait it runs this thread's run queue
+  // (run_before_blocking: what the thread owns only through it, nested under the current
+  // work if any), since nobody else can run it while this thread sleeps.
   std::string post_for(std::string_view key, std::string_view body, std::chrono::milliseconds timeout);
 
   // Thread-safe. Takes over and drains the actors due for a sweep (owner lease ended, or
