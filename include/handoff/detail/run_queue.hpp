@@ -1,7 +1,8 @@
 // The per-thread run queue: everything that becomes runnable on a thread while that thread
 // is running something else — an actor won by a nested send, a coroutine resumed by
 // async_ask, a keyed-mutex waiter (coroutine or callback) that was granted or timed out,
-// a callback of handoff::redis — waits here and runs after the current work.
+// a callback of handoff::redis, a handoff::redis actor won by a post — waits here and runs
+// after the current work.
 //
 // The rule: work made runnable while a handler, a resumed coroutine or a callback runs on
 // this thread runs after it returns, depth-first: before work queued earlier, in the order
