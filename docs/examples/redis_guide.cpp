@@ -87,7 +87,7 @@ bool settle(handoff::redis::keyed_mutex& locks, player_store& store, const std::
   for (long r : rewards) {
     g.check();                                                 // throws handoff::lock_expired once over
     if (!store.write(id, g.token(), gold += r)) return false;  // fenced: what check() cannot close
-    if (!g.extend(2s)) return false;                           // 2 s from now, on the server
+    if (!g.extend(handoff::lease{2s})) return false;           // 2 s from now, on the server
   }
   return true;
 }

@@ -23,6 +23,7 @@
 
 #include "connection.hpp"
 #include "handoff/redis/actor_system.hpp"
+#include "lease_ms.hpp"
 #include "names.hpp"
 
 namespace handoff::redis::detail {
@@ -53,6 +54,9 @@ constexpr int sweep_batch = 256;
 // drain of a few messages on loopback frees room within a few ms).
 constexpr std::chrono::milliseconds post_retry_min{1};
 constexpr std::chrono::milliseconds post_retry_max{16};
+
+// The ownership lease as the scripts take it: whole milliseconds (lease_ms.hpp).
+inline std::string lease_px(const actor_options& a) { return std::to_string(lease_to_ms(a.lease.duration.count())); }
 
 struct actor_core : std::enable_shared_from_this<actor_core> {
   actor_core(options opts, actor_options a);

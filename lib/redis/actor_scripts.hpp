@@ -32,7 +32,7 @@ namespace handoff::redis::detail::actor_scripts {
   "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
   "local function id_of(m) return string.sub(m, 1, string.find(m, ' ', 1, true) - 1) end\n"
 
-// KEYS: count, mailbox, owner, pending, head, state. ARGV: element, mailbox bound, token
+// KEYS: count, mailbox, owner, pending, head, state. ARGV: element, mailbox bound ('': none), token
 // (the message's id), lease ms, '1' if this process may own the actor ('0': announce it
 // instead), the actor key, '1' if the caller drains at once (then a message that finds the
 // mailbox empty is delivered by this reply: no peek).
@@ -41,7 +41,7 @@ namespace handoff::redis::detail::actor_scripts {
 // owns the actor and its message is the head, delivered for the first time.
 inline constexpr const char* post = HANDOFF_ACTOR_LUA_PRELUDE R"lua(
 local len = redis.call('LLEN', KEYS[2])
-if len >= tonumber(ARGV[2]) then return -1 end
+if ARGV[2] ~= '' and len >= tonumber(ARGV[2]) then return -1 end
 local n = redis.call('INCR', KEYS[1])
 redis.call('RPUSH', KEYS[2], ARGV[1])
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end

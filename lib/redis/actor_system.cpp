@@ -11,6 +11,7 @@
 #include "actor_scripts.hpp"
 #include "client.hpp"
 #include "handoff/detail/assert.hpp"
+#include "handoff/detail/clock.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/detail/run_queue.hpp"
 
@@ -86,10 +87,7 @@ void check(const actor_options& a) {
   const auto bad = [](const char* why) {
     throw std::invalid_argument(std::string("handoff::redis::actor_system: ") + why);
   };
-  if (a.lease.count() <= 0) bad("lease must be positive");
-  if (a.budget_messages == 0) bad("budget_messages must be at least 1");
-  if (a.budget_time.count() <= 0) bad("budget_time must be positive");
-  if (a.max_mailbox == 0) bad("max_mailbox must be at least 1");
+  if (a.max_time.count() < 0) bad("max_time must not be negative");
   if (a.max_attempts == 0) bad("max_attempts must be at least 1");
   if (a.sweep_interval.count() < 0) bad("sweep_interval must not be negative");
 }
@@ -145,8 +143,8 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   const bool nested = inside_work();
   const bool can_own = find(key) != nullptr;
   const std::string what = describe("post to", key);
-  const std::string bound = std::to_string(a.max_mailbox);
-  const std::string lease = std::to_string(a.lease.count());
+  const std::string bound = a.capacity == 0 ? "" : std::to_string(a.capacity);  // '': unbounded
+  const std::string lease = lease_px(a);
   reply r = [&] {
     auto c = connections.take();
     return c->eval(post_script, {n.count, n.mailbox, n.owner, pending_key, n.head, n.state},
@@ -230,15 +228,19 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
   try {
     const registration reg(*this, n, token);
     const std::string what = describe("drain of", n.key);
-    const std::string lease = std::to_string(a.lease.count());
+    const std::string lease = lease_px(a);
     const std::string attempts = std::to_string(a.max_attempts);
-    const auto budget_end = std::chrono::steady_clock::now() + a.budget_time;
+    // 0: no budget, as for handoff::actor_options.
+    const std::int64_t budget_end = a.max_time.count() == 0
+                                        ? handoff::detail::no_deadline
+                                        : handoff::detail::deadline_after(handoff::detail::now_ns(), a.max_time);
     std::string x = "0";    // messages removed this round, as the last step said
     std::string done;       // the id of the message handled, to dequeue
     std::string new_state;  // set by its handler (remember_handled)
     bool has_state = false;
     for (std::uint32_t ran = 0;;) {
-      const bool spent = ran >= a.budget_messages || std::chrono::steady_clock::now() >= budget_end;
+      const bool spent = (a.max_messages != 0 && ran >= a.max_messages) ||
+                         (budget_end != handoff::detail::no_deadline && handoff::detail::now_ns() >= budget_end);
       const char* mode = !spent ? "next" : a.executor ? "keep" : "announce";
       reply r;  // what the delivery's views point into
       std::string_view id;
@@ -334,20 +336,21 @@ std::optional<std::string> actor_system::try_post(std::string_view key, std::str
 
 std::string actor_system::post(std::string_view key, std::string_view body) {
   if (auto id = core_->try_post(key, body)) return std::move(*id);
-  throw mailbox_full("handoff::redis::actor_system::post: the mailbox of " + handoff::detail::key_excerpt(key) +
-                     " holds max_mailbox (" + std::to_string(core_->a.max_mailbox) + ") messages");
+  throw handoff::mailbox_full("handoff::redis::actor_system::post: the mailbox of " +
+                              handoff::detail::key_excerpt(key) + " holds its capacity (" +
+                              std::to_string(core_->a.capacity) + ") messages");
 }
 
 std::string actor_system::post_for(std::string_view key, std::string_view body, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const std::int64_t deadline = handoff::detail::deadline_after(handoff::detail::now_ns(), timeout);
   for (auto pause = detail::post_retry_min;; pause = std::min(pause * 2, detail::post_retry_max)) {
     if (auto id = core_->try_post(key, body)) return std::move(*id);
-    const auto now = std::chrono::steady_clock::now();
+    const std::int64_t now = handoff::detail::now_ns();
     if (now >= deadline) return post(key, body);  // one last try, which throws mailbox_full
     // About to block: first run what this thread owns only through its run queue (it may
     // be what would make room, or what another thread waits for).
     handoff::detail::run_before_blocking();
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(pause, std::chrono::nanoseconds(deadline - now)));
   }
 }
 

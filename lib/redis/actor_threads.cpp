@@ -27,8 +27,10 @@ void actor_core::stop() noexcept {
 }
 
 void actor_core::renew_loop() noexcept {
-  const auto period = std::max<std::chrono::milliseconds>(a.lease / actor_renew_fraction, std::chrono::milliseconds(1));
-  const std::string lease = std::to_string(a.lease.count());
+  const auto period = std::max<std::chrono::milliseconds>(
+      std::chrono::milliseconds(lease_to_ms(a.lease.duration.count()) / actor_renew_fraction),
+      std::chrono::milliseconds(1));
+  const std::string lease = lease_px(a);
   std::unique_lock<std::mutex> lock(mu);
   while (!stopping) {
     // Every drain is renewed at least once per period: the first renewal of a drain that
@@ -83,7 +85,7 @@ std::size_t actor_core::sweep() {
   std::vector<std::string> keys;
   keys.reserve(due->elements);
   for (std::size_t i = 0; i < due->elements; ++i) keys.emplace_back(due->element[i]->str, due->element[i]->len);
-  const std::string lease = std::to_string(a.lease.count());
+  const std::string lease = lease_px(a);
   std::size_t claimed = 0;
   for (const std::string& key : keys) {
     if (find(key) == nullptr) continue;  // another process's family

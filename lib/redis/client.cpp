@@ -190,9 +190,13 @@ client::pushed_grant client::await_grant(connection& c, const std::string& list,
   return parse_grant(*r, what);
 }
 
-guard client::acquire(std::string_view key, std::int64_t deadline, std::int64_t lease_ns) {
+guard client::acquire(std::string_view key, handoff::detail::wait_mode mode, std::int64_t deadline,
+                      std::int64_t lease_ns) {
+  using handoff::detail::wait_mode;
   const key_names n(o.prefix, key);
-  const bool wait = deadline > now_ns();
+  if (mode == wait_mode::forever) deadline = handoff::detail::no_deadline;
+  // A deadline already past is one try, as wait_mode::none (detail/clock.hpp).
+  const bool wait = mode == wait_mode::forever || (mode == wait_mode::until && deadline > now_ns());
   const std::string id = request_id(lease_ns, wait);
   const std::int64_t ms = lease_ms(lease_ns);
   // `sent` is before the server saw the attempt, so before any grant after it.

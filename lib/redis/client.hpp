@@ -29,6 +29,7 @@
 #include "counters.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/redis/keyed_mutex.hpp"
+#include "lease_ms.hpp"
 #include "names.hpp"
 #include "scripts.hpp"
 
@@ -36,7 +37,6 @@ namespace handoff::redis::detail {
 
 using handoff::detail::add_saturating;
 using handoff::detail::now_ns;
-constexpr std::int64_t ms_ns = 1'000'000;
 // The background thread's longest sleep: it picks up new watchdog holds at least this
 // often (a hold whose first renewal is due within twice this wakes it, see granted()), so
 // no renewal is sent more than this late. A quarter second: a lease-less hold granted by a
@@ -55,9 +55,6 @@ constexpr std::int64_t renew_fraction = 3;
 // whose process died is dropped after missing that many re-checks, while one late
 // re-check (a busy machine) never costs a live waiter its place.
 constexpr std::int64_t missed_heartbeats = 3;
-// The longest lease sent to the server: 2^42 ms, about 139 years. Redis rejects a PX past
-// its clock's range; this is far inside it and far beyond any real lease ("never").
-constexpr std::int64_t max_lease_ms = std::int64_t{1} << 42;
 // client::contention_: a lock that had to queue counts as four free ones, and eight queued
 // locks in a row are remembered: a hot key keeps the single round trip to queue and wait
 // while a free grant now and then (a hand-off to a thread that was not queued yet) does not
@@ -68,12 +65,6 @@ constexpr int contention_max = 32;
 // Milliseconds to nanoseconds, saturating at no_deadline.
 constexpr std::int64_t ms_to_ns(std::int64_t ms) noexcept {
   return ms >= handoff::detail::no_deadline / ms_ns ? handoff::detail::no_deadline : ms * ms_ns;
-}
-// A lease in nanoseconds to whole milliseconds for PX: rounded up, at least 1, at most
-// max_lease_ms.
-constexpr std::int64_t lease_to_ms(std::int64_t lease_ns) noexcept {
-  const std::int64_t ms = lease_ns / ms_ns + (lease_ns % ms_ns != 0 ? 1 : 0);
-  return std::clamp<std::int64_t>(ms, 1, max_lease_ms);
 }
 
 inline std::string random_hex128() {
@@ -179,7 +170,8 @@ struct client : std::enable_shared_from_this<client> {
   void start();
   void stop() noexcept;
 
-  guard acquire(std::string_view key, std::int64_t deadline, std::int64_t lease_ns);
+  // keyed_mutex's blocking requests: `deadline` is read under wait_mode::until only.
+  guard acquire(std::string_view key, handoff::detail::wait_mode mode, std::int64_t deadline, std::int64_t lease_ns);
   void submit(std::unique_ptr<async_request> r);
   void wake() const noexcept;  // the background thread re-reads its inputs and schedule
   void release(hold& h);

@@ -56,13 +56,11 @@ void guard::check() const {
   if (!owns_lock()) throw lock_expired();
 }
 
-bool guard::extend(std::chrono::nanoseconds d) {
-  if (d <= std::chrono::nanoseconds::zero())
-    throw std::invalid_argument("handoff::redis::guard::extend: d must be positive");
+bool guard::extend(lease l) {
   if (hold_ == nullptr) return false;
   const std::lock_guard lock(hold_->mu);
   if (hold_->released.load(std::memory_order_relaxed) || hold_->expired()) return false;
-  return hold_->owner_client->extend(*hold_, d.count());
+  return hold_->owner_client->extend(*hold_, l.duration.count());
 }
 
 std::chrono::nanoseconds guard::lease_duration() const noexcept {
@@ -81,20 +79,8 @@ keyed_mutex::keyed_mutex(options o) : client_(std::make_shared<detail::client>(s
 
 keyed_mutex::~keyed_mutex() { client_->stop(); }
 
-guard keyed_mutex::lock(std::string_view key) { return acquire(key, no_deadline, 0); }
-guard keyed_mutex::lock(std::string_view key, lease l) { return acquire(key, no_deadline, l.duration.count()); }
-guard keyed_mutex::try_lock(std::string_view key) { return acquire(key, 0, 0); }
-guard keyed_mutex::try_lock(std::string_view key, lease l) { return acquire(key, 0, l.duration.count()); }
-
-guard keyed_mutex::acquire(std::string_view key, std::int64_t deadline, std::int64_t lease_ns) {
-  return client_->acquire(key, deadline, lease_ns);
-}
-
-void keyed_mutex::lock_async(std::string key, callback f, std::chrono::nanoseconds wait,
-                             std::chrono::nanoseconds lease) {
-  if (lease < std::chrono::nanoseconds::zero())
-    throw std::invalid_argument("handoff::redis::lock_async: negative lease");
-  lock_async_until(std::move(key), std::move(f), deadline_in(wait), lease.count());
+guard keyed_mutex::acquire(std::string_view key, wait_mode mode, std::int64_t deadline, std::int64_t lease_ns) {
+  return client_->acquire(key, mode, deadline, lease_ns);
 }
 
 void keyed_mutex::lock_async_until(std::string key, callback f, std::int64_t deadline, std::int64_t lease_ns) {

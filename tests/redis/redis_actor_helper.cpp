@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     handoff::redis::options o;
     o.port = port;
     handoff::redis::actor_options a;
-    a.lease = std::chrono::milliseconds(std::stoi(argv[2]));
+    a.lease = handoff::lease{std::chrono::milliseconds(std::stoi(argv[2]))};
     a.sweep_interval = std::chrono::milliseconds(50);
     const std::string mode = argv[3];
     handoff::redis::actor_system actors(o, a);

@@ -51,7 +51,7 @@ hr::options at(int port) {
 
 hr::actor_options quick() {
   hr::actor_options a;
-  a.lease = test_lease;
+  a.lease = handoff::lease{test_lease};
   a.sweep_interval = 20ms;
   return a;
 }
@@ -260,7 +260,7 @@ TEST(RedisActor, a_spent_budget_hands_the_still_owned_actor_to_the_executor) {
   redis_server server;
   handoff::thread_pool pool(1);
   hr::actor_options a = quick();
-  a.budget_messages = 2;
+  a.max_messages = 2;
   a.executor = pool;
   a.sweep_interval = 0ms;  // only the executor can continue it
   hr::actor_system actors(at(server.port()), a);
@@ -278,7 +278,7 @@ TEST(RedisActor, a_spent_budget_hands_the_still_owned_actor_to_the_executor) {
 TEST(RedisActor, a_spent_budget_without_executor_announces_the_actor_and_a_sweeper_continues_it) {
   redis_server server;
   hr::actor_options a = quick();
-  a.budget_messages = 2;
+  a.max_messages = 2;
   a.sweep_interval = 0ms;
   hr::actor_system poster(at(server.port()), a);  // never sweeps
   hr::actor_system sweeper(at(server.port()), quick());
@@ -374,7 +374,7 @@ TEST(RedisActor, a_post_from_a_coroutine_the_library_resumed_drains_after_it_on_
 TEST(RedisActor, post_for_on_a_full_mailbox_inside_a_handler_first_runs_what_this_thread_has_queued) {
   redis_server server;
   hr::actor_options a = quick();
-  a.max_mailbox = 1;
+  a.capacity = 1;
   hr::actor_system actors(at(server.port()), a);
   std::atomic<bool> queued_ran{false};
   std::atomic<bool> seen_by_owner{false};
@@ -412,7 +412,7 @@ TEST(RedisActor, a_post_from_a_process_without_a_handler_for_the_key_is_handled_
 TEST(RedisActor, a_full_mailbox_refuses_posts_and_post_for_waits_only_until_its_timeout) {
   redis_server server;
   hr::actor_options a = quick();
-  a.max_mailbox = 3;
+  a.capacity = 3;
   hr::actor_system actors(at(server.port()), a);
   latch gate;
   actors.on("q:", [&](hr::delivery& d) {
@@ -423,9 +423,16 @@ TEST(RedisActor, a_full_mailbox_refuses_posts_and_post_for_waits_only_until_its_
   actors.post("q:1", "m1");
   actors.post("q:1", "m2");
   EXPECT_FALSE(actors.try_post("q:1", "m3").has_value());
-  EXPECT_THROW(actors.post("q:1", "m3"), hr::mailbox_full);
+  // The in-process actors' error, and not a Redis failure.
+  EXPECT_THROW(actors.post("q:1", "m3"), handoff::mailbox_full);
+  try {
+    actors.post("q:1", "m3");
+  } catch (const hr::error&) {
+    ADD_FAILURE() << "a full mailbox reported as a Redis failure";
+  } catch (const handoff::mailbox_full&) {  // NOLINT(bugprone-empty-catch): expected
+  }
   const auto t0 = steady::now();
-  EXPECT_THROW(actors.post_for("q:1", "m3", 100ms), hr::mailbox_full);
+  EXPECT_THROW(actors.post_for("q:1", "m3", 100ms), handoff::mailbox_full);
   EXPECT_GE(since(t0), 100ms);
   EXPECT_EQ(actors.pending("q:1"), 3U);
   std::thread later([&] {
@@ -436,6 +443,61 @@ TEST(RedisActor, a_full_mailbox_refuses_posts_and_post_for_waits_only_until_its_
   later.join();
   owner.join();
   EXPECT_TRUE(eventually([&] { return actors.pending("q:1") == 0; }));
+}
+
+TEST(RedisActor, capacity_0_means_an_unbounded_mailbox) {
+  redis_server server;
+  hr::actor_options a = quick();
+  a.capacity = 0;
+  hr::actor_system actors(at(server.port()), a);
+  latch gate;
+  actors.on("q:", [&](hr::delivery& d) {
+    if (d.body() == "m0") gate.wait();
+  });
+  std::thread owner([&] { actors.post("q:1", "m0"); });
+  ASSERT_TRUE(eventually([&] { return actors.pending("q:1") == 1; }));
+  for (int i = 1; i < 20; ++i) EXPECT_TRUE(actors.try_post("q:1", "m" + std::to_string(i)).has_value()) << i;
+  EXPECT_EQ(actors.pending("q:1"), 20U);
+  gate.open();
+  owner.join();
+  EXPECT_TRUE(eventually([&] { return actors.pending("q:1") == 0; }));
+}
+
+TEST(RedisActor, max_messages_and_max_time_0_mean_no_budget_so_the_owner_drains_the_whole_backlog) {
+  redis_server server;
+  handoff::thread_pool pool(1);
+  hr::actor_options a = quick();
+  a.max_messages = 0;
+  a.max_time = 0ns;
+  a.executor = pool;  // a budget would hand the actor to it
+  a.sweep_interval = 0ms;
+  hr::actor_system actors(at(server.port()), a);
+  std::thread::id owner;
+  const auto threads = backlog_run(actors, {&actors}, owner);
+  ASSERT_EQ(threads.size(), 10U);
+  for (std::size_t i = 0; i < threads.size(); ++i) EXPECT_EQ(threads[i], owner) << "message " << i;
+
+  hr::actor_options negative = quick();
+  negative.max_time = -1ns;
+  EXPECT_THROW(hr::actor_system(at(server.port()), negative), std::invalid_argument);
+}
+
+TEST(RedisActor, an_ownership_lease_too_long_for_the_clock_is_sent_as_the_longest_lease) {
+  redis_server server;
+  hr::actor_options a = quick();
+  a.lease = handoff::lease{std::chrono::nanoseconds::max()};
+  hr::actor_system actors(at(server.port()), a);
+  latch gate;
+  actors.on("q:", [&](hr::delivery&) { gate.wait(); });
+  std::thread owner([&] { actors.post("q:1", "m0"); });
+  raw_redis raw(server.port());
+  // 2^42 ms, about 139 years, as the keyed mutex's longest lease.
+  constexpr long long longest = 1LL << 42;
+  EXPECT_TRUE(eventually([&] { return raw.integer({"PTTL", "handoff:{q:1}:actor:owner"}) > longest - 60'000; }));
+  EXPECT_LE(raw.integer({"PTTL", "handoff:{q:1}:actor:owner"}), longest);
+  gate.open();
+  owner.join();
+  EXPECT_EQ(actors.pending("q:1"), 0U);
 }
 
 TEST(RedisActor, a_body_over_the_size_limit_is_refused_before_anything_is_sent) {

@@ -373,8 +373,9 @@ TEST_F(RedisKeyedMutex, ExtendKeepsALeaseAliveAndReturnsFalseOnceLost) {
   EXPECT_EQ(g.lease_duration(), 800ms);
   EXPECT_THROW((void)g.extend(0ms), std::invalid_argument);
 
-  ASSERT_TRUE(g.extend(5s));
+  ASSERT_TRUE(g.extend(lease{5s}));  // the lease type, as lock() takes it
   EXPECT_GT(raw_.pttl("k"), 1000);
+  EXPECT_EQ(g.lease_duration(), 5s);
   // Lost on the server while the local clock still says held (data loss): extend says so.
   raw_.command({"DEL", raw_redis::lock_key("k")});
   EXPECT_FALSE(g.extend(5s));
@@ -791,12 +792,20 @@ TEST_F(RedisKeyedMutex, LockAsyncCallsBackWithTheGuardOrAnEmptyOneOnTimeout) {
   granted.g.unlock();
   result leased;
   auto fl = leased.done.get_future();
-  m.lock_async("k", callback(leased), std::chrono::nanoseconds::max(), 20s);
+  m.lock_async("k", callback(leased), lease{20s});
   ASSERT_EQ(fl.wait_for(5s), std::future_status::ready);
   EXPECT_TRUE(leased.g.owns_lock());
   EXPECT_EQ(leased.g.lease_duration(), 20s);
   EXPECT_GT(raw_.pttl("k"), 10000);
-  EXPECT_THROW(m.lock_async("x", callback(leased), 1s, -1s), std::invalid_argument);
+
+  // With a wait and a lease: granted at once when the key is free.
+  leased.g.unlock();
+  result both;
+  auto fb = both.done.get_future();
+  m.lock_async("k", callback(both), 1s, lease{15s});
+  ASSERT_EQ(fb.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(both.g.owns_lock());
+  EXPECT_EQ(both.g.lease_duration(), 15s);
 }
 
 // --- lock_all and with_lock ---------------------------------------------------------------

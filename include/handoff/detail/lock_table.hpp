@@ -74,13 +74,14 @@
 #include "handoff/detail/lock_shard.hpp"
 #include "handoff/detail/lock_stats.hpp"
 #include "handoff/detail/node_pool.hpp"
+#include "handoff/detail/wait_mode.hpp"
 #include "handoff/metrics.hpp"
 
 namespace handoff::detail {
 
 // What a lock request wants.
 struct lock_request {
-  enum class wait_mode : std::uint8_t { none, until, forever };
+  using wait_mode = detail::wait_mode;
   wait_mode mode = wait_mode::forever;
   std::int64_t deadline = 0;  // steady_clock ns, for `until` (no_deadline: never)
   std::int64_t lease = 0;     // ns; 0: no lease; no_deadline: never runs out

@@ -4,7 +4,7 @@
 // handled one at a time across all processes, in each sender's order, by whichever process
 // is free: no process runs a consumer per key.
 //
-//   handoff::redis::actor_system actors(opts, {.lease = 2s});
+//   handoff::redis::actor_system actors(opts, {.lease = handoff::lease{2s}});
 //   actors.on("room:", [](handoff::redis::delivery& d) { apply(d.key(), d.body()); });
 //   actors.post("room:7", "join alice");  // may handle room:7's messages here, see post()
 //
@@ -18,7 +18,7 @@
 //            with the mailbox empty, release by subtracting the messages removed this
 //            round. Ownership is a token with a lease, renewed by every step and, while a
 //            handler runs, by this process's renewal thread.
-//   budget:  after budget_messages messages or budget_time, the owner subtracts what it
+//   budget:  after max_messages messages or max_time, the owner subtracts what it
 //            ran and hands the actor on: to actor_options::executor if set (still owned),
 //            otherwise by announcing it, so that a sweeping process continues it.
 //   crash:   an owner that dies leaves its lease to run out; then the next post or a
@@ -43,7 +43,9 @@
 // actor when no process sweeps and nobody posts to it.
 //
 // Errors: every Redis failure is handoff::redis::error, within options::command_timeout of
-// each command (a dead or stalled server never hangs a caller).
+// each command (a dead or stalled server never hangs a caller). A full mailbox is
+// handoff::mailbox_full, the in-process actors' error (handoff/mailbox_full.hpp): it is
+// the actor's bound, not a Redis failure, so it is not a redis::error.
 #pragma once
 
 #include <chrono>
@@ -57,6 +59,8 @@
 #include <vector>
 
 #include "handoff/executor.hpp"
+#include "handoff/lease.hpp"
+#include "handoff/mailbox_full.hpp"
 #include "handoff/redis/options.hpp"
 
 namespace handoff::redis {
@@ -64,12 +68,6 @@ namespace handoff::redis {
 namespace detail {
 struct actor_core;
 }  // namespace detail
-
-// post() on a mailbox that holds actor_options::max_mailbox messages.
-class mailbox_full : public error {
- public:
-  using error::error;
-};
 
 // One delivery of a message to a handler. Valid only during the handler call.
 class delivery {
@@ -117,19 +115,31 @@ struct dead_letter {
   std::string body;
 };
 
+// The names, types and meanings of capacity, max_messages, max_time and executor are
+// handoff::actor_options' (actor_options.hpp); the defaults differ where noted.
 struct actor_options {
   // Ownership lease on the server: an owner that dies frees its actors after this long.
   // Renewed every third of it while the owner drains. A handler must return within it.
-  std::chrono::milliseconds lease{5000};
-  // The budget of one drain on one thread: after this many messages or this long, the
-  // owner hands the actor on instead of holding its caller longer.
-  std::uint32_t budget_messages = 64;
-  std::chrono::milliseconds budget_time{50};
+  // Sent to the server in whole milliseconds (rounded up; at most 2^42 ms, "never").
+  handoff::lease lease{std::chrono::seconds(5)};
   // Where a budget hand-on continues in this process (still owned: no other process can
-  // take it meanwhile). Empty: the actor is announced and a sweeping process continues it.
-  // The executor must outlive the actor_system's last job (each holds the system's state).
+  // take it meanwhile). Empty: the actor is announced and a sweeping process continues it
+  // (unlike an in-process actor, a budget without an executor is accepted). The executor
+  // must outlive the actor_system's last job (each holds the system's state).
   executor_ref executor{};
-  std::size_t max_mailbox = 100000;           // messages per key; post() beyond: mailbox_full
+  // Budget of one drain turn on one thread: after this many messages (0: no message
+  // budget) or this much time (0: no time budget), the owner hands the actor on instead of
+  // holding its caller longer. With both 0 a drain runs until the mailbox is empty.
+  // Defaults 64 messages and 50 ms (in-process: 0, 0): a post that wins the actor drains on
+  // the caller's thread, and other processes' messages should not hold it for long.
+  std::uint32_t max_messages = 64;
+  std::chrono::nanoseconds max_time{std::chrono::milliseconds(50)};  // negative: std::invalid_argument
+  // The most messages a key's mailbox holds at once, the one being handled included (0:
+  // unbounded); post() beyond throws handoff::mailbox_full, try_post returns std::nullopt,
+  // post_for waits. Default 100,000 (in-process: 0): the mailboxes live in the memory of
+  // the server every process shares, where an actor nobody drains would otherwise grow
+  // until the server refuses writes, the locks' included.
+  std::uint32_t capacity = 100000;
   std::size_t max_message_bytes = 1U << 20U;  // body bytes; more: std::invalid_argument
   std::uint32_t max_attempts = 5;             // deliveries before a message is dead-lettered
   bool remember_handled = false;              // keep {last handled id, state} per key
@@ -178,17 +188,17 @@ class actor_system {
   // process has no handler for announces the actor for a sweeper. Each handler runs as
   // work of the library: what it makes runnable on this thread (an in-process send, a
   // keyed grant, another Redis actor won) runs after it returns. Returns the message's
-  // id. Allocates. Throws mailbox_full when the mailbox holds max_mailbox messages (nothing
-  // posted), std::invalid_argument for a body over max_message_bytes, error on Redis
+  // id. Allocates. Throws handoff::mailbox_full when the mailbox holds `capacity` messages
+  // (nothing posted), std::invalid_argument for a body over max_message_bytes, error on Redis
   // failure (the message may or may not be queued). Errors while draining (after the
   // message was queued) go to on_error, not to the caller.
   std::string post(std::string_view key, std::string_view body);
 
-  // As post(), but returns std::nullopt instead of throwing mailbox_full.
+  // As post(), but returns std::nullopt instead of throwing handoff::mailbox_full.
   std::optional<std::string> try_post(std::string_view key, std::string_view body);
 
   // As post(), but waits while the mailbox is full (re-trying every few ms), up to
-  // `timeout`; then throws mailbox_full. Before each wait it runs this thread's run queue
+  // `timeout`; then throws handoff::mailbox_full. Before each wait it runs this thread's run queue
   // (run_before_blocking: what the thread owns only through it, nested under the current
   // work if any), since nobody else can run it while this thread sleeps.
   std::string post_for(std::string_view key, std::string_view body, std::chrono::milliseconds timeout);

@@ -89,6 +89,7 @@
 #include <vector>
 
 #include "handoff/detail/clock.hpp"
+#include "handoff/detail/wait_mode.hpp"
 #include "handoff/lease.hpp"
 #include "handoff/multi_guard.hpp"
 #include "handoff/redis/options.hpp"
@@ -134,10 +135,13 @@ class [[nodiscard]] guard {
   // Throws handoff::lock_expired unless owns_lock().
   void check() const;
 
-  // Sets the key's remaining lease to `d` (at least 1 ms) from now, on the server. Returns
-  // false if the key is no longer this guard's. For a watchdog-renewed guard, `d` becomes
-  // the renewed lease. Throws std::invalid_argument for d <= 0, error on Redis failure.
-  bool extend(std::chrono::nanoseconds d);
+  // Sets the key's remaining lease to `l` (at least 1 ms) from now, on the server. Returns
+  // false if the key is no longer this guard's. For a watchdog-renewed guard, `l` becomes
+  // the renewed lease. Throws error on Redis failure.
+  bool extend(lease l);
+  // As extend(lease{d}), like handoff::key_guard::extend: throws std::invalid_argument for
+  // d <= 0.
+  bool extend(std::chrono::nanoseconds d) { return extend(lease{d}); }
 
   // The lease on the server: as granted or last extended (for lock() without a lease, the
   // watchdog's).
@@ -191,30 +195,30 @@ class keyed_mutex {
   // those). Without a lease the watchdog renews the hold until
   // unlock. Not reentrant: a second lock of a held key waits for the first to be released
   // (or for its lease). Throws error.
-  guard lock(std::string_view key);
-  guard lock(std::string_view key, lease l);
+  guard lock(std::string_view key) { return acquire(key, wait_mode::forever, no_deadline, 0); }
+  guard lock(std::string_view key, lease l) { return acquire(key, wait_mode::forever, no_deadline, ns(l)); }
 
   // Thread-safe. One round trip: acquires only if the key is free and nobody waits.
-  guard try_lock(std::string_view key);
-  guard try_lock(std::string_view key, lease l);
+  guard try_lock(std::string_view key) { return acquire(key, wait_mode::none, 0, 0); }
+  guard try_lock(std::string_view key, lease l) { return acquire(key, wait_mode::none, 0, ns(l)); }
 
   // Thread-safe. Waits at most `d` (until `t`) in the key's queue; on timeout the request
   // leaves the queue and is never granted: owns_lock() on the result says which.
   template <class Rep, class Period>
   guard try_lock_for(std::string_view key, std::chrono::duration<Rep, Period> d) {
-    return acquire(key, deadline_in(d), 0);
+    return acquire(key, wait_mode::until, deadline_in(d), 0);
   }
   template <class Rep, class Period>
   guard try_lock_for(std::string_view key, std::chrono::duration<Rep, Period> d, lease l) {
-    return acquire(key, deadline_in(d), l.duration.count());
+    return acquire(key, wait_mode::until, deadline_in(d), ns(l));
   }
   template <class Clock, class Dur>
   guard try_lock_until(std::string_view key, std::chrono::time_point<Clock, Dur> t) {
-    return acquire(key, handoff::detail::deadline_at(handoff::detail::now_ns(), t), 0);
+    return acquire(key, wait_mode::until, handoff::detail::deadline_at(handoff::detail::now_ns(), t), 0);
   }
   template <class Clock, class Dur>
   guard try_lock_until(std::string_view key, std::chrono::time_point<Clock, Dur> t, lease l) {
-    return acquire(key, handoff::detail::deadline_at(handoff::detail::now_ns(), t), l.duration.count());
+    return acquire(key, wait_mode::until, handoff::detail::deadline_at(handoff::detail::now_ns(), t), ns(l));
   }
 
   // Thread-safe. Runs f() while holding the key (lock()) and returns its result. The key
@@ -241,9 +245,7 @@ class keyed_mutex {
   // keep it short, or hop to your executor). With a wait time the guard
   // does not own the lock if it timed out. A Redis error is thrown from the co_await.
   [[nodiscard]] auto async_lock(std::string key) { return awaiter(*this, std::move(key), no_deadline, 0); }
-  [[nodiscard]] auto async_lock(std::string key, lease l) {
-    return awaiter(*this, std::move(key), no_deadline, l.duration.count());
-  }
+  [[nodiscard]] auto async_lock(std::string key, lease l) { return awaiter(*this, std::move(key), no_deadline, ns(l)); }
   template <class Rep, class Period>
   [[nodiscard]] auto async_lock(std::string key, std::chrono::duration<Rep, Period> wait) {
     return awaiter(*this, std::move(key), deadline_in(wait), 0);
@@ -255,10 +257,21 @@ class keyed_mutex {
   // error that ended the request. What f makes runnable (actor sends, keyed-mutex grants)
   // runs after it returns, on that thread. Exceptions thrown by f are reported to stderr.
   // Never blocks. (Only when no memory is left to post it does f run on the background
-  // thread instead, rather than be lost.)
+  // thread instead, rather than be lost.) Without a wait time it waits until granted;
+  // without a lease the watchdog renews the hold, as for lock().
   using callback = std::function<void(guard, std::exception_ptr)>;
-  void lock_async(std::string key, callback f, std::chrono::nanoseconds wait = std::chrono::nanoseconds::max(),
-                  std::chrono::nanoseconds lease = std::chrono::nanoseconds::zero());
+  void lock_async(std::string key, callback f) { lock_async_until(std::move(key), std::move(f), no_deadline, 0); }
+  void lock_async(std::string key, callback f, lease l) {
+    lock_async_until(std::move(key), std::move(f), no_deadline, ns(l));
+  }
+  template <class Rep, class Period>
+  void lock_async(std::string key, callback f, std::chrono::duration<Rep, Period> wait) {
+    lock_async_until(std::move(key), std::move(f), deadline_in(wait), 0);
+  }
+  template <class Rep, class Period>
+  void lock_async(std::string key, callback f, std::chrono::duration<Rep, Period> wait, lease l) {
+    lock_async_until(std::move(key), std::move(f), deadline_in(wait), ns(l));
+  }
 
   [[nodiscard]] const options& config() const noexcept;
 
@@ -267,12 +280,16 @@ class keyed_mutex {
   [[nodiscard]] client_stats stats() const noexcept;
 
  private:
+  using wait_mode = handoff::detail::wait_mode;
   static constexpr std::int64_t no_deadline = handoff::detail::no_deadline;
+  // The library's lease arithmetic is in nanoseconds (0 inside: the watchdog's lease).
+  static std::int64_t ns(lease l) noexcept { return l.duration.count(); }
   template <class Rep, class Period>
   static std::int64_t deadline_in(std::chrono::duration<Rep, Period> d) noexcept {
     return handoff::detail::deadline_after(handoff::detail::now_ns(), d);
   }
-  guard acquire(std::string_view key, std::int64_t deadline, std::int64_t lease_ns);
+  // `deadline` is read under wait_mode::until only.
+  guard acquire(std::string_view key, wait_mode mode, std::int64_t deadline, std::int64_t lease_ns);
   // lock_async with a deadline on the library's clock (detail/clock.hpp).
   void lock_async_until(std::string key, callback f, std::int64_t deadline, std::int64_t lease_ns);
 
