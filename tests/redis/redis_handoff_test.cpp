@@ -1,6 +1,6 @@
 // The hand-off of handoff::redis::keyed_mutex: a release grants the key to the first live
 // waiter on the server. Two layers:
-//  - The Lua scripts of lib/redis/scripts.hpp driven step by step against a real
+//  - The Lua scripts of lib/redis/lock/scripts.hpp driven step by step against a real
 //    redis-server, with hand-made requests: every race of a grant in flight (the waiter
 //    gives up, died, missed its notification, was granted a key whose lease then ran out),
 //    one schedule at a time.
@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "../../lib/redis/scripts.hpp"
+#include "../../lib/redis/lock/scripts.hpp"
 #include "../unit/test_support.hpp"
 #include "../unit/test_timeout.hpp"
 #include "redis_server.hpp"
@@ -54,7 +54,7 @@ class RedisHandoffScripts : public testing::Test {
 
   std::string load(const std::string& source) { return raw_.string({"SCRIPT", "LOAD", source}); }
 
-  // A request id (scripts.hpp): lease ms ("w" prefix: lease-less), heartbeat ms, blocking.
+  // A request id (lib/redis/lock/scripts.hpp): lease ms ("w" prefix: lease-less), heartbeat ms, blocking.
   static std::string id(int n, const std::string& lease_ms = "30000", int heartbeat_ms = 3000, bool blocking = true) {
     return "c0:" + std::to_string(n) + ":" + lease_ms + ":" + std::to_string(heartbeat_ms) + (blocking ? ":l" : "");
   }

@@ -96,7 +96,7 @@ def main():
         for inc in includes(f):
             if inc == "handoff/keyed_mutex.hpp":
                 errors.append(f"{f.relative_to(root)}: lib/ includes the facade {inc}")
-    for f in sorted(list(root.glob("include/handoff/redis/*.hpp")) + list(root.glob("lib/redis/*.[ch]pp"))):
+    for f in sorted(list(root.glob("include/handoff/redis/*.hpp")) + list(root.glob("lib/redis/**/*.[ch]pp"))):
         for inc in sorted(reachable(root, f)):
             if inc in ("handoff/keyed_mutex.hpp", "handoff/key_guard.hpp") or inc.startswith("handoff/detail/lock_"):
                 errors.append(f"{f.relative_to(root)}: the Redis client includes the in-process lock table ({inc})")

@@ -9,7 +9,7 @@
 //   actors.post("room:7", "join alice");  // may handle room:7's messages here, see post()
 //
 // The protocol is the in-process actor's hand-off with the count and the mailbox on the
-// server (each step one Lua script; lib/redis/actor_scripts.hpp gives the data layout):
+// server (each step one Lua script; lib/redis/actor/scripts.hpp gives the data layout):
 //   post:    count += 1 and append the message, atomically; the post that finds no live
 //            owner (count 0 -> 1) becomes the owner and drains on the caller's thread: at
 //            once at top level, after the current work inside a handler or callback.

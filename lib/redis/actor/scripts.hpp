@@ -1,7 +1,7 @@
 // The Lua scripts of handoff::redis::actor_system (private to lib/redis): each protocol step
 // is one script, so that what it reads and what it writes are atomic on the server.
 //
-// Per actor key K (names.hpp: prefix + "{" + escaped K + "}:" + kind):
+// Per actor key K (common/names.hpp: prefix + "{" + escaped K + "}:" + kind):
 //   actor:count    the message count: messages posted and not yet released by an owner
 //                  (mailbox length + messages its owner removed in this round)
 //   actor:mailbox  list of messages, oldest first; one element is "<id> <body bytes>"

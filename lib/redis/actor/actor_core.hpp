@@ -1,5 +1,5 @@
 // The state behind handoff::redis::actor_system (private to lib/redis): the options, the
-// connection pool, the scripts (actor_scripts.hpp), the handlers, and the two threads: the
+// connection pool, the scripts (scripts.hpp), the handlers, and the two threads: the
 // renewer, which renews the lease of every actor this process is draining while its
 // handlers run, and the sweeper, which takes over actors whose owner is gone.
 //
@@ -21,14 +21,14 @@
 #include <string_view>
 #include <thread>
 
-#include "connection.hpp"
+#include "../common/connection.hpp"
+#include "../common/lease_ms.hpp"
+#include "../common/names.hpp"
 #include "handoff/redis/actor_system.hpp"
-#include "lease_ms.hpp"
-#include "names.hpp"
 
 namespace handoff::redis::detail {
 
-// The names of one actor's keys (actor_scripts.hpp).
+// The names of one actor's keys (scripts.hpp).
 struct actor_names {
   actor_names(std::string_view prefix, std::string_view k) : key(k) {
     const std::string base = key_name(prefix, k, "actor:");
@@ -55,7 +55,7 @@ constexpr int sweep_batch = 256;
 constexpr std::chrono::milliseconds post_retry_min{1};
 constexpr std::chrono::milliseconds post_retry_max{16};
 
-// The ownership lease as the scripts take it: whole milliseconds (lease_ms.hpp).
+// The ownership lease as the scripts take it: whole milliseconds (common/lease_ms.hpp).
 inline std::string lease_px(const actor_options& a) { return std::to_string(lease_to_ms(a.lease.duration.count())); }
 
 struct actor_core : std::enable_shared_from_this<actor_core> {

@@ -24,13 +24,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../runtime/task_thread.hpp"
-#include "connection.hpp"
-#include "counters.hpp"
+#include "../../runtime/task_thread.hpp"
+#include "../common/connection.hpp"
+#include "../common/counters.hpp"
+#include "../common/lease_ms.hpp"
+#include "../common/names.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/redis/keyed_mutex.hpp"
-#include "lease_ms.hpp"
-#include "names.hpp"
 #include "scripts.hpp"
 
 namespace handoff::redis::detail {

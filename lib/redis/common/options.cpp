@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "client.hpp"
+#include "../lock/client.hpp"
 #include "connection.hpp"
 
 namespace handoff::redis::detail {

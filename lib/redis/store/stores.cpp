@@ -1,16 +1,16 @@
 // handoff::redis::fenced_store and versioned_store: one command or script per call on a
-// pooled connection (fenced_store.hpp, versioned_store.hpp; scripts in store_scripts.hpp).
+// pooled connection (fenced_store.hpp, versioned_store.hpp; scripts in scripts.hpp).
 #include <charconv>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
-#include "connection.hpp"
+#include "../common/connection.hpp"
+#include "../common/names.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/redis/fenced_store.hpp"
 #include "handoff/redis/versioned_store.hpp"
-#include "names.hpp"
-#include "store_scripts.hpp"
+#include "scripts.hpp"
 
 namespace handoff::redis::detail {
 

@@ -1,5 +1,5 @@
 // handoff::redis::actor_system: post, the owner's drain loop, and the facade
-// (actor_system.hpp; the scripts in actor_scripts.hpp; the threads in actor_threads.cpp).
+// (actor_system.hpp; the scripts in scripts.hpp; the threads in actor_threads.cpp).
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -7,13 +7,13 @@
 #include <tuple>
 #include <utility>
 
+#include "../lock/client.hpp"
 #include "actor_core.hpp"
-#include "actor_scripts.hpp"
-#include "client.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/detail/run_queue.hpp"
+#include "scripts.hpp"
 
 namespace handoff::redis::detail {
 

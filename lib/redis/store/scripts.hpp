@@ -1,6 +1,6 @@
 // The Lua scripts of handoff::redis::fenced_store and versioned_store: each write is one
 // script, so that its check and its write are atomic on the server. A record is a hash
-// (names.hpp): "token" or "version", and "value".
+// (common/names.hpp): "token" or "version", and "value".
 #pragma once
 
 namespace handoff::redis::detail::scripts {
