@@ -14,6 +14,10 @@
   include the actor. Checked through every chain of handoff/ includes, and for relative
   includes between lib/ folders. The run queue drives the actor through the interface it
   declares (runnable, run_runnable), never through actor_base.hpp.
+- lib/redis/ is laid out by part the same way: common/ (the connection, names, counters,
+  leases, ids, shared Lua) includes none of lock/, store/ and actor/; the stores
+  (lib/redis/store/) and the actors (lib/redis/actor/) never reach the lock client
+  (lib/redis/lock/, or the Redis keyed mutex's facade handoff/redis/keyed_mutex.hpp).
 - No file in lib/ or include/ is longer than MAX_LINES: a protocol reads in one sitting.
 
 Usage: layering.py SOURCE_DIR. Prints each violation and exits 1 if there is any.
@@ -39,6 +43,7 @@ KEYED = {
     "handoff/keyed_mutex.hpp",
     "handoff/key_guard.hpp",
 }
+REDIS_LOCK = {"handoff/redis/keyed_mutex.hpp"}
 RUNTIME_HEADERS = ["run_queue.hpp", "node_pool.hpp", "tls_model.hpp"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
@@ -62,8 +67,8 @@ def reachable(root, path):
     return seen
 
 
-def lib_folders(root, path):
-    """The lib/ folders (relative to root) that path reaches through relative includes."""
+def lib_files(path):
+    """The files that path reaches through relative includes (lib/ headers, resolved)."""
     seen = set()
     todo = [path]
     while todo:
@@ -74,13 +79,21 @@ def lib_folders(root, path):
                 continue
             seen.add(target)
             todo.append(target)
+    return seen
+
+
+def lib_folders(root, path):
+    """The lib/ folders (relative to root) that path reaches through relative includes."""
     lib = (root / "lib").resolve()
-    return {t.parent.relative_to(lib).as_posix() for t in seen if lib in t.parents}
+    return {t.parent.relative_to(lib).as_posix() for t in lib_files(path) if lib in t.parents}
 
 
 def forbidden(root, f, headers, folders):
     """What f includes, directly or not, of `headers` (handoff/ names) or `folders` (of lib/)."""
-    found = sorted(reachable(root, f) & headers)
+    found = set()
+    for g in [f, *lib_files(f)]:
+        found |= reachable(root, g) & headers
+    found = sorted(found)
     found += [f"lib/{d}/" for d in sorted(lib_folders(root, f) & folders)]
     return found
 
@@ -107,6 +120,13 @@ def main():
     for f in sorted(root.glob("lib/keyed/*.[ch]pp")):
         for inc in forbidden(root, f, ACTOR, {"actor"}):
             errors.append(f"{f.relative_to(root)}: the keyed mutex includes the actor ({inc})")
+    for f in sorted(root.glob("lib/redis/common/*.[ch]pp")):
+        for inc in forbidden(root, f, set(), {"redis/lock", "redis/store", "redis/actor"}):
+            errors.append(f"{f.relative_to(root)}: lib/redis/common/ includes a part built on it ({inc})")
+    for part in ("store", "actor"):
+        for f in sorted(root.glob(f"lib/redis/{part}/*.[ch]pp")):
+            for inc in forbidden(root, f, REDIS_LOCK, {"redis/lock"}):
+                errors.append(f"{f.relative_to(root)}: lib/redis/{part}/ includes the lock client ({inc})")
     for f in sorted(list(root.glob("lib/**/*.[ch]pp")) + list(root.glob("include/**/*.hpp"))):
         n = len(f.read_text(encoding="utf-8").splitlines())
         if n > MAX_LINES:

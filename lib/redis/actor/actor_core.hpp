@@ -43,10 +43,6 @@ struct actor_names {
   std::string count, mailbox, owner, head, dead, state;
 };
 
-// The renewer renews a drained actor's lease when a third of it has passed: two more tries
-// fit before it would run out, so one lost round trip or a short stall never costs an
-// owner its actor (as the keyed mutex's watchdog).
-constexpr int actor_renew_fraction = 3;
 // Keys read per sweep: a process sees at most this many due actors per sweep_interval
 // (due actors of families it has no handler for included).
 constexpr int sweep_batch = 256;

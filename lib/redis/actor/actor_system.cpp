@@ -7,7 +7,7 @@
 #include <tuple>
 #include <utility>
 
-#include "../lock/client.hpp"
+#include "../common/ids.hpp"
 #include "actor_core.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/clock.hpp"

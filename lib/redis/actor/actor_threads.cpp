@@ -28,8 +28,7 @@ void actor_core::stop() noexcept {
 
 void actor_core::renew_loop() noexcept {
   const auto period = std::max<std::chrono::milliseconds>(
-      std::chrono::milliseconds(lease_to_ms(a.lease.duration.count()) / actor_renew_fraction),
-      std::chrono::milliseconds(1));
+      std::chrono::milliseconds(lease_to_ms(a.lease.duration.count()) / renew_fraction), std::chrono::milliseconds(1));
   const std::string lease = lease_px(a);
   std::unique_lock<std::mutex> lock(mu);
   while (!stopping) {

@@ -5,8 +5,8 @@
 #include <string>
 #include <string_view>
 
-#include "../lock/client.hpp"
 #include "connection.hpp"
+#include "lease_ms.hpp"
 
 namespace handoff::redis::detail {
 

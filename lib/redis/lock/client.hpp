@@ -17,7 +17,6 @@
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -27,6 +26,7 @@
 #include "../../runtime/task_thread.hpp"
 #include "../common/connection.hpp"
 #include "../common/counters.hpp"
+#include "../common/ids.hpp"
 #include "../common/lease_ms.hpp"
 #include "../common/names.hpp"
 #include "handoff/detail/clock.hpp"
@@ -47,10 +47,6 @@ constexpr std::int64_t max_sleep = 250 * ms_ns;
 // After a failed subscriber connect, the next try comes after recheck_interval, at most
 // this: notifications are lost while it is down, so retry quickly (waiters re-check anyway).
 constexpr std::int64_t subscriber_retry_max = 100 * ms_ns;
-// The watchdog renews a lease-less hold when a third of its lease has passed (and retries
-// a failed renewal a third later): two more tries fit before the lease would run out, so
-// one lost round trip or a short server stall never loses a hold.
-constexpr std::int64_t renew_fraction = 3;
 // A waiter's heartbeat deadline on the server is this many recheck_intervals: a waiter
 // whose process died is dropped after missing that many re-checks, while one late
 // re-check (a busy machine) never costs a live waiter its place.
@@ -65,17 +61,6 @@ constexpr int contention_max = 32;
 // Milliseconds to nanoseconds, saturating at no_deadline.
 constexpr std::int64_t ms_to_ns(std::int64_t ms) noexcept {
   return ms >= handoff::detail::no_deadline / ms_ns ? handoff::detail::no_deadline : ms * ms_ns;
-}
-
-inline std::string random_hex128() {
-  std::random_device rd;
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string s;
-  for (int i = 0; i < 4; ++i) {
-    std::uint32_t v = rd();
-    for (int j = 0; j < 8; ++j, v >>= 4U) s += digits[v & 0xFU];
-  }
-  return s;
 }
 
 // One grant, shared by its guard and, for lease-less holds, the watchdog.
