@@ -96,10 +96,11 @@ void check(const actor_options& a) {
 
 actor_core::actor_core(options opts, actor_options ao)
     : o(std::move(opts)), a(std::move(ao)),
-      connections(o, o.pool_size), post_script{actor_scripts::post, {}}, step_script{actor_scripts::step, {}},
-      renew_script{actor_scripts::renew, {}}, claim_script{actor_scripts::claim, {}}, due_script{actor_scripts::due,
-                                                                                                 {}},
-      id_(random_hex128()) {
+      connections(o, o.pool_size), post_script{actor_scripts::source(actor_scripts::post), {}},
+      step_script{actor_scripts::source(actor_scripts::step), {}},
+      renew_script{actor_scripts::source(actor_scripts::renew), {}},
+      claim_script{actor_scripts::source(actor_scripts::claim), {}},
+      due_script{actor_scripts::source(actor_scripts::due), {}}, id_(random_hex128()) {
   validate(o);
   check(a);
   connection c(o);  // fails fast on a wrong address or password

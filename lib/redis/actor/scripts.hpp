@@ -24,13 +24,25 @@
 // in-process drainer's window (counted, not yet enqueued) does not exist here.
 #pragma once
 
+#include <string>
+#include <string_view>
+
+#include "../common/lua.hpp"
+
 namespace handoff::redis::detail::actor_scripts {
 
-// The server clock in ms, and the id of an element ("<id> <body>").
-#define HANDOFF_ACTOR_LUA_PRELUDE                                           \
-  "local t = redis.call('TIME')\n"                                          \
-  "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
-  "local function id_of(m) return string.sub(m, 1, string.find(m, ' ', 1, true) - 1) end\n"
+// Helpers of every actor script, after lua::now_ms (see source()): `now`, the server clock
+// in ms; the id of an element ("<id> <body>"); and own(), the one place that gives an
+// owner its lease: the owner key holds `token` for `lease` ms, and the actor is due for a
+// sweep in the pending set when that lease ends.
+inline constexpr const char* prelude = R"lua(
+local now = now_ms()
+local function id_of(m) return string.sub(m, 1, string.find(m, ' ', 1, true) - 1) end
+local function own(owner, pending, actor, token, lease)
+  redis.call('SET', owner, token, 'PX', lease)
+  redis.call('ZADD', pending, now + tonumber(lease), actor)
+end
+)lua";
 
 // KEYS: count, mailbox, owner, pending, head, state. ARGV: element, mailbox bound ('': none), token
 // (the message's id), lease ms, '1' if this process may own the actor ('0': announce it
@@ -39,7 +51,7 @@ namespace handoff::redis::detail::actor_scripts {
 // -1: the mailbox is full (nothing changed); 0: queued behind an owner (or announced);
 // 1: queued, and the caller owns the actor now; {2, state id, state value}: the caller
 // owns the actor and its message is the head, delivered for the first time.
-inline constexpr const char* post = HANDOFF_ACTOR_LUA_PRELUDE R"lua(
+inline constexpr const char* post = R"lua(
 local len = redis.call('LLEN', KEYS[2])
 if ARGV[2] ~= '' and len >= tonumber(ARGV[2]) then return -1 end
 local n = redis.call('INCR', KEYS[1])
@@ -53,8 +65,7 @@ end
 -- unreleased messages are still counted) or it announced the actor: take it over, and
 -- count what the mailbox holds.
 if n ~= len + 1 then redis.call('SET', KEYS[1], len + 1) end
-redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), ARGV[6])
+own(KEYS[3], KEYS[4], ARGV[6], ARGV[3], ARGV[4])
 if ARGV[7] ~= '1' or len ~= 0 then return 1 end
 redis.call('HSET', KEYS[5], 'id', ARGV[3], 'n', 1)
 local s = redis.call('HMGET', KEYS[6], 'id', 'value')
@@ -69,10 +80,9 @@ return {2, s[1] or '', s[2] or ''}
 // changed); 0 released; 2 handed on (x subtracted; 'keep': still owned, lease renewed;
 // 'announce': owner deleted, sweepers see it now); 1 a message to handle, followed by the
 // element, its delivery count, the state's id and value.
-inline constexpr const char* step = HANDOFF_ACTOR_LUA_PRELUDE R"lua(
+inline constexpr const char* step = R"lua(
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then return {-1, 0, 0} end
 local x = tonumber(ARGV[4])
-local lease = tonumber(ARGV[2])
 if ARGV[3] ~= '' then
   local h = redis.call('LINDEX', KEYS[2], 0)
   if h and id_of(h) == ARGV[3] then
@@ -105,8 +115,7 @@ while true do
       redis.call('DEL', KEYS[3])
       redis.call('ZADD', KEYS[5], now, ARGV[10])
     else
-      redis.call('PEXPIRE', KEYS[3], lease)
-      redis.call('ZADD', KEYS[5], now + lease, ARGV[10])
+      own(KEYS[3], KEYS[5], ARGV[10], ARGV[1], ARGV[2])
     end
     return {2, 0, dead}
   end
@@ -118,8 +127,7 @@ while true do
     redis.call('HSET', KEYS[4], 'id', id, 'n', 1)
   end
   if n <= tonumber(ARGV[6]) then
-    redis.call('PEXPIRE', KEYS[3], lease)
-    redis.call('ZADD', KEYS[5], now + lease, ARGV[10])
+    own(KEYS[3], KEYS[5], ARGV[10], ARGV[1], ARGV[2])
     local s = redis.call('HMGET', KEYS[7], 'id', 'value')
     return {1, x, dead, h, n, s[1] or '', s[2] or ''}
   end
@@ -133,10 +141,9 @@ end
 
 // KEYS: owner, pending. ARGV: token, lease ms, the actor key. 1 if renewed, 0 if the
 // token is not the owner's.
-inline constexpr const char* renew = HANDOFF_ACTOR_LUA_PRELUDE R"lua(
+inline constexpr const char* renew = R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[3])
+own(KEYS[1], KEYS[2], ARGV[3], ARGV[1], ARGV[2])
 return 1
 )lua";
 
@@ -144,7 +151,7 @@ return 1
 // an actor with messages and no live owner (count := mailbox length): 1. Otherwise 0,
 // after rescheduling the sweep to the live owner's lease end, or forgetting an actor with
 // an empty mailbox.
-inline constexpr const char* claim = HANDOFF_ACTOR_LUA_PRELUDE R"lua(
+inline constexpr const char* claim = R"lua(
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local ttl = redis.call('PTTL', KEYS[3])
   if ttl < 0 then ttl = tonumber(ARGV[2]) end
@@ -158,16 +165,16 @@ if len == 0 then
   return 0
 end
 redis.call('SET', KEYS[1], len)
-redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[3])
+own(KEYS[3], KEYS[4], ARGV[3], ARGV[1], ARGV[2])
 return 1
 )lua";
 
 // KEYS: pending. ARGV: how many at most. The actor keys due for a sweep (score <= now).
-inline constexpr const char* due = HANDOFF_ACTOR_LUA_PRELUDE R"lua(
+inline constexpr const char* due = R"lua(
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 )lua";
 
-#undef HANDOFF_ACTOR_LUA_PRELUDE
+// A script's source as loaded: the shared snippets, then `body` (one of the above).
+inline std::string source(std::string_view body) { return lua::source({lua::now_ms, prelude, body}); }
 
 }  // namespace handoff::redis::detail::actor_scripts

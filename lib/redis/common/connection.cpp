@@ -179,21 +179,18 @@ std::pair<reply, reply> connection::eval_then(const script& s, std::initializer_
   const std::string nkeys = std::to_string(keys.size());
   const std::vector<std::string_view> eval = evalsha(s, nkeys, keys, args);
   const std::vector<std::string_view> next(then);
-  std::pair<reply, reply> r;
-  for (int tries = 0; tries < 2; ++tries) {
+  const auto send_both = [&] {
     set_timeout(timeout, what);
     append(eval, what);
     append(next, what);
     flush(what);
-    r.first = receive(what);
-    r.second = receive(what);
-    const redisReply& e = *r.first;
-    if (e.type == REDIS_REPLY_ERROR && std::string_view(e.str, e.len).starts_with("NOSCRIPT") && tries == 0) {
-      command({"SCRIPT", "LOAD", s.source}, what);  // same source, same SHA
-      continue;
-    }
-    break;
-  }
+    std::pair<reply, reply> both;
+    both.first = receive(what);
+    both.second = receive(what);
+    return both;
+  };
+  std::pair<reply, reply> r = send_both();
+  if (reloaded(*r.first, s, what)) r = send_both();
   for (const reply* x : {&r.first, &r.second}) {
     if ((*x)->type == REDIS_REPLY_ERROR) {
       throw error("handoff::redis: " + std::string(what) + ": " + describe(x->get()));
@@ -232,6 +229,12 @@ bool connection::supports_reply_skip() {
   return false;
 }
 
+bool connection::reloaded(const redisReply& r, const script& s, std::string_view what) {
+  if (r.type != REDIS_REPLY_ERROR || !std::string_view(r.str, r.len).starts_with("NOSCRIPT")) return false;
+  command({"SCRIPT", "LOAD", s.source}, what);  // same source, same SHA
+  return true;
+}
+
 void connection::load(script& s) {
   reply loaded = command({"SCRIPT", "LOAD", s.source}, "SCRIPT LOAD");
   s.sha = describe(loaded.get());
@@ -242,10 +245,7 @@ reply connection::eval(const script& s, std::initializer_list<std::string_view> 
   const std::string nkeys = std::to_string(keys.size());
   const std::vector<std::string_view> argv = evalsha(s, nkeys, keys, args);
   reply r = send(argv, what, timeout_);
-  if (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("NOSCRIPT")) {
-    command({"SCRIPT", "LOAD", s.source}, what);  // same source, same SHA
-    r = send(argv, what, timeout_);
-  }
+  if (reloaded(*r, s, what)) r = send(argv, what, timeout_);
   if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
   return r;
 }

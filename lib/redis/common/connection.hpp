@@ -95,6 +95,10 @@ class connection {
 
  private:
   [[noreturn]] void fail(std::string_view what) const;
+  // The one NOSCRIPT path of eval and eval_then: if r, the reply to an EVALSHA of s, says
+  // the server forgot s (a restarted server, SCRIPT FLUSH), loads s again and returns true:
+  // the caller sends once more. Throws error like command() if the load fails.
+  bool reloaded(const redisReply& r, const script& s, std::string_view what);
   reply send(const std::vector<std::string_view>& args, std::string_view what, std::chrono::milliseconds timeout);
   void append(const std::vector<std::string_view>& args, std::string_view what);
   reply receive(std::string_view what);

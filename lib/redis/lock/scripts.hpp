@@ -22,15 +22,14 @@
 
 #include <string>
 
+#include "../common/lua.hpp"
+
 namespace handoff::redis::detail::scripts {
 
-// Helpers prepended to every script but extend. TIME makes a script non-deterministic:
-// Redis < 5 must be told to replicate its effects rather than the script.
-// KEYS of the helpers that take K: lock, queue, waiters, fence.
+// Helpers of every script but extend, after lua::replicate_effects and lua::now_ms (see
+// the sources at the end). KEYS of the helpers that take K: lock, queue, waiters, fence.
 inline constexpr const char* prelude = R"lua(
-if redis.replicate_commands then redis.replicate_commands() end
 local function str(n) return string.format('%.0f', n) end  -- a token or time, never as 1.7e+15
-local function now_ms() local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
 -- Waiters whose heartbeat deadline passed: their process stopped re-checking (died).
 local function drop_dead(K, now)
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', K[3], '-inf', now)) do
@@ -125,7 +124,6 @@ end
 // definition is a closure made at every call: measured, about 3 µs per script on the
 // server, a tenth of an uncontended lock + unlock on loopback).
 inline constexpr const char* acquire_head = R"lua(
-if redis.replicate_commands then redis.replicate_commands() end
 if ARGV[6] == '0' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
   local fence = redis.call('INCR', KEYS[4])
   if fence == 1 then
@@ -189,7 +187,6 @@ return {0, pttl, beat}
 // Only if the caller still holds the key: hands it to the first live waiter (granted and
 // told in this script: it needs no round trip of its own), or deletes it. 1 or 0.
 inline constexpr const char* release_head = R"lua(
-if redis.replicate_commands then redis.replicate_commands() end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('DEL', KEYS[1])
@@ -224,8 +221,12 @@ return was_granted and 1 or 0
 )lua";
 
 // The sources as loaded: acquire and release start with their uncontended path.
-inline std::string acquire_source() { return std::string(acquire_head) + prelude + acquire; }
-inline std::string release_source() { return std::string(release_head) + prelude + release; }
-inline std::string cancel_source() { return std::string(prelude) + cancel; }
+inline std::string acquire_source() {
+  return lua::source({lua::replicate_effects, acquire_head, lua::now_ms, prelude, acquire});
+}
+inline std::string release_source() {
+  return lua::source({lua::replicate_effects, release_head, lua::now_ms, prelude, release});
+}
+inline std::string cancel_source() { return lua::source({lua::replicate_effects, lua::now_ms, prelude, cancel}); }
 
 }  // namespace handoff::redis::detail::scripts
