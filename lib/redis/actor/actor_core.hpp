@@ -1,3 +1,7 @@
+// lib/redis/actor/: handoff::redis::actor_system: this core, the facade and the drain
+// (actor_system.cpp), the renewer and the sweeper (actor_threads.cpp) and the Lua
+// (scripts.hpp). Built on common/ only, never on the lock client.
+//
 // The state behind handoff::redis::actor_system (private to lib/redis): the options, the
 // connection pool, the scripts (scripts.hpp), the handlers, and the two threads: the
 // renewer, which renews the lease of every actor this process is draining while its

@@ -1,3 +1,8 @@
+// lib/redis/common/: what every Redis part shares and none owns: the connection and its
+// pool (here), scripts by SHA and their reload, the Lua snippets (lua.hpp), key names
+// (names.hpp), counters, leases as PX (lease_ms.hpp), random ids (ids.hpp) and the
+// checks of options and server (options.cpp). It includes nothing of lock/, store/, actor/.
+//
 // hiredis behind handoff::redis: one blocking connection (connect, AUTH, SELECT, commands
 // with a timeout, Lua scripts by SHA) and a small pool of them. Every failure becomes a
 // handoff::redis::error; a connection that failed is never reused.

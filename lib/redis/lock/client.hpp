@@ -1,3 +1,7 @@
+// lib/redis/lock/: handoff::redis::keyed_mutex: this client, its facade and guard
+// (keyed_mutex.cpp), the background thread (background.cpp: loop and subscriber; watchdog.cpp;
+// async_runner.cpp) and the lock's Lua (scripts.hpp). The stores and the actors never use it.
+//
 // The client behind handoff::redis::keyed_mutex (private to lib/redis). The protocol on
 // the server is in scripts.hpp; the client waits for grants, renews leases and drives
 // async waiters.

@@ -1,3 +1,7 @@
+// lib/redis/store/: handoff::redis::fenced_store and versioned_store (stores.cpp) and their
+// Lua (here). Built on common/ only: a fenced write reads the lock's fence counter by its
+// name (common/names.hpp), never through the lock client.
+//
 // The Lua scripts of handoff::redis::fenced_store and versioned_store: each write is one
 // script, so that its check and its write are atomic on the server. A record is a hash
 // (common/names.hpp): "token" or "version", and "value".
