@@ -264,6 +264,8 @@ class keyed_mutex {
   void lock_async(std::string key, callback f, lease l) {
     lock_async_until(std::move(key), std::move(f), no_deadline, ns(l));
   }
+  // NOLINTBEGIN(performance-unnecessary-value-param): moved on; clang-tidy misreads the
+  // dependent call as taking references.
   template <class Rep, class Period>
   void lock_async(std::string key, callback f, std::chrono::duration<Rep, Period> wait) {
     lock_async_until(std::move(key), std::move(f), deadline_in(wait), 0);
@@ -272,6 +274,7 @@ class keyed_mutex {
   void lock_async(std::string key, callback f, std::chrono::duration<Rep, Period> wait, lease l) {
     lock_async_until(std::move(key), std::move(f), deadline_in(wait), ns(l));
   }
+  // NOLINTEND(performance-unnecessary-value-param)
 
   [[nodiscard]] const options& config() const noexcept;
 

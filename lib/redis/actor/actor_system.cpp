@@ -50,8 +50,8 @@ class handler_frame {
 // the core (so it may outlive the facade, as an executor job does) and what the drain
 // needs, keeps its registration with the renewer while it waits, and frees itself.
 struct drain_task : handoff::detail::task {
-  drain_task(std::shared_ptr<actor_core> c, const actor_names& names, const std::string& t)
-      : core(std::move(c)), n(names), token(t) {
+  drain_task(std::shared_ptr<actor_core> c, actor_names names, std::string t)
+      : core(std::move(c)), n(std::move(names)), token(std::move(t)) {
     run = &run_drain;
   }
   static void run_drain(handoff::detail::task* t) noexcept {
