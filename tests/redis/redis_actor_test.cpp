@@ -72,6 +72,29 @@ struct latch {
   void open() { p.set_value(); }
 };
 
+// An owner of "q:1" that is still running the handler of its first message, m0, on a
+// thread of its own, until release(): what is posted meanwhile stays in the mailbox.
+struct busy_owner {
+  explicit busy_owner(hr::actor_system& a) : actors(a) {
+    actors.on("q:", [this](hr::delivery& d) {
+      if (d.body() == "m0") gate.wait();
+    });
+    owner = std::thread([this] { actors.post("q:1", "m0"); });
+    EXPECT_TRUE(eventually([this] { return actors.pending("q:1") == 1; }));
+  }
+  busy_owner(const busy_owner&) = delete;
+  busy_owner& operator=(const busy_owner&) = delete;
+  ~busy_owner() { release(); }
+  void release() {
+    if (!owner.joinable()) return;
+    gate.open();
+    owner.join();
+  }
+  hr::actor_system& actors;
+  latch gate;
+  std::thread owner;
+};
+
 // A server, the tests' plain view of it, and this process's actor_system, whose handler
 // records every run (redis_actor_check.hpp) and whose sweeper takes over what others leave.
 struct recorded {
@@ -310,19 +333,22 @@ TEST(RedisActor, a_post_from_inside_a_redis_handler_drains_the_won_actor_on_the_
   EXPECT_EQ(actors.pending("b:1"), 0U);
 }
 
-// A Redis handler that records, for each run, its thread and whether `inside` was set then.
+// A server and an actor_system whose handler records, for each run, its thread and
+// whether `inside` was set then.
 struct inside_probe {
-  std::atomic<bool> inside{false};
-  std::mutex mu;
-  std::vector<std::pair<std::thread::id, bool>> runs;  // guarded by mu
-  void attach(hr::actor_system& actors) {
+  inside_probe() {
     actors.on("r:", [this](hr::delivery&) {
       const std::lock_guard<std::mutex> lock(mu);
       runs.emplace_back(std::this_thread::get_id(), inside.load());
     });
   }
+  redis_server server;
+  hr::actor_system actors{at(server.port()), quick()};
+  std::atomic<bool> inside{false};
+  std::mutex mu;
+  std::vector<std::pair<std::thread::id, bool>> runs;  // guarded by mu
   // The work the post runs inside: sets `inside` around the post.
-  void post_inside(hr::actor_system& actors) {
+  void post_inside() {
     inside = true;
     actors.post("r:1", "x");
     inside = false;
@@ -336,37 +362,28 @@ struct inside_probe {
 };
 
 TEST(RedisActor, a_post_from_an_in_process_actors_handler_drains_after_that_handler_on_the_same_thread) {
-  redis_server server;
-  hr::actor_system actors(at(server.port()), quick());
   inside_probe probe;
-  probe.attach(actors);
   handoff::actor<int> local{0};
-  local.post([&](int&) { probe.post_inside(actors); });  // at top level: runs here, then the queue
+  local.post([&](int&) { probe.post_inside(); });  // at top level: runs here, then the queue
   probe.expect_one_run_here_after_the_work();
-  EXPECT_EQ(actors.pending("r:1"), 0U);
+  EXPECT_EQ(probe.actors.pending("r:1"), 0U);
 }
 
 TEST(RedisActor, a_post_from_a_keyed_mutex_callback_drains_after_that_callback_on_the_same_thread) {
-  redis_server server;
-  hr::actor_system actors(at(server.port()), quick());
   inside_probe probe;
-  probe.attach(actors);
   handoff::keyed_mutex<std::string> m;
-  m.lock_async("k", [&](auto /*guard*/) { probe.post_inside(actors); });  // free key: runs here
+  m.lock_async("k", [&](auto /*guard*/) { probe.post_inside(); });  // free key: runs here
   probe.expect_one_run_here_after_the_work();
 }
 
 TEST(RedisActor, a_post_from_a_coroutine_the_library_resumed_drains_after_it_on_the_same_thread) {
-  redis_server server;
-  hr::actor_system actors(at(server.port()), quick());
   inside_probe probe;
-  probe.attach(actors);
   handoff::keyed_mutex<std::string> m;
   auto held = m.lock("k");
-  [](handoff::keyed_mutex<std::string>& mx, inside_probe& p, hr::actor_system& a) -> handoff::test::fire_and_forget {
+  [](handoff::keyed_mutex<std::string>& mx, inside_probe& p) -> handoff::test::fire_and_forget {
     auto g = co_await mx.async_lock("k");  // resumed inside held.unlock() below
-    p.post_inside(a);
-  }(m, probe, actors);
+    p.post_inside();
+  }(m, probe);
   held.unlock();
   probe.expect_one_run_here_after_the_work();
 }
@@ -414,12 +431,7 @@ TEST(RedisActor, a_full_mailbox_refuses_posts_and_post_for_waits_only_until_its_
   hr::actor_options a = quick();
   a.capacity = 3;
   hr::actor_system actors(at(server.port()), a);
-  latch gate;
-  actors.on("q:", [&](hr::delivery& d) {
-    if (d.body() == "m0") gate.wait();
-  });
-  std::thread owner([&] { actors.post("q:1", "m0"); });
-  ASSERT_TRUE(eventually([&] { return actors.pending("q:1") == 1; }));
+  busy_owner owner(actors);
   actors.post("q:1", "m1");
   actors.post("q:1", "m2");
   EXPECT_FALSE(actors.try_post("q:1", "m3").has_value());
@@ -437,11 +449,10 @@ TEST(RedisActor, a_full_mailbox_refuses_posts_and_post_for_waits_only_until_its_
   EXPECT_EQ(actors.pending("q:1"), 3U);
   std::thread later([&] {
     std::this_thread::sleep_for(50ms);
-    gate.open();
+    owner.release();
   });
   EXPECT_NO_THROW(actors.post_for("q:1", "m3", 10s));
   later.join();
-  owner.join();
   EXPECT_TRUE(eventually([&] { return actors.pending("q:1") == 0; }));
 }
 
@@ -450,16 +461,10 @@ TEST(RedisActor, capacity_0_means_an_unbounded_mailbox) {
   hr::actor_options a = quick();
   a.capacity = 0;
   hr::actor_system actors(at(server.port()), a);
-  latch gate;
-  actors.on("q:", [&](hr::delivery& d) {
-    if (d.body() == "m0") gate.wait();
-  });
-  std::thread owner([&] { actors.post("q:1", "m0"); });
-  ASSERT_TRUE(eventually([&] { return actors.pending("q:1") == 1; }));
+  busy_owner owner(actors);
   for (int i = 1; i < 20; ++i) EXPECT_TRUE(actors.try_post("q:1", "m" + std::to_string(i)).has_value()) << i;
   EXPECT_EQ(actors.pending("q:1"), 20U);
-  gate.open();
-  owner.join();
+  owner.release();
   EXPECT_TRUE(eventually([&] { return actors.pending("q:1") == 0; }));
 }
 
