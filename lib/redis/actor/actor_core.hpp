@@ -55,9 +55,6 @@ constexpr int sweep_batch = 256;
 constexpr std::chrono::milliseconds post_retry_min{1};
 constexpr std::chrono::milliseconds post_retry_max{16};
 
-// The ownership lease as the scripts take it: whole milliseconds (common/lease_ms.hpp).
-inline std::string lease_px(const actor_options& a) { return std::to_string(lease_to_ms(a.lease.duration.count())); }
-
 struct actor_core : std::enable_shared_from_this<actor_core> {
   actor_core(options opts, actor_options a);
   ~actor_core() { stop(); }
@@ -96,6 +93,11 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
 
   const options o;
   const actor_options a;
+  // The options as the scripts take them, written once: the ownership lease in whole
+  // milliseconds (common/lease_ms.hpp), and the mailbox bound ('': unbounded).
+  const std::int64_t lease_ms = lease_to_ms(a.lease.duration.count());
+  const std::string lease_px = std::to_string(lease_ms);
+  const std::string bound = a.capacity == 0 ? "" : std::to_string(a.capacity);
   pool connections;  // after o, which it refers to
   // Loaded once by the constructor, then only read.
   script post_script, step_script, renew_script, claim_script, due_script;

@@ -144,12 +144,10 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   const bool nested = inside_work();
   const bool can_own = find(key) != nullptr;
   const std::string what = describe("post to", key);
-  const std::string bound = a.capacity == 0 ? "" : std::to_string(a.capacity);  // '': unbounded
-  const std::string lease = lease_px(a);
   reply r = [&] {
     auto c = connections.take();
     return c->eval(post_script, {n.count, n.mailbox, n.owner, pending_key, n.head, n.state},
-                   {element, bound, id, lease, can_own ? "1" : "0", key, nested ? "0" : "1"}, what);
+                   {element, bound, id, lease_px, can_own ? "1" : "0", key, nested ? "0" : "1"}, what);
   }();
   // The token of an owner that won by posting is its message's id.
   if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_INTEGER &&
@@ -229,7 +227,6 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
   try {
     const registration reg(*this, n, token);
     const std::string what = describe("drain of", n.key);
-    const std::string lease = lease_px(a);
     const std::string attempts = std::to_string(a.max_attempts);
     // 0: no budget, as for handoff::actor_options.
     const std::int64_t budget_end = a.max_time.count() == 0
@@ -259,8 +256,8 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
         r = [&] {
           auto c = connections.take();
           return c->eval(step_script, {n.count, n.mailbox, n.owner, n.head, pending_key, n.dead, n.state},
-                         {token, lease, done, x, mode, attempts, a.remember_handled ? "1" : "0", has_state ? "1" : "0",
-                          new_state, n.key},
+                         {token, lease_px, done, x, mode, attempts, a.remember_handled ? "1" : "0",
+                          has_state ? "1" : "0", new_state, n.key},
                          what);
         }();
         if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) {

@@ -27,9 +27,8 @@ void actor_core::stop() noexcept {
 }
 
 void actor_core::renew_loop() noexcept {
-  const auto period = std::max<std::chrono::milliseconds>(
-      std::chrono::milliseconds(lease_to_ms(a.lease.duration.count()) / renew_fraction), std::chrono::milliseconds(1));
-  const std::string lease = lease_px(a);
+  const auto period = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(lease_ms / renew_fraction),
+                                                          std::chrono::milliseconds(1));
   std::unique_lock<std::mutex> lock(mu);
   while (!stopping) {
     // Every drain is renewed at least once per period: the first renewal of a drain that
@@ -43,7 +42,7 @@ void actor_core::renew_loop() noexcept {
       try {
         auto c = connections.take();
         // 0: the actor is not ours any more; its drain finds out at its next step.
-        (void)c->eval(renew_script, {n.owner, pending_key}, {token, lease, key}, "lease renewal of an actor");
+        (void)c->eval(renew_script, {n.owner, pending_key}, {token, lease_px, key}, "lease renewal of an actor");
       } catch (...) {
         report(key, std::current_exception());  // retried next period, while the lease lasts
       }
@@ -84,7 +83,6 @@ std::size_t actor_core::sweep() {
   std::vector<std::string> keys;
   keys.reserve(due->elements);
   for (std::size_t i = 0; i < due->elements; ++i) keys.emplace_back(due->element[i]->str, due->element[i]->len);
-  const std::string lease = lease_px(a);
   std::size_t claimed = 0;
   for (const std::string& key : keys) {
     if (find(key) == nullptr) continue;  // another process's family
@@ -92,7 +90,7 @@ std::size_t actor_core::sweep() {
     const std::string token = next_id();
     const reply r = [&] {
       auto c = connections.take();
-      return c->eval(claim_script, {n.count, n.mailbox, n.owner, pending_key}, {token, lease, key},
+      return c->eval(claim_script, {n.count, n.mailbox, n.owner, pending_key}, {token, lease_px, key},
                      "takeover of actor " + handoff::detail::key_excerpt(key));
     }();
     if (r->type != REDIS_REPLY_INTEGER || r->integer != 1) continue;
