@@ -7,6 +7,11 @@
 //   redis_actor_helper <port> <lease ms> hang <key>
 //       Posts "hang 0" to key and handles it: its first delivery sets t:hanging and
 //       sleeps for ever (an owner to be SIGKILLed mid-handler).
+//   redis_actor_helper <port> <lease ms> take <body>
+//       Posts nothing: its sweeper takes over announced actors and handles their messages
+//       with remember_handled, each handler adding 1 to the key's state; the first
+//       delivery of <body> sets t:hanging and sleeps for ever (an owner to be SIGKILLed
+//       mid-batch).
 //
 // Exits 0 on success, 1 with a message on stderr on any failure.
 #include <handoff/redis/actor_system.hpp>
@@ -29,6 +34,7 @@ int main(int argc, char** argv) {
     a.lease = handoff::lease{std::chrono::milliseconds(std::stoi(argv[2]))};
     a.sweep_interval = std::chrono::milliseconds(50);
     const std::string mode = argv[3];
+    a.remember_handled = mode == "take";
     handoff::redis::actor_system actors(o, a);
     if (mode == "send" && argc >= 7) {
       actors.on("", [port](handoff::redis::delivery& d) { handoff::test::record_run(port, d); });
@@ -51,6 +57,18 @@ int main(int argc, char** argv) {
       });
       actors.post(argv[4], "hang 0");
       return 0;
+    }
+    if (mode == "take") {
+      const std::string hang_at = argv[4];
+      actors.on("", [port, hang_at](handoff::redis::delivery& d) {
+        if (d.body() == hang_at && d.attempt() == 1) {
+          handoff::test::actor_check_command(port, {"SET", "t:hanging", "1"});
+          for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+        handoff::test::record_run(port, d);
+        d.set_state(std::to_string(handoff::test::count_of(d.state()) + 1));
+      });
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // killed by the test
     }
     throw std::runtime_error("unknown mode " + mode);
   } catch (const std::exception& e) {

@@ -177,6 +177,119 @@ TEST(RedisActor, an_owner_killed_mid_handler_loses_no_message_and_its_rerun_is_f
   EXPECT_EQ(handoff::test::check_log(log_of(raw, "room:9"), nullptr), "");
 }
 
+TEST(RedisActor, an_owner_killed_mid_batch_re_runs_what_it_had_not_dequeued_flagged_and_commits_state_once) {
+  redis_server server;
+  const int port = server.port();
+  raw_redis raw(port);
+  hr::actor_options silent = quick();
+  silent.sweep_interval = 0ms;
+  hr::actor_system poster(at(port), silent);  // no handlers: its posts announce the actor
+  for (int i = 0; i < 6; ++i) poster.post("room:5", "b " + std::to_string(i));
+  // Takes the actor over, peeks all six as one batch, runs b 0 and b 1, hangs in b 2.
+  const auto owner = helper({std::to_string(port), "300", "take", "b 2"});
+  ASSERT_TRUE(eventually([&] { return raw.string({"GET", "t:hanging"}) == "1"; }, 10s));
+  poster.post("room:5", "t 0");  // behind the peeked batch
+  owner->kill();
+  hr::actor_options a = quick();
+  a.remember_handled = true;
+  hr::actor_system rescuer(at(port), a);
+  rescuer.on("", [port](hr::delivery& d) {
+    handoff::test::record_run(port, d);
+    d.set_state(std::to_string(handoff::test::count_of(d.state()) + 1));
+  });
+  ASSERT_TRUE(eventually([&] { return log_of(raw, "room:5").size() == 9; }, 10s)) << log_of(raw, "room:5").size();
+  // Nothing of the batch was dequeued when its owner died: all of it runs again, flagged,
+  // including the messages the dead owner never started; what came after it is not.
+  EXPECT_EQ(handoff::test::runs_of(log_of(raw, "room:5")),
+            (std::vector<std::string>{"b 0 1", "b 1 1", "b 0 2", "b 1 2", "b 2 2", "b 3 2", "b 4 2", "b 5 2", "t 0 1"}));
+  EXPECT_EQ(handoff::test::check_log(log_of(raw, "room:5"), nullptr), "");
+  EXPECT_TRUE(eventually([&] { return rescuer.pending("room:5") == 0; }));
+  EXPECT_EQ(raw.string({"HGET", "handoff:{room:5}:actor:state", "value"}), "7")
+      << "the state counts each message once: the dead owner's two runs were never committed";
+}
+
+TEST(RedisActor, a_handler_that_throws_mid_batch_stops_it_and_the_messages_after_it_are_not_counted_as_delivered) {
+  redis_server server;
+  hr::actor_options a = quick();
+  a.max_attempts = 1;  // a message counted as delivered twice goes to the dead letters
+  a.on_error = [](std::string_view, std::exception_ptr) {};
+  hr::actor_system actors(at(server.port()), a);
+  latch gate;
+  std::mutex mu;
+  std::vector<std::string> runs;
+  actors.on("q:", [&](hr::delivery& d) {
+    if (d.body() == "m0") gate.wait();
+    const std::lock_guard<std::mutex> lock(mu);
+    runs.push_back(std::string(d.body()) + " " + std::to_string(d.attempt()));
+    if (d.body() == "b2") throw std::runtime_error("poison");
+  });
+  std::thread owner([&] { actors.post("q:1", "m0"); });
+  ASSERT_TRUE(eventually([&] { return actors.pending("q:1") == 1; }));
+  for (int i = 1; i <= 4; ++i) actors.post("q:1", "b" + std::to_string(i));  // one batch after m0
+  gate.open();
+  owner.join();
+  EXPECT_EQ(runs, (std::vector<std::string>{"m0 1", "b1 1", "b2 1", "b3 1", "b4 1"}));
+  const std::vector<hr::dead_letter> dead = actors.dead_letters("q:1");
+  ASSERT_EQ(dead.size(), 1U);
+  EXPECT_EQ(dead[0].body, "b2");
+  EXPECT_EQ(actors.pending("q:1"), 0U);
+}
+
+TEST(RedisActor, a_batch_carries_the_state_from_message_to_message_and_a_spent_time_budget_gives_back_the_rest) {
+  redis_server server;
+  handoff::thread_pool pool(1);
+  hr::actor_options a = quick();
+  a.remember_handled = true;
+  a.max_attempts = 1;  // a message counted as delivered without running would be dead-lettered
+  a.max_messages = 0;
+  a.max_time = 1ms;  // spent after the first message of each batch
+  a.executor = pool;
+  hr::actor_system actors(at(server.port()), a);
+  latch gate;
+  std::mutex mu;
+  std::vector<std::string> seen;  // "<body> <attempt> <state>"
+  std::vector<std::string> ids;   // the ids handled, in order
+  std::vector<bool> last_is_previous;
+  actors.on("acct:", [&](hr::delivery& d) {
+    if (d.body() == "m0") gate.wait();
+    std::this_thread::sleep_for(2ms);
+    const std::lock_guard<std::mutex> lock(mu);
+    last_is_previous.push_back(ids.empty() ? d.last_handled_id().empty() : d.last_handled_id() == ids.back());
+    ids.emplace_back(d.id());
+    seen.push_back(std::string(d.body()) + " " + std::to_string(d.attempt()) + " " + std::string(d.state()));
+    d.set_state(std::to_string(handoff::test::count_of(d.state()) + 1));
+  });
+  std::thread owner([&] { actors.post("acct:1", "m0"); });
+  ASSERT_TRUE(eventually([&] { return actors.pending("acct:1") == 1; }));
+  for (int i = 1; i <= 5; ++i) actors.post("acct:1", "b" + std::to_string(i));
+  gate.open();
+  owner.join();
+  ASSERT_TRUE(eventually([&] { return actors.pending("acct:1") == 0; }));
+  const std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(seen, (std::vector<std::string>{"m0 1 ", "b1 1 1", "b2 1 2", "b3 1 3", "b4 1 4", "b5 1 5"}));
+  EXPECT_EQ(last_is_previous, std::vector<bool>(6, true));
+  EXPECT_TRUE(actors.dead_letters("acct:1").empty());
+  raw_redis raw(server.port());
+  EXPECT_EQ(raw.string({"HGET", "handoff:{acct:1}:actor:state", "value"}), "6");
+}
+
+TEST(RedisActor, batch_must_be_from_1_to_max_batch) {
+  redis_server server;
+  hr::actor_options zero = quick();
+  zero.batch = 0;
+  EXPECT_THROW(hr::actor_system(at(server.port()), zero), std::invalid_argument);
+  hr::actor_options over = quick();
+  over.batch = hr::actor_options::max_batch + 1;
+  EXPECT_THROW(hr::actor_system(at(server.port()), over), std::invalid_argument);
+  hr::actor_options one = quick();
+  one.batch = 1;
+  hr::actor_system actors(at(server.port()), one);
+  std::vector<std::string> runs;
+  actors.on("", [&](hr::delivery& d) { runs.emplace_back(d.body()); });
+  actors.post("k", "a");
+  EXPECT_EQ(runs, std::vector<std::string>{"a"});
+}
+
 TEST(RedisActor, a_sender_killed_mid_stream_loses_no_accepted_message) {
   recorded t;
   const int port = t.port;

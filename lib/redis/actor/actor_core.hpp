@@ -39,12 +39,12 @@ struct actor_names {
     count = base + "count";
     mailbox = base + "mailbox";
     owner = base + "owner";
-    head = base + "head";
+    delivered = base + "delivered";
     dead = base + "dead";
     state = base + "state";
   }
   std::string key;  // the actor key itself (raw bytes): the pending set's member
-  std::string count, mailbox, owner, head, dead, state;
+  std::string count, mailbox, owner, delivered, dead, state;
 };
 
 // Keys read per sweep: a process sees at most this many due actors per sweep_interval
@@ -98,6 +98,8 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   const std::int64_t lease_ms = lease_to_ms(a.lease.duration.count());
   const std::string lease_px = std::to_string(lease_ms);
   const std::string bound = a.capacity == 0 ? "" : std::to_string(a.capacity);
+  const std::string batch_size = std::to_string(a.batch);
+  const std::string attempts = std::to_string(a.max_attempts);
   pool connections;  // after o, which it refers to
   // Loaded once by the constructor, then only read.
   script post_script, step_script, renew_script, claim_script, due_script;

@@ -1,11 +1,12 @@
 // handoff::redis::actor_system: post, the owner's drain loop, and the facade
 // (actor_system.hpp; the scripts in scripts.hpp; the threads in actor_threads.cpp).
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "../common/ids.hpp"
 #include "actor_core.hpp"
@@ -89,6 +90,7 @@ void check(const actor_options& a) {
   };
   if (a.max_time.count() < 0) bad("max_time must not be negative");
   if (a.max_attempts == 0) bad("max_attempts must be at least 1");
+  if (a.batch == 0 || a.batch > actor_options::max_batch) bad("batch must be from 1 to actor_options::max_batch");
   if (a.sweep_interval.count() < 0) bad("sweep_interval must not be negative");
 }
 
@@ -146,7 +148,7 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   const std::string what = describe("post to", key);
   reply r = [&] {
     auto c = connections.take();
-    return c->eval(post_script, {n.count, n.mailbox, n.owner, pending_key, n.head, n.state},
+    return c->eval(post_script, {n.count, n.mailbox, n.owner, pending_key, n.delivered, n.state},
                    {element, bound, id, lease_px, can_own ? "1" : "0", key, nested ? "0" : "1"}, what);
   }();
   // The token of an owner that won by posting is its message's id.
@@ -224,85 +226,113 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
     registration& operator=(const registration&) = delete;
     ~registration() { core.unregister_drain(token); }
   };
+  // One message of the batch the last step (or the post) delivered: views into its reply.
+  struct message {
+    std::string_view id, body;
+    std::uint32_t attempt;
+  };
   try {
     const registration reg(*this, n, token);
     const std::string what = describe("drain of", n.key);
-    const std::string attempts = std::to_string(a.max_attempts);
     // 0: no budget, as for handoff::actor_options.
     const std::int64_t budget_end = a.max_time.count() == 0
                                         ? handoff::detail::no_deadline
                                         : handoff::detail::deadline_after(handoff::detail::now_ns(), a.max_time);
-    std::string x = "0";    // messages removed this round, as the last step said
-    std::string done;       // the id of the message handled, to dequeue
-    std::string new_state;  // set by its handler (remember_handled)
+    std::string x = "0";  // messages removed this round, as the last step said
+    reply r;              // the last step's reply, which `batch` and `last_id` point into
+    std::vector<message> batch;
+    // The state a handler sees (remember_handled): the last step's, then what the batch's
+    // handlers set, committed with their dequeue by the next step.
+    std::string_view last_id;
+    std::string_view state;
+    std::string new_state;
     bool has_state = false;
-    for (std::uint32_t ran = 0;;) {
-      const bool spent = (a.max_messages != 0 && ran >= a.max_messages) ||
-                         (budget_end != handoff::detail::no_deadline && handoff::detail::now_ns() >= budget_end);
-      const char* mode = !spent ? "next" : a.executor ? "keep" : "announce";
-      reply r;  // what the delivery's views point into
-      std::string_view id;
-      std::string_view body;
-      std::string_view last_id;
-      std::string_view state;
-      std::uint32_t attempt = 1;
-      if (first != nullptr) {  // the post that won the actor delivered its own message
-        id = first->id;
-        body = first->body;
-        last_id = first->last_id;
-        state = first->state;
-        first = nullptr;
-      } else {
-        r = [&] {
-          auto c = connections.take();
-          return c->eval(step_script, {n.count, n.mailbox, n.owner, n.head, pending_key, n.dead, n.state},
-                         {token, lease_px, done, x, mode, attempts, a.remember_handled ? "1" : "0",
-                          has_state ? "1" : "0", new_state, n.key},
-                         what);
-        }();
-        if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) {
-          unexpected(what);
+    if (first != nullptr) {  // the post that won the actor delivered its own message
+      batch.push_back({first->id, first->body, 1});
+      last_id = first->last_id;
+      state = first->state;
+    }
+    std::uint32_t ran = 0;
+    const auto budget_spent = [&] {
+      return (a.max_messages != 0 && ran >= a.max_messages) ||
+             (budget_end != handoff::detail::no_deadline && handoff::detail::now_ns() >= budget_end);
+    };
+    for (;;) {
+      // Run the batch, in order, until its end, a handler that throws, or the budget.
+      std::size_t handled = 0;
+      bool threw = false;
+      bool spent = false;
+      for (const message& m : batch) {
+        spent = budget_spent();
+        if (spent) break;
+        ++ran;
+        delivery d(n.key, m.id, m.body, m.attempt, last_id, state);
+        try {
+          const auto h = find(n.key);
+          if (h == nullptr) throw error("handoff::redis: " + what + ": no handler for this key in this process");
+          const handler_frame frame;
+          (*h)(d);
+        } catch (...) {
+          report(n.key, std::current_exception());  // delivered again, until max_attempts
+          threw = true;
+          break;
         }
-        const long long status = r->element[0]->integer;
-        x = std::to_string(r->element[1]->integer);
-        if (const long long dead = r->element[2]->integer; dead > 0) {
-          std::string why = "handoff::redis: " + what + ": ";
-          why += std::to_string(dead);
-          why += " message(s) moved to the dead letters after ";
-          why += attempts;
-          why += " deliveries";
-          report(n.key, std::make_exception_ptr(error(why)));
+        ++handled;
+        if (a.remember_handled) {
+          last_id = m.id;
+          if (const std::string* s = d.staged_state()) {
+            new_state = *s;
+            state = new_state;
+            has_state = true;
+          }
         }
-        if (status == -1) {
-          throw error("handoff::redis: " + what + ": ownership lost (lease ran out) before the dequeue");
-        }
-        if (status == 0) return;
-        if (status == 2) {
-          if (a.executor) queue_drain(n, token);
-          return;
-        }
-        if (status != 1 || r->elements != 7) unexpected(what);
-        std::tie(id, body) = split(text(*r->element[3]), what);
-        attempt = static_cast<std::uint32_t>(r->element[4]->integer);
-        last_id = text(*r->element[5]);
-        state = text(*r->element[6]);
       }
-      delivery d(n.key, id, body, attempt, last_id, state);
-      done.clear();
+      if (!threw && !spent) spent = budget_spent();
+      const char* mode = !spent ? "next" : a.executor ? "keep" : "announce";
+      // The next batch: no more than the message budget has left.
+      const std::uint32_t size = a.max_messages == 0 ? a.batch : std::min(a.batch, a.max_messages - std::min(ran, a.max_messages));
+      const std::size_t started = handled + (threw ? 1 : 0);
+      const std::string_view first_id = handled != 0 ? batch.front().id : std::string_view();
+      const std::string_view last_handled = handled != 0 ? batch[handled - 1].id : std::string_view();
+      reply next = [&] {
+        auto c = connections.take();
+        return c->eval(step_script, {n.count, n.mailbox, n.owner, n.delivered, pending_key, n.dead, n.state},
+                       {token, lease_px, std::to_string(handled), first_id, last_handled, x, mode, attempts,
+                        a.remember_handled ? "1" : "0", has_state ? "1" : "0", new_state, n.key, size == a.batch ? batch_size : std::to_string(size),
+                        std::to_string(threw ? 1 : 0), std::to_string(batch.size() - started)},
+                       what);
+      }();
+      batch.clear();
+      r = std::move(next);
+      if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) {
+        unexpected(what);
+      }
+      const long long status = r->element[0]->integer;
+      x = std::to_string(r->element[1]->integer);
+      if (const long long dead = r->element[2]->integer; dead > 0) {
+        std::string why = "handoff::redis: " + what + ": ";
+        why += std::to_string(dead);
+        why += " message(s) moved to the dead letters after ";
+        why += attempts;
+        why += " deliveries";
+        report(n.key, std::make_exception_ptr(error(why)));
+      }
+      if (status == -1) {
+        throw error("handoff::redis: " + what + ": ownership lost (lease ran out) before the dequeue");
+      }
+      if (status == 0) return;
+      if (status == 2) {
+        if (a.executor) queue_drain(n, token);
+        return;
+      }
+      if (status != 1 || r->elements < 7 || (r->elements - 5) % 2 != 0) unexpected(what);
+      last_id = text(*r->element[3]);
+      state = text(*r->element[4]);
+      new_state.clear();
       has_state = false;
-      ++ran;
-      const auto h = find(n.key);
-      try {
-        if (h == nullptr) throw error("handoff::redis: " + what + ": no handler for this key in this process");
-        const handler_frame frame;
-        (*h)(d);
-        done = id;
-        if (const std::string* s = d.staged_state()) {
-          new_state = *s;
-          has_state = true;
-        }
-      } catch (...) {
-        report(n.key, std::current_exception());  // delivered again, until max_attempts
+      for (std::size_t i = 5; i < r->elements; i += 2) {
+        const auto [id, body] = split(text(*r->element[i]), what);
+        batch.push_back({id, body, static_cast<std::uint32_t>(r->element[i + 1]->integer)});
       }
     }
   } catch (...) {

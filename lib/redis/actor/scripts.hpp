@@ -6,7 +6,9 @@
 //                  (mailbox length + messages its owner removed in this round)
 //   actor:mailbox  list of messages, oldest first; one element is "<id> <body bytes>"
 //   actor:owner    the owner's token, with a PX lease; absent: nobody owns the actor
-//   actor:head     hash {id, n}: the head message's id and how often it was delivered
+//   actor:delivered  hash id -> n: how often each message handed to an owner and not yet
+//                  dequeued was delivered (a batch counts each message it peeked, so
+//                  after a crash mid-batch every message the dead owner peeked is flagged)
 //   actor:dead     list of dead letters, in the mailbox's element format
 //   actor:state    hash {id, value}: the last message whose handling was committed with
 //                  its dequeue, and the state committed with it (remember_handled only)
@@ -17,11 +19,12 @@
 // The hand-off, as in the in-process actor: post increments the count and appends the
 // message; the post whose increment finds no live owner becomes the owner (count 0 -> 1,
 // or a takeover of an actor whose owner's lease ran out or that was announced). The owner
-// steps: dequeue the message it handled, then peek the next (its delivery count + 1) or,
-// with the mailbox empty, release by subtracting the messages removed this round, which
-// must leave 0. A budget step subtracts them too and keeps the actor owned (for the
-// process's executor) or announces it. Because increment and append are one script, the
-// in-process drainer's window (counted, not yet enqueued) does not exist here.
+// steps: dequeue the messages it handled (the head of the mailbox, in order), then peek
+// the next batch (each message's delivery count + 1) or, with the mailbox empty, release
+// by subtracting the messages removed this round, which must leave 0. A budget step
+// subtracts them too and keeps the actor owned (for the process's executor) or announces
+// it. Because increment and append are one script, the in-process drainer's window
+// (counted, not yet enqueued) does not exist here.
 #pragma once
 
 #include <string>
@@ -44,7 +47,7 @@ local function own(owner, pending, actor, token, lease)
 end
 )lua";
 
-// KEYS: count, mailbox, owner, pending, head, state. ARGV: element, mailbox bound ('': none), token
+// KEYS: count, mailbox, owner, pending, delivered, state. ARGV: element, mailbox bound ('': none), token
 // (the message's id), lease ms, '1' if this process may own the actor ('0': announce it
 // instead), the actor key, '1' if the caller drains at once (then a message that finds the
 // mailbox empty is delivered by this reply: no peek).
@@ -67,34 +70,53 @@ end
 if n ~= len + 1 then redis.call('SET', KEYS[1], len + 1) end
 own(KEYS[3], KEYS[4], ARGV[6], ARGV[3], ARGV[4])
 if ARGV[7] ~= '1' or len ~= 0 then return 1 end
-redis.call('HSET', KEYS[5], 'id', ARGV[3], 'n', 1)
+redis.call('HSET', KEYS[5], ARGV[3], 1)
 local s = redis.call('HMGET', KEYS[6], 'id', 'value')
 return {2, s[1] or '', s[2] or ''}
 )lua";
 
-// KEYS: count, mailbox, owner, head, pending, dead, state. ARGV: token, lease ms, id of
-// the message handled ('' for none, or one whose handler failed), removed so far this round
-// (x), mode ('next', 'keep' or 'announce'), max attempts, '1' to record the handled id in
-// state, '1' to store ARGV[9] as the state value, the state value, the actor key.
+// KEYS: count, mailbox, owner, delivered, pending, dead, state. ARGV: token, lease ms,
+// handled (k: the messages at the head whose handlers returned, to dequeue), the first and
+// the last of their ids, removed so far this round (x), mode ('next', 'keep' or
+// 'announce'), max attempts, '1' to record the last handled id in state, '1' to store
+// ARGV[11] as the state value, the state value, the actor key, the batch size (the most
+// messages to peek), then where the peeked messages that never ran start after the
+// dequeue and how many there are (their delivery is taken back: the budget ran out, or
+// a handler before them threw).
 // Replies {status, x, dead letters made}: -1 the token is not the owner's (nothing
 // changed); 0 released; 2 handed on (x subtracted; 'keep': still owned, lease renewed;
-// 'announce': owner deleted, sweepers see it now); 1 a message to handle, followed by the
-// element, its delivery count, the state's id and value.
+// 'announce': owner deleted, sweepers see it now); 1 messages to handle, followed by the
+// state's id and value, then each message's element and delivery count, in order.
 inline constexpr const char* step = R"lua(
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then return {-1, 0, 0} end
-local x = tonumber(ARGV[4])
-if ARGV[3] ~= '' then
-  local h = redis.call('LINDEX', KEYS[2], 0)
-  if h and id_of(h) == ARGV[3] then
-    redis.call('LPOP', KEYS[2])
-    redis.call('DEL', KEYS[4])
-    x = x + 1
-    if ARGV[7] == '1' then
-      redis.call('HSET', KEYS[7], 'id', ARGV[3])
-      if ARGV[8] == '1' then redis.call('HSET', KEYS[7], 'value', ARGV[9]) end
+local x = tonumber(ARGV[6])
+local k = tonumber(ARGV[3])
+local unrun = tonumber(ARGV[15])
+if k > 0 then
+  local first = redis.call('LINDEX', KEYS[2], 0)
+  local last = redis.call('LINDEX', KEYS[2], k - 1)
+  if first and last and id_of(first) == ARGV[4] and id_of(last) == ARGV[5] then
+    local ids = {}
+    for i, m in ipairs(redis.call('LRANGE', KEYS[2], 0, k - 1)) do ids[i] = id_of(m) end
+    redis.call('LTRIM', KEYS[2], k, -1)
+    redis.call('HDEL', KEYS[4], unpack(ids))
+    x = x + k
+    if ARGV[9] == '1' then
+      redis.call('HSET', KEYS[7], 'id', ARGV[5])
+      if ARGV[10] == '1' then redis.call('HSET', KEYS[7], 'value', ARGV[11]) end
     end
+  else
+    unrun = 0  -- not the messages this owner peeked: leave every count as it is
   end
 end
+if unrun > 0 then
+  local from = tonumber(ARGV[14])
+  for _, m in ipairs(redis.call('LRANGE', KEYS[2], from, from + unrun - 1)) do
+    local id = id_of(m)
+    if redis.call('HINCRBY', KEYS[4], id, -1) <= 0 then redis.call('HDEL', KEYS[4], id) end
+  end
+end
+local max = tonumber(ARGV[8])
 local dead = 0
 while true do
   local h = redis.call('LINDEX', KEYS[2], 0)
@@ -103,37 +125,47 @@ while true do
     if c ~= 0 then
       return redis.error_reply('handoff actor: count ' .. c .. ' left with an empty mailbox')
     end
-    redis.call('DEL', KEYS[1], KEYS[3])
-    redis.call('ZREM', KEYS[5], ARGV[10])
+    redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
+    redis.call('ZREM', KEYS[5], ARGV[12])
     return {0, 0, dead}
   end
-  if ARGV[5] ~= 'next' then
+  if ARGV[7] ~= 'next' then
     if redis.call('DECRBY', KEYS[1], x) <= 0 then
       return redis.error_reply('handoff actor: count below the mailbox length')
     end
-    if ARGV[5] == 'announce' then
+    if ARGV[7] == 'announce' then
       redis.call('DEL', KEYS[3])
-      redis.call('ZADD', KEYS[5], now, ARGV[10])
+      redis.call('ZADD', KEYS[5], now, ARGV[12])
     else
-      own(KEYS[3], KEYS[5], ARGV[10], ARGV[1], ARGV[2])
+      own(KEYS[3], KEYS[5], ARGV[12], ARGV[1], ARGV[2])
     end
     return {2, 0, dead}
   end
-  local id = id_of(h)
-  local n = 1
-  if redis.call('HGET', KEYS[4], 'id') == id then
-    n = redis.call('HINCRBY', KEYS[4], 'n', 1)
-  else
-    redis.call('HSET', KEYS[4], 'id', id, 'n', 1)
-  end
-  if n <= tonumber(ARGV[6]) then
-    own(KEYS[3], KEYS[5], ARGV[10], ARGV[1], ARGV[2])
+  local n = redis.call('HINCRBY', KEYS[4], id_of(h), 1)
+  if n <= max then
+    own(KEYS[3], KEYS[5], ARGV[12], ARGV[1], ARGV[2])
     local s = redis.call('HMGET', KEYS[7], 'id', 'value')
-    return {1, x, dead, h, n, s[1] or '', s[2] or ''}
+    local out = {1, x, dead, s[1] or '', s[2] or '', h, n}
+    local size = tonumber(ARGV[13])
+    if size > 1 then
+      -- The rest of the batch stops before a message due for the dead letters: it goes
+      -- there when it reaches the head.
+      for _, m in ipairs(redis.call('LRANGE', KEYS[2], 1, size - 1)) do
+        local id = id_of(m)
+        local c = redis.call('HINCRBY', KEYS[4], id, 1)
+        if c > max then
+          redis.call('HINCRBY', KEYS[4], id, -1)
+          break
+        end
+        out[#out + 1] = m
+        out[#out + 1] = c
+      end
+    end
+    return out
   end
   redis.call('LPOP', KEYS[2])
   redis.call('RPUSH', KEYS[6], h)
-  redis.call('DEL', KEYS[4])
+  redis.call('HDEL', KEYS[4], id_of(h))
   x = x + 1
   dead = dead + 1
 end
