@@ -6,6 +6,9 @@
 #include <handoff/actor.hpp>
 #include <handoff/keyed_mutex.hpp>
 #include <handoff/redis/actor_system.hpp>
+#include <handoff/redis/fenced_store.hpp>
+#include <handoff/redis/keyed_mutex.hpp>
+#include <handoff/redis/versioned_store.hpp>
 #include <handoff/thread_pool.hpp>
 
 #include <gtest/gtest.h>
@@ -126,7 +129,8 @@ TEST(RedisActor, a_post_to_an_idle_actor_runs_its_handler_on_the_posting_thread_
   EXPECT_FALSE(id.empty());
   EXPECT_EQ(actors.pending("room:7"), 0U);
   raw_redis raw(server.port());
-  EXPECT_EQ(raw.integer({"DBSIZE"}), 0) << "a released actor leaves nothing on the server";
+  EXPECT_EQ(raw.strings({"KEYS", "*"}), std::vector<std::string>{"handoff:format"})
+      << "a released actor leaves nothing on the server but the prefix's format marker";
 }
 
 TEST(RedisActor, messages_of_one_key_run_one_at_a_time_and_in_sender_order_across_processes) {
@@ -627,7 +631,7 @@ TEST(RedisActor, a_body_over_the_size_limit_is_refused_before_anything_is_sent) 
   EXPECT_THROW(actors.post("k", std::string(17, 'x')), std::invalid_argument);
   EXPECT_NO_THROW(actors.post("k", std::string(16, 'x')));
   raw_redis raw(server.port());
-  EXPECT_EQ(raw.integer({"DBSIZE"}), 0);
+  EXPECT_EQ(raw.integer({"DBSIZE"}), 1) << "only the prefix's format marker";
 }
 
 TEST(RedisActor, keys_and_bodies_of_any_bytes_reach_their_own_actor_intact) {
@@ -643,6 +647,37 @@ TEST(RedisActor, keys_and_bodies_of_any_bytes_reach_their_own_actor_intact) {
     want.push_back(k + "=" + body);
   }
   EXPECT_EQ(got, want);
+}
+
+TEST(RedisActor, every_client_refuses_a_prefix_that_holds_data_of_another_format) {
+  redis_server server;
+  raw_redis raw(server.port());
+  const auto refused = [&](const char* who, auto make) {
+    try {
+      make();
+      ADD_FAILURE() << who << " started beside another format";
+    } catch (const hr::error& e) {
+      EXPECT_NE(std::string(e.what()).find("format"), std::string::npos) << who << ": " << e.what();
+    }
+  };
+  const auto each_client_refuses = [&] {
+    refused("actor_system", [&] { hr::actor_system(at(server.port()), quick()); });
+    refused("keyed_mutex", [&] { hr::keyed_mutex(at(server.port())); });
+    refused("fenced_store", [&] { hr::fenced_store(at(server.port())); });
+    refused("versioned_store", [&] { hr::versioned_store(at(server.port())); });
+  };
+  hr::options other = at(server.port());
+  other.prefix = "other:";
+  { hr::actor_system actors(other, quick()); }
+  EXPECT_EQ(raw.string({"GET", "other:format"}), "2") << "the first client marks its prefix";
+  (void)raw.command({"SET", "handoff:format", "3"});  // a newer version's data
+  each_client_refuses();
+  (void)raw.command({"DEL", "handoff:format"});
+  // No marker, but actors with messages: data of a build from before the marker.
+  (void)raw.command({"ZADD", "handoff:actors:pending", "0", "room:1"});
+  each_client_refuses();
+  EXPECT_EQ(raw.string({"GET", "handoff:format"}), "") << "a refusing client writes nothing";
+  { hr::actor_system actors(other, quick()); }  // another prefix is not affected
 }
 
 TEST(RedisActor, a_stopped_server_gives_an_error_within_the_command_timeout_not_a_hang) {

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "../common/connection.hpp"
+#include "../common/format.hpp"
 #include "../common/lease_ms.hpp"
 #include "../common/names.hpp"
 #include "handoff/redis/actor_system.hpp"
@@ -103,7 +104,7 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   pool connections;  // after o, which it refers to
   // Loaded once by the constructor, then only read.
   script post_script, step_script, renew_script, claim_script, due_script;
-  const std::string pending_key = o.prefix + "actors:pending";
+  const std::string pending_key = o.prefix + std::string(actor_pending_set);
 
   mutable std::mutex handlers_mu;
   // By family; guarded by handlers_mu. A handler is copied out (shared) before it runs.

@@ -120,9 +120,11 @@ class connection {
 // Throws std::invalid_argument for nonsensical options (see keyed_mutex's constructor).
 void validate(const options& o);
 
-// Applies options::if_server_evicts to the server behind c: throws error for refuse, prints
-// a warning for warn. `what` names what an evicted key would break.
-void check_eviction(connection& c, const options& o, std::string_view what);
+// The checks every client makes of the server before using it: applies
+// options::if_server_evicts (throws error for refuse, prints a warning for warn; `what`
+// names what an evicted key would break), then claims the prefix for this version's data
+// format (format.hpp): throws error if data of another format is there.
+void check_server(connection& c, const options& o, std::string_view what);
 
 // Command connections shared by the callers of one keyed_mutex: at most options::pool_size
 // open at once; a caller takes one for one command (or script) and gives it back.

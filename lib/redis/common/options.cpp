@@ -1,4 +1,4 @@
-// Checks of the options and of the server, shared by keyed_mutex and the stores.
+// Checks of the options and of the server, shared by keyed_mutex, the stores and the actors.
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
@@ -6,6 +6,8 @@
 #include <string_view>
 
 #include "connection.hpp"
+#include "format.hpp"
+#include "handoff/detail/report.hpp"
 #include "lease_ms.hpp"
 
 namespace handoff::redis::detail {
@@ -39,7 +41,6 @@ std::string info_field(std::string_view info, std::string_view field) {
   }
   return {};
 }
-}  // namespace
 
 void check_eviction(connection& c, const options& o, std::string_view what) {
   if (o.if_server_evicts == eviction_check::allow) return;
@@ -63,6 +64,38 @@ void check_eviction(connection& c, const options& o, std::string_view what) {
     throw error("handoff::redis: " + problem + " (options::if_server_evicts decides)");
   }
   std::fprintf(stderr, "handoff::redis: warning: %s\n", problem.c_str());
+}
+
+// Claims o.prefix for data_format: sets the marker if absent, refuses another format.
+void claim_format(connection& c, const options& o) {
+  const std::string marker = o.prefix + std::string(format_marker);
+  const std::string what = "data format of the prefix " + handoff::detail::key_excerpt(o.prefix);
+  const auto refuse = [&](std::string_view found) {
+    throw error("handoff::redis: the prefix " + handoff::detail::key_excerpt(o.prefix) + " holds data of format " +
+                std::string(found) + " and this client reads and writes format " + std::string(data_format) +
+                ": clients of different formats must not share a prefix (CHANGELOG.md); stop the other "
+                "version's processes and let their actors drain, or give this version another prefix");
+  };
+  for (;;) {
+    const reply r = c.command({"GET", marker}, what);
+    if (r->type == REDIS_REPLY_STRING) {
+      if (std::string_view(r->str, r->len) != data_format) refuse(std::string_view(r->str, r->len));
+      return;
+    }
+    // No marker. Actors of format 1, written before the marker existed, keep their pending
+    // set while any of them has messages.
+    const reply old = c.command({"EXISTS", o.prefix + std::string(actor_pending_set)}, what);
+    if (old->type == REDIS_REPLY_INTEGER && old->integer != 0) refuse("1 (before format markers)");
+    const reply set = c.command({"SET", marker, std::string(data_format), "NX"}, what);
+    if (set->type == REDIS_REPLY_STATUS) return;  // ours; else another client set it first: read it
+  }
+}
+
+}  // namespace
+
+void check_server(connection& c, const options& o, std::string_view what) {
+  check_eviction(c, o, what);
+  claim_format(c, o);
 }
 
 }  // namespace handoff::redis::detail

@@ -21,7 +21,7 @@ std::string_view hold::owner_client_prefix() const noexcept { return owner_clien
 client::client(options opts) : o(std::move(opts)), pool_(o, o.pool_size, &counters) {
   validate(o);
   bg_conn_ = std::make_unique<connection>(o, &counters);  // fails fast on a wrong address or password
-  check_eviction(*bg_conn_, o, "a held lock could be evicted and granted twice");
+  check_server(*bg_conn_, o, "a held lock could be evicted and granted twice");
   for (script* s : {&acquire_script_, &release_script_, &extend_script_, &cancel_script_}) bg_conn_->load(*s);
   skip_replies_ = bg_conn_->supports_reply_skip();
   connect_subscriber();

@@ -19,7 +19,7 @@ struct store_core {
   store_core(options opts, std::string_view what) : o(std::move(opts)), connections(o, o.pool_size) {
     validate(o);
     connection c(o);  // fails fast on a wrong address or password
-    check_eviction(c, o, what);
+    check_server(c, o, what);
     c.load(fenced_write);
     c.load(compare_and_set);
   }
