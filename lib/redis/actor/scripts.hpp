@@ -34,16 +34,16 @@
 
 namespace handoff::redis::detail::actor_scripts {
 
-// Helpers of every actor script, after lua::now_ms (see source()): `now`, the server clock
-// in ms; the id of an element ("<id> <body>"); and own(), the one place that gives an
+// Helpers of every actor script, after lua::now_ms (see source()), which only the steps
+// that need the server clock call (a post queued behind an owner reads no clock): the id
+// of an element ("<id> <body>"); and own(), the one place that gives an
 // owner its lease: the owner key holds `token` for `lease` ms, and the actor is due for a
 // sweep in the pending set when that lease ends.
 inline constexpr const char* prelude = R"lua(
-local now = now_ms()
 local function id_of(m) return string.sub(m, 1, string.find(m, ' ', 1, true) - 1) end
 local function own(owner, pending, actor, token, lease)
   redis.call('SET', owner, token, 'PX', lease)
-  redis.call('ZADD', pending, now + tonumber(lease), actor)
+  redis.call('ZADD', pending, now_ms() + tonumber(lease), actor)
 end
 )lua";
 
@@ -55,13 +55,17 @@ end
 // 1: queued, and the caller owns the actor now; {2, state id, state value}: the caller
 // owns the actor and its message is the head, delivered for the first time.
 inline constexpr const char* post = R"lua(
-local len = redis.call('LLEN', KEYS[2])
-if ARGV[2] ~= '' and len >= tonumber(ARGV[2]) then return -1 end
 local n = redis.call('INCR', KEYS[1])
-redis.call('RPUSH', KEYS[2], ARGV[1])
+local len = redis.call('RPUSH', KEYS[2], ARGV[1]) - 1
+if ARGV[2] ~= '' and len >= tonumber(ARGV[2]) then
+  -- Full: take both back (cheaper than reading the length first on every post).
+  redis.call('RPOP', KEYS[2])
+  if n == 1 then redis.call('DEL', KEYS[1]) else redis.call('DECR', KEYS[1]) end
+  return -1
+end
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
 if ARGV[5] ~= '1' then
-  redis.call('ZADD', KEYS[4], now, ARGV[6])
+  redis.call('ZADD', KEYS[4], now_ms(), ARGV[6])
   return 0
 end
 -- n == 1: the 0 -> 1 hand-off. n > 1 with no owner: the last owner's lease ran out (its
@@ -135,7 +139,7 @@ while true do
     end
     if ARGV[7] == 'announce' then
       redis.call('DEL', KEYS[3])
-      redis.call('ZADD', KEYS[5], now, ARGV[12])
+      redis.call('ZADD', KEYS[5], now_ms(), ARGV[12])
     else
       own(KEYS[3], KEYS[5], ARGV[12], ARGV[1], ARGV[2])
     end
@@ -187,7 +191,7 @@ inline constexpr const char* claim = R"lua(
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local ttl = redis.call('PTTL', KEYS[3])
   if ttl < 0 then ttl = tonumber(ARGV[2]) end
-  redis.call('ZADD', KEYS[4], now + ttl, ARGV[3])
+  redis.call('ZADD', KEYS[4], now_ms() + ttl, ARGV[3])
   return 0
 end
 local len = redis.call('LLEN', KEYS[2])
@@ -203,7 +207,7 @@ return 1
 
 // KEYS: pending. ARGV: how many at most. The actor keys due for a sweep (score <= now).
 inline constexpr const char* due = R"lua(
-return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'LIMIT', 0, tonumber(ARGV[1]))
 )lua";
 
 // A script's source as loaded: the shared snippets, then `body` (one of the above).
