@@ -13,16 +13,17 @@
 //   post:    count += 1 and append the message, atomically; the post that finds no live
 //            owner (count 0 -> 1) becomes the owner and drains on the caller's thread: at
 //            once at top level, after the current work inside a handler or callback.
-//   drain:   peek the head (its delivery count + 1), run the handler, then dequeue it
-//            (at-least-once: a message is removed only after its handler returned);
-//            with the mailbox empty, release by subtracting the messages removed this
-//            round. Ownership is a token with a lease, renewed by every step and, while a
+//   drain:   peek a batch from the head (each delivery count + 1), run the handlers in
+//            order, then dequeue those that returned with the next peek (at-least-once:
+//            a message is removed only after its handler returned); with the mailbox
+//            empty, release by subtracting the messages removed this round. Ownership is a token with a lease, renewed by every step and, while a
 //            handler runs, by this process's renewal thread.
 //   budget:  after max_messages messages or max_time, the owner subtracts what it
 //            ran and hands the actor on: to actor_options::executor if set (still owned),
 //            otherwise by announcing it, so that a sweeping process continues it.
 //   crash:   an owner that dies leaves its lease to run out; then the next post or a
-//            sweeper takes the actor over and re-runs the message that was not dequeued.
+//            sweeper takes the actor over and re-runs what was not dequeued (the dead
+//            owner's batch, each message flagged as redelivered).
 //   failure: a message delivered more than max_attempts times (its handler threw, or
 //            its owner died while handling it) moves to the key's dead-letter list.
 //
@@ -85,8 +86,9 @@ class delivery {
   [[nodiscard]] std::uint32_t attempt() const noexcept { return attempt_; }
   [[nodiscard]] bool redelivered() const noexcept { return attempt_ > 1; }
 
-  // With actor_options::remember_handled (else empty): the id of the last message of this
-  // key whose handling was committed (dequeued), and the state committed with it.
+  // With actor_options::remember_handled (else empty): the id of the message handled
+  // before this one and the state it left: committed with its dequeue, or set earlier in
+  // this batch (then committed with this message's dequeue, or re-run with it).
   [[nodiscard]] std::string_view last_handled_id() const noexcept { return last_id_; }
   [[nodiscard]] std::string_view state() const noexcept { return state_; }
   // With remember_handled: stores `value` as the key's state atomically with this
