@@ -97,11 +97,10 @@ local x = tonumber(ARGV[6])
 local k = tonumber(ARGV[3])
 local unrun = tonumber(ARGV[15])
 if k > 0 then
-  local first = redis.call('LINDEX', KEYS[2], 0)
-  local last = redis.call('LINDEX', KEYS[2], k - 1)
-  if first and last and id_of(first) == ARGV[4] and id_of(last) == ARGV[5] then
+  local handled = redis.call('LRANGE', KEYS[2], 0, k - 1)
+  if #handled == k and id_of(handled[1]) == ARGV[4] and id_of(handled[k]) == ARGV[5] then
     local ids = {}
-    for i, m in ipairs(redis.call('LRANGE', KEYS[2], 0, k - 1)) do ids[i] = id_of(m) end
+    for i, m in ipairs(handled) do ids[i] = id_of(m) end
     redis.call('LTRIM', KEYS[2], k, -1)
     redis.call('HDEL', KEYS[4], unpack(ids))
     x = x + k
