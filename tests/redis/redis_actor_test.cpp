@@ -204,8 +204,9 @@ TEST(RedisActor, an_owner_killed_mid_batch_re_runs_what_it_had_not_dequeued_flag
   ASSERT_TRUE(eventually([&] { return log_of(raw, "room:5").size() == 9; }, 10s)) << log_of(raw, "room:5").size();
   // Nothing of the batch was dequeued when its owner died: all of it runs again, flagged,
   // including the messages the dead owner never started; what came after it is not.
-  EXPECT_EQ(handoff::test::runs_of(log_of(raw, "room:5")),
-            (std::vector<std::string>{"b 0 1", "b 1 1", "b 0 2", "b 1 2", "b 2 2", "b 3 2", "b 4 2", "b 5 2", "t 0 1"}));
+  EXPECT_EQ(
+      handoff::test::runs_of(log_of(raw, "room:5")),
+      (std::vector<std::string>{"b 0 1", "b 1 1", "b 0 2", "b 1 2", "b 2 2", "b 3 2", "b 4 2", "b 5 2", "t 0 1"}));
   EXPECT_EQ(handoff::test::check_log(log_of(raw, "room:5"), nullptr), "");
   EXPECT_TRUE(eventually([&] { return rescuer.pending("room:5") == 0; }));
   EXPECT_EQ(raw.string({"HGET", "handoff:{room:5}:actor:state", "value"}), "7")

@@ -16,8 +16,9 @@
 //   drain:   peek a batch from the head (each delivery count + 1), run the handlers in
 //            order, then dequeue those that returned with the next peek (at-least-once:
 //            a message is removed only after its handler returned); with the mailbox
-//            empty, release by subtracting the messages removed this round. Ownership is a token with a lease, renewed by every step and, while a
-//            handler runs, by this process's renewal thread.
+//            empty, release by subtracting the messages removed this round. Ownership
+//            is a token with a lease, renewed by every step and, while a handler runs,
+//            by this process's renewal thread.
 //   budget:  after max_messages messages or max_time, the owner subtracts what it
 //            ran and hands the actor on: to actor_options::executor if set (still owned),
 //            otherwise by announcing it, so that a sweeping process continues it.

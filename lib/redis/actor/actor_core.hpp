@@ -1,6 +1,6 @@
-// lib/redis/actor/: handoff::redis::actor_system: this core, the facade and the drain
-// (actor_system.cpp), the renewer and the sweeper (actor_threads.cpp) and the Lua
-// (scripts.hpp). Built on common/ only, never on the lock client.
+// lib/redis/actor/: handoff::redis::actor_system: this core, post and the facade
+// (actor_system.cpp), the drain loop (drain.cpp), the renewer and the sweeper
+// (actor_threads.cpp) and the Lua (scripts.hpp). Built on common/ only, never on the lock client.
 //
 // The state behind handoff::redis::actor_system (private to lib/redis): the options, the
 // connection pool, the scripts (scripts.hpp), the handlers, and the two threads: the
@@ -24,11 +24,14 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 #include "../common/connection.hpp"
 #include "../common/format.hpp"
 #include "../common/lease_ms.hpp"
 #include "../common/names.hpp"
+#include "handoff/detail/report.hpp"
+#include "handoff/detail/run_queue.hpp"
 #include "handoff/redis/actor_system.hpp"
 
 namespace handoff::redis::detail {
@@ -47,6 +50,34 @@ struct actor_names {
   std::string key;  // the actor key itself (raw bytes): the pending set's member
   std::string count, mailbox, owner, delivered, dead, state;
 };
+
+// Shared by the actor files.
+// True when this thread runs work of the library now: an in-process actor's handler, a
+// keyed-mutex callback, a coroutine the library resumed, a task of the run queue, or a
+// Redis handler (which runs under a frame of its own, see handler_frame). An actor won
+// there never drains inside that work (continue_owned): no network round trip and no
+// other actor's handler runs nested in a handler, and a chain of actors posting to each
+// other cannot grow the stack.
+inline bool inside_work() noexcept { return handoff::detail::tls.top != nullptr; }
+
+[[noreturn]] inline void unexpected(std::string_view what) {
+  throw error("handoff::redis: " + std::string(what) + ": unexpected reply from the server");
+}
+
+inline std::string describe(std::string_view op, std::string_view key) {
+  return std::string(op) + ' ' + handoff::detail::key_excerpt(key);
+}
+
+inline std::string_view text(const redisReply& r) {
+  return r.type == REDIS_REPLY_STRING ? std::string_view(r.str, r.len) : "";
+}
+
+// An element "<id> <body>" split in two.
+inline std::pair<std::string_view, std::string_view> split(std::string_view element, std::string_view what) {
+  const std::size_t space = element.find(' ');
+  if (space == std::string_view::npos) unexpected(what);
+  return {element.substr(0, space), element.substr(space + 1)};
+}
 
 // Keys read per sweep: a process sees at most this many due actors per sweep_interval
 // (due actors of families it has no handler for included).

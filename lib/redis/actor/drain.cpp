@@ -1,0 +1,166 @@
+// handoff::redis::actor_system: the owner's drain loop (actor_core.hpp): batches peeked,
+// run in order and dequeued by the step script (scripts.hpp).
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actor_core.hpp"
+#include "handoff/detail/clock.hpp"
+#include "handoff/detail/run_queue.hpp"
+
+namespace handoff::redis::detail {
+
+namespace {
+
+// A handler runs as work of the runtime, under a frame of its own (a sentinel: it drains no
+// in-process actor), so that what it makes runnable on this thread (an in-process actor, a
+// keyed-mutex grant, a Redis actor won by its post) waits until it returns. At top level
+// the thread's queue then runs, before the drain's next step; inside other work, the queue
+// runs when that work returns.
+class handler_frame {
+ public:
+  handler_frame() noexcept : frame_{nullptr, handoff::detail::tls.top, 0} { handoff::detail::tls.top = &frame_; }
+  handler_frame(const handler_frame&) = delete;
+  handler_frame& operator=(const handler_frame&) = delete;
+  ~handler_frame() {
+    handoff::detail::tls.top = frame_.parent;
+    if (frame_.parent == nullptr) handoff::detail::run_queued();
+  }
+
+ private:
+  handoff::detail::drain_frame frame_;
+};
+
+}  // namespace
+
+void actor_core::drain(const actor_names& n, const std::string& token, const first_delivery* first) noexcept {
+  struct registration {
+    actor_core& core;
+    const std::string& token;
+    registration(actor_core& c, const actor_names& names, const std::string& t) : core(c), token(t) {
+      core.register_drain(token, names.key);
+    }
+    registration(const registration&) = delete;
+    registration& operator=(const registration&) = delete;
+    ~registration() { core.unregister_drain(token); }
+  };
+  // One message of the batch the last step (or the post) delivered: views into its reply.
+  struct message {
+    std::string_view id, body;
+    std::uint32_t attempt;
+  };
+  try {
+    const registration reg(*this, n, token);
+    const std::string what = describe("drain of", n.key);
+    // 0: no budget, as for handoff::actor_options.
+    const std::int64_t budget_end = a.max_time.count() == 0
+                                        ? handoff::detail::no_deadline
+                                        : handoff::detail::deadline_after(handoff::detail::now_ns(), a.max_time);
+    std::string x = "0";  // messages removed this round, as the last step said
+    reply r;              // the last step's reply, which `batch` and `last_id` point into
+    std::vector<message> batch;
+    // The state a handler sees (remember_handled): the last step's, then what the batch's
+    // handlers set, committed with their dequeue by the next step.
+    std::string_view last_id;
+    std::string_view state;
+    std::string new_state;
+    bool has_state = false;
+    if (first != nullptr) {  // the post that won the actor delivered its own message
+      batch.push_back({first->id, first->body, 1});
+      last_id = first->last_id;
+      state = first->state;
+    }
+    std::uint32_t ran = 0;
+    const auto budget_spent = [&] {
+      return (a.max_messages != 0 && ran >= a.max_messages) ||
+             (budget_end != handoff::detail::no_deadline && handoff::detail::now_ns() >= budget_end);
+    };
+    for (;;) {
+      // Run the batch, in order, until its end, a handler that throws, or the budget.
+      std::size_t handled = 0;
+      bool threw = false;
+      bool spent = false;
+      for (const message& m : batch) {
+        spent = budget_spent();
+        if (spent) break;
+        ++ran;
+        delivery d(n.key, m.id, m.body, m.attempt, last_id, state);
+        try {
+          const auto h = find(n.key);
+          if (h == nullptr) throw error("handoff::redis: " + what + ": no handler for this key in this process");
+          const handler_frame frame;
+          (*h)(d);
+        } catch (...) {
+          report(n.key, std::current_exception());  // delivered again, until max_attempts
+          threw = true;
+          break;
+        }
+        ++handled;
+        if (a.remember_handled) {
+          last_id = m.id;
+          if (const std::string* s = d.staged_state()) {
+            new_state = *s;
+            state = new_state;
+            has_state = true;
+          }
+        }
+      }
+      if (!threw && !spent) spent = budget_spent();
+      const char* mode = !spent ? "next" : a.executor ? "keep" : "announce";
+      // The next batch: no more than the message budget has left.
+      const std::uint32_t size =
+          a.max_messages == 0 ? a.batch : std::min(a.batch, a.max_messages - std::min(ran, a.max_messages));
+      const std::size_t started = handled + (threw ? 1 : 0);
+      const std::string_view first_id = handled != 0 ? batch.front().id : std::string_view();
+      const std::string_view last_handled = handled != 0 ? batch[handled - 1].id : std::string_view();
+      reply next = [&] {
+        auto c = connections.take();
+        return c->eval(step_script, {n.count, n.mailbox, n.owner, n.delivered, pending_key, n.dead, n.state},
+                       {token, lease_px, std::to_string(handled), first_id, last_handled, x, mode, attempts,
+                        a.remember_handled ? "1" : "0", has_state ? "1" : "0", new_state, n.key,
+                        size == a.batch ? batch_size : std::to_string(size), std::to_string(threw ? 1 : 0),
+                        std::to_string(batch.size() - started)},
+                       what);
+      }();
+      batch.clear();
+      r = std::move(next);
+      if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) {
+        unexpected(what);
+      }
+      const long long status = r->element[0]->integer;
+      x = std::to_string(r->element[1]->integer);
+      if (const long long dead = r->element[2]->integer; dead > 0) {
+        std::string why = "handoff::redis: " + what + ": ";
+        why += std::to_string(dead);
+        why += " message(s) moved to the dead letters after ";
+        why += attempts;
+        why += " deliveries";
+        report(n.key, std::make_exception_ptr(error(why)));
+      }
+      if (status == -1) {
+        throw error("handoff::redis: " + what + ": ownership lost (lease ran out) before the dequeue");
+      }
+      if (status == 0) return;
+      if (status == 2) {
+        if (a.executor) queue_drain(n, token);
+        return;
+      }
+      if (status != 1 || r->elements < 7 || (r->elements - 5) % 2 != 0) unexpected(what);
+      last_id = text(*r->element[3]);
+      state = text(*r->element[4]);
+      new_state.clear();
+      has_state = false;
+      for (std::size_t i = 5; i < r->elements; i += 2) {
+        const auto [id, body] = split(text(*r->element[i]), what);
+        batch.push_back({id, body, static_cast<std::uint32_t>(r->element[i + 1]->integer)});
+      }
+    }
+  } catch (...) {
+    // The actor stays owned until its lease runs out; then a post or a sweeper takes over.
+    report(n.key, std::current_exception());
+  }
+}
+
+}  // namespace handoff::redis::detail
