@@ -16,8 +16,9 @@
 //                          direction by 250 us (bench/delay_proxy.hpp)
 // Impls:
 //   handoff_redis      every process runs an actor_system with the handler and a
-//                      one-thread executor for budget hand-ons (the defaults
-//                      max_messages 64, max_time 50 ms): the sender that finds an actor idle drains it
+//                      one-thread executor for budget hand-ons (the defaults: batches of
+//                      16, max_messages 64, max_time 50 ms): the sender that finds an
+//                      actor idle drains it
 //   worker_blpop       every key has one worker thread, in the process key % 4, looping
 //                      BLPOP on the key's list; senders RPUSH (raw hiredis)
 //   handoff_inprocess  4 threads of one process post to handoff::actor<int>s (no Redis)
