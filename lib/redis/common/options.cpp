@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "connection.hpp"
-#include "lease_ms.hpp"
+#include "renewal.hpp"
 
 namespace handoff::redis::detail {
 

@@ -319,17 +319,16 @@ void client::release(hold& h) {
 }
 
 bool client::extend(hold& h, std::int64_t lease_ns) {
-  const std::int64_t sent = now_ns();
   const std::string ms = std::to_string(lease_ms(lease_ns));
-  reply r = [&] {
+  const renewal r = [&] {
     auto c = pool_.take();
-    return c->eval(extend_script_, {h.names.lock}, {h.value, ms}, "extend " + handoff::detail::key_excerpt(h.key));
+    return renew(*c, extend_script_, {h.names.lock}, {h.value, ms}, "extend " + handoff::detail::key_excerpt(h.key));
   }();
-  const bool ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  const bool ok = r.renewed;
   if (ok) {
     h.lease_ns.store(lease_ns, std::memory_order_relaxed);
     h.px_ns.store(lease_ns, std::memory_order_relaxed);
-    h.valid_until.store(add_saturating(sent, lease_ns), std::memory_order_relaxed);
+    h.valid_until.store(r.valid_until(lease_ns), std::memory_order_relaxed);
     if (h.watchdog) wake();  // the next renewal moved
   } else {
     h.lost.store(true, std::memory_order_relaxed);

@@ -33,6 +33,7 @@
 #include "../common/ids.hpp"
 #include "../common/lease_ms.hpp"
 #include "../common/names.hpp"
+#include "../common/renewal.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/redis/keyed_mutex.hpp"
 #include "scripts.hpp"
@@ -101,7 +102,7 @@ struct hold {
   // When the watchdog renews: a third into the lease on the server (also after extend()).
   [[nodiscard]] std::int64_t renewal_due() const noexcept {
     const std::int64_t px = px_ns.load(std::memory_order_relaxed);
-    return std::max(retry_at, valid_until.load(std::memory_order_relaxed) - px + px / renew_fraction);
+    return std::max(retry_at, valid_until.load(std::memory_order_relaxed) - px + renewal_interval(px));
   }
 
   [[nodiscard]] bool expired() const noexcept {

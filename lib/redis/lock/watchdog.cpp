@@ -26,12 +26,12 @@ void client::run_watchdog(std::int64_t now) {
       continue;
     }
     const std::int64_t lease = h->lease_ns.load(std::memory_order_relaxed);
-    const std::int64_t sent = now_ns();
     try {
-      reply r = bg_connection().eval(extend_script_, {h->names.lock}, {h->value, std::to_string(lease_ms(lease))},
-                                     "watchdog renewal of " + handoff::detail::key_excerpt(h->key));
-      if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
-        h->valid_until.store(add_saturating(sent, lease), std::memory_order_relaxed);
+      const renewal r =
+          renew(bg_connection(), extend_script_, {h->names.lock}, {h->value, std::to_string(lease_ms(lease))},
+                "watchdog renewal of " + handoff::detail::key_excerpt(h->key));
+      if (r.renewed) {
+        h->valid_until.store(r.valid_until(lease), std::memory_order_relaxed);
         h->px_ns.store(lease, std::memory_order_relaxed);
         h->retry_at = 0;
       } else {
@@ -41,7 +41,7 @@ void client::run_watchdog(std::int64_t now) {
       }
     } catch (const error&) {
       // Unreachable: try again a third of a lease later; expired() turns true if it stays so.
-      h->retry_at = now_ns() + lease / renew_fraction;
+      h->retry_at = now_ns() + renewal_interval(lease);
     }
   }
   std::erase(watched_, nullptr);
