@@ -31,6 +31,7 @@
 
 #include "../common/names.hpp"
 #include "commands.hpp"
+#include "handoff/detail/assert.hpp"
 #include "lease_clock.hpp"
 
 namespace handoff::redis::detail {
@@ -55,11 +56,13 @@ class acquire_step {
   void start(std::int64_t now) noexcept { wait_ = waits(deadline_, now); }
 
   void begin_attempt(std::int64_t now) noexcept {
+    HANDOFF_ASSERT(now >= sent_);  // send times only move on
     sent_ = now;
     pttl_ = -1;
   }
 
   [[nodiscard]] std::optional<grant> on_attempt(const attempt_result& r) noexcept {
+    HANDOFF_ASSERT(!r.granted || r.value > 0);  // a grant carries its fencing token
     queued_ = wait_ && !r.granted;
     if (r.granted) return grant{static_cast<std::uint64_t>(r.value), clock_.found(sent_, lease_ns_, r.extra)};
     beat_ = r.extra;

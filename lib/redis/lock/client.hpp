@@ -72,8 +72,6 @@ struct client : std::enable_shared_from_this<client> {
   // subscriber), checks the server's eviction policy and loads the scripts. Throws
   // std::invalid_argument or error.
   explicit client(options opts);
-  client(const client&) = delete;
-  client& operator=(const client&) = delete;
 
   void start();          // the background thread
   void stop() noexcept;  // joins it; ends the async requests still waiting; runs the callbacks left
