@@ -7,6 +7,9 @@
 //  - The client end to end: a granted waiter takes no round trip of its own, its lease
 //    clock never outlasts the server's, and waiters that time out while keys are handed to
 //    them never break exclusion or strand the key.
+//  - The client's side of the protocol (lib/redis/lock/acquire_step.hpp) driven step by
+//    step without a server: which grant a request takes, when its lease clock starts,
+//    when it re-checks, and when giving up must cancel.
 #include <handoff/redis/keyed_mutex.hpp>
 
 #include <gtest/gtest.h>
@@ -24,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../lib/redis/lock/acquire_step.hpp"
 #include "../../lib/redis/lock/scripts.hpp"
 #include "../unit/test_support.hpp"
 #include "../unit/test_timeout.hpp"
@@ -481,6 +485,97 @@ TEST(RedisHandoffWithoutClientReply, ContendedLocksTakeTheAttemptsReply) {
   redis_server server({"--rename-command", "CLIENT", "CLIENT-renamed-by-the-test"});
   const auto took = second_wait(server, 20s, [](raw_redis&) {});
   EXPECT_LT(took, 10s) << "granted by the release, not by a re-check";
+}
+
+// acquire_step with the options' lease clock: a 30 s watchdog lease, re-checks every second
+// (so a heartbeat of 3 s), times in ns from an arbitrary start.
+class RedisAcquireStep : public testing::Test {
+ protected:
+  static constexpr std::int64_t ms = 1'000'000;
+  static constexpr std::int64_t t0 = 1'000'000 * ms;
+
+  static options opts() {
+    options o;
+    o.watchdog_lease = 30s;
+    o.recheck_interval = 1s;
+    return o;
+  }
+  handoff::redis::detail::acquire_step step(std::int64_t lease_ns, std::int64_t deadline) const {
+    return {clock_, "handoff:", "k", "c0:1:w30000:3000:l", lease_ns, deadline};
+  }
+
+  const options o_ = opts();
+  const handoff::redis::detail::lease_clock clock_{o_};
+};
+
+TEST_F(RedisAcquireStep, ADeadlineAlreadyPastIsOneTryThatNeverQueuesNorCancels) {
+  auto s = step(0, t0);
+  s.start(t0);
+  EXPECT_FALSE(s.waiting());
+  s.begin_attempt(t0);
+  EXPECT_FALSE(s.on_attempt({false, 500, 0}).has_value());
+  EXPECT_FALSE(s.queued());
+  EXPECT_TRUE(s.expired(t0));
+}
+
+TEST_F(RedisAcquireStep, AnAttemptThatGetsTheKeyStartsItsLeaseAtItsSendTime) {
+  auto s = step(2000 * ms, t0 + 10'000 * ms);
+  s.start(t0);
+  s.begin_attempt(t0 + 5 * ms);
+  const auto g = s.on_attempt({true, 42, -1});  // granted now: the whole lease
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->fence, 42U);
+  EXPECT_EQ(g->clock.valid_until, t0 + 2005 * ms);
+  EXPECT_EQ(g->clock.px_ns, 2000 * ms);
+  EXPECT_FALSE(s.queued());
+}
+
+TEST_F(RedisAcquireStep, AGrantFoundByALaterAttemptKeepsOnlyTheLeaseTheServerHadLeft) {
+  auto s = step(0, t0 + 10'000 * ms);  // lease-less: a release granted the heartbeat, 3 s
+  s.start(t0);
+  s.begin_attempt(t0);
+  EXPECT_FALSE(s.on_attempt({false, -1, 100}).has_value());
+  EXPECT_TRUE(s.queued());
+  s.begin_attempt(t0 + 1000 * ms);
+  const auto g = s.on_attempt({true, 43, 250});  // granted by a release, 250 ms left
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->clock.valid_until, t0 + 1250 * ms);
+  EXPECT_EQ(g->clock.px_ns, 3000 * ms);
+}
+
+TEST_F(RedisAcquireStep, AGrantIsTakenOnlyIfItAnswersTheLastAttempt) {
+  auto s = step(0, t0 + 10'000 * ms);
+  s.start(t0);
+  s.begin_attempt(t0);
+  ASSERT_FALSE(s.on_attempt({false, -1, 100}).has_value());  // heartbeat at 100 ms, server time
+  EXPECT_FALSE(s.on_grant({}).has_value()) << "no grant";
+  EXPECT_FALSE(s.on_grant({7, 99, 5}).has_value()) << "a grant to an older attempt has ended since";
+  const auto g = s.on_grant({7, 100, 5});
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->fence, 7U);
+  // From the send time plus the 5 ms the server says passed, for the lease a release sets.
+  EXPECT_EQ(g->clock.valid_until, t0 + 5 * ms + 3000 * ms);
+  s.begin_attempt(t0 + 1000 * ms);
+  ASSERT_FALSE(s.on_attempt({false, -1, 1100}).has_value());
+  EXPECT_FALSE(s.on_grant({7, 100, 5}).has_value()) << "answers the attempt before the last";
+}
+
+TEST_F(RedisAcquireStep, AWaiterRechecksEveryIntervalSoonerWhenTheHoldersLeaseEndsAndAtTheLatestAtItsDeadline) {
+  auto s = step(0, t0 + 2500 * ms);
+  s.start(t0);
+  s.begin_attempt(t0);
+  EXPECT_EQ(s.next_check(t0), t0 + 1000 * ms) << "before the reply: the holder's lease is not known";
+  ASSERT_FALSE(s.on_attempt({false, -1, 100}).has_value());  // a holder without a lease
+  EXPECT_EQ(s.next_check(t0), t0 + 1000 * ms);
+  s.begin_attempt(t0 + 1000 * ms);
+  ASSERT_FALSE(s.on_attempt({false, 199, 1100}).has_value());  // the holder's lease ends in 199 ms
+  EXPECT_EQ(s.next_check(t0 + 1000 * ms), t0 + 1200 * ms);
+  s.begin_attempt(t0 + 2000 * ms);
+  ASSERT_FALSE(s.on_attempt({false, -1, 2100}).has_value());
+  EXPECT_EQ(s.next_check(t0 + 2000 * ms), t0 + 2500 * ms) << "the deadline";
+  EXPECT_FALSE(s.expired(t0 + 2499 * ms));
+  EXPECT_TRUE(s.expired(t0 + 2500 * ms));
+  EXPECT_TRUE(s.queued()) << "giving up now must cancel";
 }
 
 }  // namespace

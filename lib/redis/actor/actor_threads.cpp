@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "../common/renewal.hpp"
 #include "actor_core.hpp"
 #include "handoff/detail/report.hpp"
 
@@ -27,7 +28,7 @@ void actor_core::stop() noexcept {
 }
 
 void actor_core::renew_loop() noexcept {
-  const auto period = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(lease_ms / renew_fraction),
+  const auto period = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(renewal_interval(lease_ms)),
                                                           std::chrono::milliseconds(1));
   std::unique_lock<std::mutex> lock(mu);
   while (!stopping) {
@@ -41,10 +42,10 @@ void actor_core::renew_loop() noexcept {
       const actor_names n(o.prefix, key);
       try {
         auto c = connections.take();
-        // 0: the actor is not ours any more; its drain finds out at its next step.
-        (void)c->eval(renew_script, {n.owner, pending_key}, {token, lease_px, key}, "lease renewal of an actor");
+        // Lost: the actor is not ours any more; its drain finds out at its next step.
+        (void)renew(*c, renew_script, {n.owner, pending_key}, {token, lease_px, key}, "lease renewal of an actor");
       } catch (...) {
-        report(key, std::current_exception());  // retried next period, while the lease lasts
+        report(key, std::current_exception());  // retried a period later, while the lease lasts
       }
     }
     lock.lock();

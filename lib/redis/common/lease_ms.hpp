@@ -1,5 +1,5 @@
 // A handoff::lease as the milliseconds a Redis PX takes (private to lib/redis): the lock
-// client and the actors send every lease through here, and renew it at the same fraction.
+// client and the actors send every lease through here (renewal.hpp renews it).
 #pragma once
 
 #include <algorithm>
@@ -8,11 +8,6 @@
 namespace handoff::redis::detail {
 
 constexpr std::int64_t ms_ns = 1'000'000;
-// A lease is renewed when this fraction of it has passed (a failed renewal is retried as
-// much later): two more tries fit before the lease would run out, so one lost round trip or
-// a short server stall never loses it. The lock client's watchdog and the actors' renewer
-// both renew at a third.
-constexpr std::int64_t renew_fraction = 3;
 // The longest lease sent to the server: 2^42 ms, about 139 years. Redis rejects a PX past
 // its clock's range; this is far inside it and far beyond any real lease ("never").
 constexpr std::int64_t max_lease_ms = std::int64_t{1} << 42;

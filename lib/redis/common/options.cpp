@@ -8,7 +8,7 @@
 #include "connection.hpp"
 #include "format.hpp"
 #include "handoff/detail/report.hpp"
-#include "lease_ms.hpp"
+#include "renewal.hpp"
 
 namespace handoff::redis::detail {
 

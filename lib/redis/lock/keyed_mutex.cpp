@@ -45,7 +45,7 @@ void guard::unlock() {
     h.valid_until.store(handoff::detail::no_deadline,
                         std::memory_order_relaxed);  // ended by unlock: expired() stays false
   }
-  h.owner_client->release(h);
+  h.owner_client->commands.release(h);
 }
 
 std::uint64_t guard::token() const noexcept { return hold_ != nullptr ? hold_->fence : 0; }
@@ -84,13 +84,7 @@ guard keyed_mutex::acquire(std::string_view key, wait_mode mode, std::int64_t de
 }
 
 void keyed_mutex::lock_async_until(std::string key, callback f, std::int64_t deadline, std::int64_t lease_ns) {
-  auto r = std::make_unique<detail::async_request>();
-  r->key = std::move(key);
-  r->id = client_->request_id(lease_ns, false);
-  r->deadline = deadline;
-  r->lease_ns = lease_ns;
-  r->cb = std::move(f);
-  client_->submit(std::move(r));
+  client_->lock_async(std::move(key), std::move(f), deadline, lease_ns);
 }
 
 const options& keyed_mutex::config() const noexcept { return client_->o; }

@@ -1,19 +1,30 @@
-// The watchdog: renews lease-less holds from the background thread (see client.hpp).
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
+// The watchdog's renewals, run by the background thread (see watchdog.hpp).
+#include "watchdog.hpp"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <system_error>
 
-#include "client.hpp"
-#include "handoff/detail/report.hpp"
+#include "background.hpp"
 
 namespace handoff::redis::detail {
 
-void client::run_watchdog(std::int64_t now) {
+void watchdog::add(std::shared_ptr<hold> h) {
+  // The background thread wakes at least every max_sleep and picks the hold up then, up
+  // to max_sleep late; a renewal due within twice that (a short watchdog_lease, not the
+  // common 30 s) could be missed that way: wake it now.
+  const bool soon = h->renewal_due() - handoff::detail::now_ns() < 2 * max_sleep;
+  {
+    const std::lock_guard lock(mu_);
+    incoming_.push_back(std::move(h));
+  }
+  if (soon) bg_.wake();
+}
+
+void watchdog::run(std::int64_t now) {
+  {
+    const std::lock_guard lock(mu_);
+    for (auto& h : incoming_) watched_.push_back(std::move(h));
+    incoming_.clear();
+  }
   for (auto& h : watched_) {
     if (h->released.load(std::memory_order_relaxed)) {  // unlocked: forget it (owner-written, any order)
       h.reset();
@@ -26,25 +37,29 @@ void client::run_watchdog(std::int64_t now) {
       continue;
     }
     const std::int64_t lease = h->lease_ns.load(std::memory_order_relaxed);
-    const std::int64_t sent = now_ns();
     try {
-      reply r = bg_connection().eval(extend_script_, {h->names.lock}, {h->value, std::to_string(lease_ms(lease))},
-                                     "watchdog renewal of " + handoff::detail::key_excerpt(h->key));
-      if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
-        h->valid_until.store(add_saturating(sent, lease), std::memory_order_relaxed);
-        h->px_ns.store(lease, std::memory_order_relaxed);
-        h->retry_at = 0;
-      } else {
-        h->lost.store(true, std::memory_order_relaxed);  // taken over: stop renewing
-        h.reset();
+      if (!commands_.renew(bg_.conn(), *h, lease)) {
+        h.reset();  // taken over: lost, stop renewing
         continue;
       }
+      h->retry_at = 0;
     } catch (const error&) {
       // Unreachable: try again a third of a lease later; expired() turns true if it stays so.
-      h->retry_at = now_ns() + lease / renew_fraction;
+      h->retry_at = handoff::detail::now_ns() + renewal_interval(lease);
     }
   }
   std::erase(watched_, nullptr);
+}
+
+std::int64_t watchdog::next_due(std::int64_t next) const noexcept {
+  for (const auto& h : watched_) next = std::min(next, h->renewal_due());
+  return next;
+}
+
+void watchdog::clear() noexcept {
+  const std::lock_guard lock(mu_);
+  incoming_.clear();
+  watched_.clear();
 }
 
 }  // namespace handoff::redis::detail

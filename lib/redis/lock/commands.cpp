@@ -1,0 +1,137 @@
+// The lock's commands: the scripts sent and their replies parsed (see commands.hpp).
+#include "commands.hpp"
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+
+#include "handoff/detail/report.hpp"
+
+namespace handoff::redis::detail {
+
+namespace {
+// BLPOP's timeout: seconds with decimals (0 would mean for ever).
+std::string blpop_timeout(std::int64_t ms) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%lld.%03lld", static_cast<long long>(ms / 1000), static_cast<long long>(ms % 1000));
+  return s;
+}
+}  // namespace
+
+lock_commands::lock_commands(const options& o, client_counters& counters, const lease_clock& clock)
+    : o_(o), clock_(clock), pool_(o, o.pool_size, &counters),
+      waits_(o, std::numeric_limits<std::size_t>::max(), &counters), channel_prefix_(o.prefix + "notify:"),
+      heartbeat_ttl_ms_(std::to_string(clock.heartbeat_ms)) {}
+
+void lock_commands::load(connection& c) {
+  for (script* s : {&acquire_script_, &release_script_, &extend_script_, &cancel_script_}) c.load(*s);
+  skip_replies_ = c.supports_reply_skip();
+}
+
+std::string lock_commands::request_id(std::int64_t lease_ns, bool blocking) {
+  return id_ + ":" + std::to_string(seq_.fetch_add(1, std::memory_order_relaxed)) + (lease_ns == 0 ? ":w" : ":") +
+         std::to_string(clock_.lease_ms(lease_ns)) + ":" + heartbeat_ttl_ms_ + (blocking ? ":l" : "");
+}
+
+attempt_result lock_commands::parse_attempt(const redisReply& r, std::string_view key) {
+  if (r.type != REDIS_REPLY_ARRAY || r.elements != 3 || r.element[0]->type != REDIS_REPLY_INTEGER ||
+      r.element[1]->type != REDIS_REPLY_INTEGER || r.element[2]->type != REDIS_REPLY_INTEGER) {
+    throw error("handoff::redis: lock " + handoff::detail::key_excerpt(key) +
+                ": unexpected reply from the acquire script");
+  }
+  return {r.element[0]->integer == 1, r.element[1]->integer, r.element[2]->integer};
+}
+
+attempt_result lock_commands::attempt(connection& c, const key_names& n, std::string_view id, std::int64_t lease_ms,
+                                      bool queue, std::string_view key) {
+  const std::string ms = std::to_string(lease_ms);
+  reply r = c.eval(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                   {id, ms, queue ? "1" : "0", heartbeat_ttl_ms_, channel_prefix_, "0"},
+                   "lock " + handoff::detail::key_excerpt(key));
+  return parse_attempt(*r, key);
+}
+
+pushed_grant lock_commands::parse_grant(const redisReply& r, std::string_view what) {
+  if (r.type == REDIS_REPLY_NIL) return {};
+  // [list, "-"] or [list, "<fence> <heartbeat> <ms waited>"]
+  if (r.type == REDIS_REPLY_ARRAY && r.elements == 2 && r.element[1]->type == REDIS_REPLY_STRING) {
+    const std::string grant(r.element[1]->str, r.element[1]->len);
+    if (grant == "-") return {{}, true};
+    std::uint64_t fence = 0;
+    long long beat = 0;
+    long long waited = 0;
+    if (std::sscanf(grant.c_str(), "%" SCNu64 " %lld %lld", &fence, &beat, &waited) == 3 && fence != 0) {
+      return {{fence, beat, waited}, false};
+    }
+  }
+  throw error("handoff::redis: " + std::string(what) + ": unexpected reply to BLPOP");
+}
+
+std::pair<attempt_result, pushed_grant> lock_commands::attempt_and_wait(connection& c, const key_names& n,
+                                                                        std::string_view id, std::int64_t lease_ms,
+                                                                        const std::string& list, std::int64_t ms,
+                                                                        std::string_view key, bool skip_reply) {
+  const std::string lease = std::to_string(lease_ms);
+  const std::string wait_ms = std::to_string(ms);
+  const std::string what = "lock " + handoff::detail::key_excerpt(key);
+  // The replies may take the whole wait: the socket waits that long plus one command_timeout.
+  const auto timeout = std::chrono::milliseconds(ms) + o_.command_timeout;
+  if (skip_reply) {
+    const reply r = c.eval_skipped_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                                        {id, lease, "1", heartbeat_ttl_ms_, channel_prefix_, wait_ms, "1"},
+                                        {"BLPOP", list, blpop_timeout(ms)}, what, timeout);
+    return parse_listed(*r, what);
+  }
+  auto [a, g] = c.eval_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                            {id, lease, "1", heartbeat_ttl_ms_, channel_prefix_, wait_ms},
+                            {"BLPOP", list, blpop_timeout(ms)}, what, timeout);
+  return {parse_attempt(*a, key), parse_grant(*g, what)};
+}
+
+std::pair<attempt_result, pushed_grant> lock_commands::parse_listed(const redisReply& r, std::string_view what) {
+  if (r.type == REDIS_REPLY_NIL) return {{false, -1, -1}, {}};  // nothing in time, or the script failed
+  if (r.type == REDIS_REPLY_ARRAY && r.elements == 2 && r.element[1]->type == REDIS_REPLY_STRING) {
+    const std::string got(r.element[1]->str, r.element[1]->len);
+    long long a = 0;
+    long long b = 0;
+    // "g <fence> <lease ms left>": the attempt got the key, as {1, fence, left} would say.
+    if (std::sscanf(got.c_str(), "g %lld %lld", &a, &b) == 2 && a > 0) return {{true, a, b}, {}};
+    // "- <pttl>": look again when the holder's lease ends, as {0, pttl, ...} and '-' would say.
+    if (std::sscanf(got.c_str(), "- %lld", &a) == 1) return {{false, a, -1}, {{}, true}};
+    // A release's grant. The attempt emptied the list before the BLPOP behind it ran, so
+    // the grant answers this attempt: its heartbeat is the one the attempt recorded.
+    const pushed_grant g = parse_grant(r, what);
+    if (g.grant.fence != 0) return {{false, -1, g.grant.beat}, g};
+  }
+  throw error("handoff::redis: " + std::string(what) + ": unexpected reply to BLPOP");
+}
+
+pushed_grant lock_commands::await_grant(connection& c, const std::string& list, std::int64_t ms, std::string_view key) {
+  const std::string what = "wait for " + handoff::detail::key_excerpt(key);
+  reply r = c.command({"BLPOP", list, blpop_timeout(ms)}, what, std::chrono::milliseconds(ms) + o_.command_timeout);
+  return parse_grant(*r, what);
+}
+
+void lock_commands::cancel(connection& c, const key_names& n, std::string_view id, std::string_view key) noexcept {
+  try {
+    c.eval(cancel_script_, {n.lock, n.queue, n.waiters, n.fence}, {id, channel_prefix_},
+           "cancel wait for " + handoff::detail::key_excerpt(key));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): documented; the heartbeat or lease ends it
+  }
+}
+
+void lock_commands::release(const hold& h) {
+  auto c = pool_.take();
+  c->eval(release_script_, {h.names.lock, h.names.queue, h.names.waiters, h.names.fence}, {h.value, channel_prefix_},
+          "unlock " + handoff::detail::key_excerpt(h.key));
+}
+
+bool lock_commands::renew(connection& c, hold& h, std::int64_t lease_ns) {
+  const renewal r =
+      detail::renew(c, extend_script_, {h.names.lock}, {h.value, std::to_string(clock_.lease_ms(lease_ns))},
+                    "extend " + handoff::detail::key_excerpt(h.key));
+  h.renewed(r, lease_ns);
+  return r.renewed;
+}
+
+}  // namespace handoff::redis::detail
