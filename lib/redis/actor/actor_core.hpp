@@ -130,7 +130,6 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   const std::int64_t lease_ms = lease_to_ms(a.lease.duration.count());
   const std::string lease_px = std::to_string(lease_ms);
   const std::string bound = a.capacity == 0 ? "" : std::to_string(a.capacity);
-  const std::string batch_size = std::to_string(a.batch);
   const std::string attempts = std::to_string(a.max_attempts);
   pool connections;  // after o, which it refers to
   // Loaded once by the constructor, then only read.

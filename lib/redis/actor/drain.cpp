@@ -107,7 +107,7 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
           }
         }
       }
-      if (!threw && !spent) spent = budget_spent();
+      if (!spent) spent = budget_spent();  // after a throw too: no batch is peeked just to be handed on
       const char* mode = !spent ? "next" : a.executor ? "keep" : "announce";
       // The next batch: no more than the message budget has left.
       const std::uint32_t size =
@@ -119,9 +119,8 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
         auto c = connections.take();
         return c->eval(step_script, {n.count, n.mailbox, n.owner, n.delivered, pending_key, n.dead, n.state},
                        {token, lease_px, std::to_string(handled), first_id, last_handled, x, mode, attempts,
-                        a.remember_handled ? "1" : "0", has_state ? "1" : "0", new_state, n.key,
-                        size == a.batch ? batch_size : std::to_string(size), std::to_string(threw ? 1 : 0),
-                        std::to_string(batch.size() - started)},
+                        a.remember_handled ? "1" : "0", has_state ? "1" : "0", new_state, n.key, std::to_string(size),
+                        threw ? "1" : "0", std::to_string(batch.size() - started)},
                        what);
       }();
       batch.clear();
