@@ -39,6 +39,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <new>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -115,7 +116,10 @@ class actor : private detail::actor_base {
   // owner may spin, then yield, while another sender is between counting and enqueueing.
   // Allocates a pooled node (per-thread slabs, no allocator call in the steady state)
   // only if the actor is busy, the caller is inside a handler, or building decay_t<F>
-  // from f may throw (then the node is built first). Exceptions thrown by f go to the
+  // from f may throw (then the node is built first). Inside a handler, a post that wins an
+  // idle actor needs no node either when decay_t<F> fits the thread's carry slot (64
+  // bytes, built and moved without throwing) and the slot is free: one message per
+  // thread at a time, so a forwarding chain carries every hop and a fan-out its first. Exceptions thrown by f go to the
   // error hook. Throws if building the message throws, and mailbox_full when a bounded
   // mailbox is full (see actor_options::capacity: under full_policy::block, a top-level
   // caller first waits for room); after a throw nothing was sent. Otherwise never throws,
@@ -123,7 +127,8 @@ class actor : private detail::actor_base {
   template <class F>
     requires(is_handler<std::decay_t<F>>)
   void post(F&& f) {
-    submit<build_first<F>>(make_post_node<F>(f), [&] { call(f, *this); });
+    submit<build_first<F>>(
+        make_post_node<F>(f), [&] { call(f, *this); }, carry_of<F>(f));
   }
 
   // Thread-safe. post(), except on a full bounded mailbox: returns false at once, having
@@ -133,7 +138,8 @@ class actor : private detail::actor_base {
   template <class F>
     requires(is_handler<std::decay_t<F>>)
   [[nodiscard]] bool try_post(F&& f) {
-    return submit<build_first<F>, true>(make_post_node<F>(f), [&] { call(f, *this); });
+    return submit<build_first<F>, true>(
+        make_post_node<F>(f), [&] { call(f, *this); }, carry_of<F>(f));
   }
 
   // Thread-safe. Like post(), but never runs f on the calling thread now: if the actor is
@@ -222,6 +228,29 @@ class actor : private detail::actor_base {
     return [&f] {
       return static_cast<detail::message*>(detail::new_node<post_node<std::decay_t<F>>>(std::forward<F>(f)));
     };
+  }
+
+  // How a nested post that wins an idle actor carries f with it (see actor_base::submit):
+  // when the closure fits the thread's carry slot and building it cannot throw.
+  template <class F>
+  static auto carry_of(F& f) {
+    using closure = std::decay_t<F>;
+    if constexpr (detail::carriable<closure>() && std::is_nothrow_constructible_v<closure, F&&>) {
+      return [&f](void* at) {
+        ::new (at) closure(std::forward<F>(f));
+        return &run_carried<closure>;
+      };
+    } else {
+      return detail::no_carry{};
+    }
+  }
+  template <class Fn>
+  static void run_carried(detail::actor_base* a) {
+    auto* held = std::launder(reinterpret_cast<Fn*>(detail::carried.storage));
+    Fn fn(std::move(*held));
+    held->~Fn();
+    detail::carried.actor = nullptr;  // free for the sends fn makes
+    call(fn, *static_cast<actor*>(a));
   }
 
   template <class Fn>

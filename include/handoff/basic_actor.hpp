@@ -7,8 +7,9 @@
 //
 // Messages are stored by value in pooled mailbox nodes: no type erasure and no call to
 // the allocator per message in the steady state (nodes are recycled through per-thread
-// caches; a send that finds the actor idle at top level, with a Message whose move cannot
-// throw, uses no node at all). The Handler is the actor's state: it is invoked as
+// caches; a send that finds the actor idle, with a Message whose move cannot throw, uses
+// no node at all: at top level it runs at once, inside a handler it travels in the thread's
+// carry slot when that is free). The Handler is the actor's state: it is invoked as
 // `handler(std::move(message), self)` if it accepts that (self: this basic_actor), else
 // `handler(std::move(message))`, one message at a time.
 //
@@ -29,6 +30,7 @@
 #include <concepts>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <utility>
 
@@ -79,19 +81,23 @@ class basic_actor : private detail::actor_base {
   // Thread-safe. Delivers `m` to the handler once, under the actor's mutual exclusion; may
   // run it (and other queued messages) on the calling thread before returning. Uses a
   // pooled node when the actor is busy, the caller is inside a handler, or Message's move
-  // may throw (every send, then). Throws mailbox_full when a bounded mailbox is full (as
+  // may throw (every send, then); inside a handler, a send that wins an idle actor carries
+  // the message in the thread's carry slot instead when it fits (64 bytes) and the slot is
+  // free (see actor::post). Throws mailbox_full when a bounded mailbox is full (as
   // actor::post does), and, when Message's move constructor may throw, std::bad_alloc or
   // what that move throws; after a throw nothing was sent. With a noexcept move, running
   // out of memory while the actor is busy terminates.
   void send(Message m) requires(accepts_messages()) {
-    submit<build_first>(make_node(m), [&] { deliver(std::move(m)); });
+    submit<build_first>(
+        make_node(m), [&] { deliver(std::move(m)); }, carry_of(m));
   }
 
   // Thread-safe. send(), except on a full bounded mailbox: returns false at once, having
   // sent nothing, and `m` is left as it was (unless Message's move may throw: then it was
   // moved from). Never waits for room and never throws mailbox_full.
   [[nodiscard]] bool try_send(Message&& m) requires(accepts_messages()) {
-    return submit<build_first, true>(make_node(m), [&] { deliver(std::move(m)); });
+    return submit<build_first, true>(
+        make_node(m), [&] { deliver(std::move(m)); }, carry_of(m));
   }
   [[nodiscard]] bool try_send(const Message& m) requires(accepts_messages() && std::copy_constructible<Message>) {
     return try_send(Message(m));
@@ -111,6 +117,25 @@ class basic_actor : private detail::actor_base {
   static constexpr bool build_first = !std::is_nothrow_move_constructible_v<Message>;
   static auto make_node(Message& m) {
     return [&m] { return static_cast<detail::message*>(detail::new_node<node>(std::move(m))); };
+  }
+
+  // How a nested send that wins an idle actor carries m with it (see actor_base::submit).
+  static auto carry_of(Message& m) {
+    if constexpr (detail::carriable<Message>()) {
+      return [&m](void* at) {
+        ::new (at) Message(std::move(m));
+        return &run_carried;
+      };
+    } else {
+      return detail::no_carry{};
+    }
+  }
+  static void run_carried(detail::actor_base* a) {
+    auto* held = std::launder(reinterpret_cast<Message*>(detail::carried.storage));
+    Message m(std::move(*held));
+    held->~Message();
+    detail::carried.actor = nullptr;  // free for the sends the handler makes
+    static_cast<basic_actor*>(a)->deliver(std::move(m));
   }
 
   void deliver(Message&& m) {

@@ -12,6 +12,8 @@
 
 namespace handoff::detail {
 
+HANDOFF_TLS_MODEL constinit thread_local carry_slot carried{};
+
 namespace {
 
 // An owner that finds the mailbox empty with messages still counted waits for a sender
@@ -95,11 +97,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
     try {
       keep = m->invoke(m, this, true);
     } catch (...) {
-      if ((c.frame->stop & stop_destroyed) != 0) {
-        report_to_stderr(std::current_exception(), handler_source);
-      } else {
-        report_error(std::current_exception());
-      }
+      report_handler_error(*c.frame);
     }
     if (c.frame->stop != 0 || !keep) [[unlikely]] {
       // Destroyed: *this belongs to its destructor now. Else a handler deferred to its own actor.
@@ -139,7 +137,32 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
 
 void actor_base::drain(std::uint64_t ran, std::int64_t turn_start) noexcept { drain_turn(ran, turn_start); }
 
+// Inlined into run_from_queue(): the hop of a forwarding chain.
+[[gnu::always_inline]] inline void actor_base::run_carried() noexcept {
+  // A time budget counts the carried message too.
+  const std::int64_t turn_start = options_ != nullptr && options_->max_time.count() != 0 ? now_ns() : 0;
+  drain_frame frame{this, tls.top, 0};
+  tls.top = &frame;
+  try {
+    carried.run(this);
+  } catch (...) {
+    report_handler_error(frame);
+  }
+  tls.top = frame.parent;
+  if (frame.stop == 0) [[likely]] {
+    std::uint64_t uncounted = 1;
+    if (!try_release_inline(uncounted)) drain(uncounted, turn_start);
+    return;
+  }
+  if ((frame.stop & stop_destroyed) == 0) yield_turn(1);
+}
+
 [[gnu::always_inline]] inline bool actor_base::run_from_queue(bool more) noexcept {
+  // The carried message runs here first: the slot belongs to this thread.
+  if (carried.actor == this) {
+    run_carried();
+    return true;
+  }
   if (more && hand_to_idle_executor()) return false;
   drain_turn(0, 0);  // pushes its own frame on the current one
   return true;

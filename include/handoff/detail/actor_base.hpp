@@ -25,10 +25,13 @@
 // protocol (lockfree_ownership in detail/ownership.hpp).
 //
 // Nested sends: a thread that wins an actor while it is already draining one (inside a
-// handler) does not recurse: it puts the message in front of the mailbox through the
-// owner's end (no atomic) and appends the actor to its per-thread run queue
+// handler) does not recurse: it appends the actor to its per-thread run queue
 // (detail/run_queue.hpp), drained after the current actor, as are the coroutines resumed
-// by `async_ask` and the keyed mutex's granted waiters.
+// by `async_ask` and the keyed mutex's granted waiters. The won message travels with the
+// actor in the thread's carry slot (no node, no mailbox push) when the slot is free and
+// the message fits it; else it goes in front of the mailbox through the owner's end (no
+// atomic). The slot is free again once that actor's turn starts, so a forwarding chain
+// carries every hop and a fan-out carries its first send.
 #pragma once
 
 #include <atomic>
@@ -38,6 +41,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <utility>
 
 #include "handoff/actor_options.hpp"
@@ -47,6 +51,7 @@
 #include "handoff/detail/ownership.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/detail/run_queue.hpp"
+#include "handoff/detail/tls_model.hpp"
 
 namespace handoff::detail {
 
@@ -71,6 +76,31 @@ struct resumable : task {
 
 // The source named when a handler's exception has no hook to go to.
 inline constexpr const char* handler_source = "an actor handler";
+
+// The thread's carry slot: the first message of one actor this thread won by a nested
+// send, held until the run queue starts that actor's turn. Touched only by its thread.
+inline constexpr std::size_t carry_size = 64;
+inline constexpr std::size_t carry_align = 16;
+struct carry_slot {
+  const runnable* actor;  // whose message `storage` holds; nullptr: the slot is free
+  // Moves the message out of `storage`, frees the slot, then runs the message (it may throw).
+  void (*run)(actor_base*);
+  alignas(carry_align) unsigned char storage[carry_size];
+};
+HANDOFF_TLS_MODEL extern constinit thread_local carry_slot carried;
+
+// Whether a message of type T can be carried: it fits, and moving it out cannot throw.
+constexpr bool fits_carry_slot(std::size_t size, std::size_t align) noexcept {
+  return size <= carry_size && align <= carry_align;
+}
+template <class T>
+constexpr bool carriable() noexcept {
+  return fits_carry_slot(sizeof(T), alignof(T)) && std::is_nothrow_move_constructible_v<T> &&
+         std::is_nothrow_destructible_v<T>;
+}
+
+// submit()'s `carry` argument for a message that is never carried.
+struct no_carry {};
 // A runnable of the run queue (detail/run_queue.hpp): its base is the queue's link word.
 class actor_base : public runnable {
  public:
@@ -157,13 +187,15 @@ class actor_base : public runnable {
 
   // Sends one message: counts it, then either hands it to the owner or, having become the
   // owner, runs it. `make()` builds the mailbox node (only needed when the actor is busy
-  // or this thread is inside a handler); `run()` runs the message inline. Building a node
+  // or this thread is inside a handler); `run()` runs the message inline; `carry(storage)`,
+  // unless no_carry, moves the message into the carry slot's storage and returns the slot's
+  // run function (a winner inside a handler, when the slot is free). Building a node
   // can throw (bad_alloc, a throwing move): when BuildFirst, it is built before counting,
   // so a throw loses nothing; otherwise a throw after counting would strand the owner,
   // so it terminates (only a noexcept move and memory exhaustion reach that path).
   // False only with TryOnly, when a bounded mailbox is full (nothing was sent).
-  template <bool BuildFirst, bool TryOnly = false, class Make, class Run>
-  bool submit(Make&& make, Run&& run) {
+  template <bool BuildFirst, bool TryOnly = false, class Make, class Run, class Carry = no_carry>
+  bool submit(Make&& make, Run&& run, Carry&& carry = Carry{}) {
     if constexpr (BuildFirst) {
       message* m = make();
       switch (admit<TryOnly>(m)) {
@@ -192,6 +224,14 @@ class actor_base : public runnable {
           break;
       }
       if (tls.top != nullptr) {
+        if constexpr (!std::is_same_v<std::remove_cvref_t<Carry>, no_carry>) {
+          if (carried.actor == nullptr) {
+            carried.run = carry(static_cast<void*>(carried.storage));
+            carried.actor = this;
+            push_now(entry_of(this), &ready_next);
+            return true;
+          }
+        }
         run_after_current(build_counted(make));
       } else {
         run_inline(run);
@@ -211,11 +251,7 @@ class actor_base : public runnable {
     try {
       run();
     } catch (...) {
-      if ((frame.stop & stop_destroyed) != 0) {
-        report_to_stderr(std::current_exception(), handler_source);
-      } else {
-        report_error(std::current_exception());
-      }
+      report_handler_error(frame);
     }
     tls.top = nullptr;
     if (frame.stop == 0) [[likely]]
@@ -261,6 +297,15 @@ class actor_base : public runnable {
 
   // Reports an exception thrown by a post handler to the error hook.
   void report_error(const std::exception_ptr& e) noexcept;
+  // Inside a catch block: the handler that ran under `frame` threw. To the error hook, or,
+  // when the handler destroyed its actor (whose hook is gone), to stderr.
+  void report_handler_error(const drain_frame& frame) noexcept {
+    if ((frame.stop & stop_destroyed) != 0) {
+      report_to_stderr(std::current_exception(), handler_source);
+    } else {
+      report_error(std::current_exception());
+    }
+  }
 
   // Executor continuation: drain `a` (or defer it when the executor runs work inline
   // inside a handler).
@@ -310,6 +355,9 @@ class actor_base : public runnable {
   drain_status drain_step(drain_cursor& c) noexcept;
   void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
   void drain_turn(std::uint64_t ran, std::int64_t turn_start) noexcept;  // drain()'s body, inlined
+  // The turn the run queue starts for an actor whose first message is in the carry slot:
+  // runs it (freeing the slot), then releases or drains, as run_inline() does at top level.
+  void run_carried() noexcept;
   // The FIFO end of this thread's run queue (see continue_elsewhere()).
   void queue_later() noexcept;
   // Owner only, the actor counted (not idle): the owner stops draining and the actor goes
