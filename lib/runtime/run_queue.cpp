@@ -42,9 +42,9 @@ std::uintptr_t* link_of(std::uintptr_t e) noexcept {
   return e;
 }
 
-}  // namespace
-
-bool run_next(drain_frame* parent) noexcept {
+// run_next()'s body, inlined into run_queued(): the loop a forwarding chain goes round
+// once per hop.
+[[gnu::always_inline]] inline bool pop_and_run(drain_frame* parent) noexcept {
   HANDOFF_ASSERT(tls.top == parent);
   for (;;) {
     std::uintptr_t entry = tls.now;
@@ -73,9 +73,13 @@ bool run_next(drain_frame* parent) noexcept {
   }
 }
 
+}  // namespace
+
+bool run_next(drain_frame* parent) noexcept { return pop_and_run(parent); }
+
 void run_queued() noexcept {
   HANDOFF_ASSERT(tls.top == nullptr);
-  while (run_next(nullptr)) {
+  while (pop_and_run(nullptr)) {
   }
   tls.insert = nullptr;  // it points into an entry that has run (perhaps freed since)
 }
