@@ -1,24 +1,36 @@
 // Bounded mailboxes: what a send does when the mailbox is full, and how a sender waiting
 // for room sleeps and is woken (see the capacity in actor_options.hpp).
 //
-// Sleeping senders wait on one of a fixed set of buckets, chosen by the actor's address,
-// so that an actor carries no waiting state of its own. A sender that finds the mailbox
-// full sleeps at once (it does not spin: with more blocked senders than cores, spinning
-// takes the drainer's core), and sleeps while the mailbox is full. The owner wakes a
-// bucket when a release takes the count from above half the capacity to half or below
-// and someone sleeps there: one wake-up per half a mailbox drained, not one per message
-// (which woke every sleeper for each freed slot: 7 blocked senders on 2 cores made a send
-// 10-15x as slow as an unbounded one).
+// Waiting senders sleep on one of a fixed set of buckets, chosen by the actor's address,
+// so that an actor carries no waiting state of its own. Each links a node of its own (in
+// its frame: a condition variable and a `woken` flag) into its bucket's list, ordered by
+// the ticket its send took when it first waited, and sleeps while the mailbox is full. A
+// sender that finds the mailbox full sleeps at once: spinning takes the drainer's core
+// when blocked senders outnumber cores.
 //
-// The two sides are a store-buffer pattern, closed by seq_cst fences: the sender counts
-// itself a sleeper, then reads the count; the owner subtracts from the count, then reads
-// the sleepers. At least one of them sees the other's write (under the bucket's mutex,
-// which the sender holds from its check until it sleeps, so a wake-up cannot fall between
-// the two). A sender that read a full count read a value later than every crossing the
-// owner had made, so the crossing that sees it is one still to come: the owner drains
-// until the count is 0 and crosses half on the way down, unless other senders keep the
-// mailbox above half meanwhile, in which case the sleeper waits while they progress
-// (blocked senders are not served in FIFO order).
+// Who wakes whom. A release that takes the count from above half the capacity to half or
+// below (a crossing) wakes one sender, the oldest waiting for this actor. The woken sender
+// holds the wake-up until it is admitted; then, if the mailbox is at most half full, it
+// wakes the next one (pass_room), because a sender that posts once and returns would
+// otherwise leave the others asleep with room to spare, and no later release need cross
+// half again (notify_one alone hangs so). Above half full it passes nothing: a crossing
+// is still to come, and it wakes the next. So half a mailbox drained wakes one sender,
+// and more only while the woken ones leave it at most half full. Waking every sleeper of
+// the bucket instead made a send from 8 threads on 2 cores 7x as slow as an unbounded
+// one (docs/design.md, "Oversubscribed bounded mailboxes").
+//
+// Why no wake-up is lost. A sender sleeps only after reading a full count once its node
+// is linked; the owner reads the bucket's count of linked nodes after its crossing
+// release. That is a store-buffer pattern closed by seq_cst fences: the first crossing
+// after the full read finds the node linked (or it was woken already). A woken sender
+// that finds the mailbox full again, or whose max_block passes and then finds it full,
+// drops the wake-up and sleeps in its old place (its ticket): the count is full, so a
+// crossing is still to come. A woken sender always retries before giving up, so a timeout
+// never swallows a wake-up. tests/model/bounded.pml checks all this, and rejects a woken
+// sender that never hands on.
+//
+// A waker sets `woken` and notifies under the bucket's mutex: the node lives in the
+// waiting sender's frame, which it leaves only after taking the mutex again.
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -31,18 +43,61 @@
 
 namespace handoff::detail {
 
+// A send's state across its waits for room.
+struct actor_base::room_wait {
+  std::uint64_t ticket = 0;  // its place among its bucket's waiters (0: never waited)
+  bool holder = false;       // woken and not admitted yet: hands on once admitted (see above)
+};
+
 namespace {
+
+struct room_waiter {
+  room_waiter(const void* a, std::uint64_t t) noexcept : actor(a), ticket(t) {}
+  const void* actor;
+  std::uint64_t ticket;
+  room_waiter* prev = nullptr;
+  room_waiter* next = nullptr;
+  std::condition_variable cv;
+  bool woken = false;  // under the bucket's mutex
+};
 
 struct alignas(64) room_bucket {
   std::mutex mutex;
-  std::condition_variable room;
-  // Senders sleeping here. Written under `mutex`; read by owners without it, after the
-  // fence in wake_senders() (pairs with the fence in wait_for_room()).
+  room_waiter* head = nullptr;  // oldest ticket first; under `mutex`
+  room_waiter* tail = nullptr;
+  std::uint64_t tickets = 0;  // under `mutex`
+  // Nodes linked here. Written under `mutex`; read by owners without it, after the fence
+  // in wake_senders() (pairs with the fence in wait_for_room()).
   std::atomic<std::uint32_t> sleepers{0};
+
+  void link(room_waiter& w) noexcept {
+    room_waiter* after = tail;  // usually the newest; a holder waiting again goes back in its place
+    while (after != nullptr && after->ticket > w.ticket) after = after->prev;
+    w.prev = after;
+    w.next = after != nullptr ? after->next : head;
+    (w.next != nullptr ? w.next->prev : tail) = &w;
+    (after != nullptr ? after->next : head) = &w;
+    sleepers.store(sleepers.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  void unlink(room_waiter& w) noexcept {
+    (w.prev != nullptr ? w.prev->next : head) = w.next;
+    (w.next != nullptr ? w.next->prev : tail) = w.prev;
+    sleepers.store(sleepers.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  }
+  // Under `mutex`: wakes the oldest sender waiting for `actor`, if any.
+  void wake_first(const void* actor) noexcept {
+    for (room_waiter* w = head; w != nullptr; w = w->next) {
+      if (w->actor != actor) continue;
+      unlink(*w);
+      w->woken = true;
+      w->cv.notify_one();  // under the mutex: *w may be gone once it is released
+      return;
+    }
+  }
 };
 
-// 64 buckets: senders blocked at once on different actors rarely share one, and a shared
-// one costs only a spurious wake-up (each sleeper re-checks its own actor's count).
+// 64 buckets: senders blocked at once on different actors rarely share one, and sharing
+// costs only a longer walk of the list.
 constexpr std::size_t room_buckets = 64;
 
 room_bucket& bucket_of(const void* actor) noexcept {
@@ -59,9 +114,13 @@ actor_base::admission actor_base::admit_bounded(message* built) {
   const actor_options& o = *options_;
   bool ran_queue = false;
   std::int64_t deadline = 0;
+  room_wait wait;
   for (bool first = true;; first = false) {
     const admission a = core_.try_acquire_below(o.capacity);
-    if (a != admission::full) return a;
+    if (a != admission::full) {
+      if (wait.holder) pass_room();  // counted: the actor lives on while this send runs
+      return a;
+    }
     if (first) count_full();  // once per send, however long it waits
     const char* why = nullptr;
     if (tls.top != nullptr) {
@@ -74,11 +133,13 @@ actor_base::admission actor_base::admit_bounded(message* built) {
       run_before_blocking();
       deadline = o.max_block.count() == 0 ? no_deadline : add_saturating(now_ns(), o.max_block.count());
       continue;
-    } else if (wait_for_room(deadline)) {
+    } else if (wait_for_room(wait, deadline)) {
       continue;
     } else {
       why = "handoff: the actor's mailbox stayed full for max_block";
     }
+    // Never a holder here: a woken sender retries, and gives the wake-up up only on
+    // finding the mailbox full (then a crossing is still to come).
     if (built != nullptr) discard(built);
     throw_full(why);
   }
@@ -86,33 +147,48 @@ actor_base::admission actor_base::admit_bounded(message* built) {
 
 void actor_base::count_full() noexcept { count_event(nullptr, metric_counter::mailbox_full); }
 
-bool actor_base::wait_for_room(std::int64_t deadline) {
+bool actor_base::wait_for_room(room_wait& wait, std::int64_t deadline) {
   room_bucket& b = bucket_of(this);
   std::unique_lock<std::mutex> lock(b.mutex);
-  b.sleepers.fetch_add(1, std::memory_order_relaxed);
+  if (wait.ticket == 0) wait.ticket = ++b.tickets;
+  room_waiter node(this, wait.ticket);
+  b.link(node);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in wake_senders()
   const std::uint64_t capacity = options_->capacity;
-  bool room = true;
-  while (core_.pending() >= capacity) {
+  bool room = core_.pending() < capacity;
+  if (!room) wait.holder = false;  // full: a crossing is still to come, and wakes the oldest
+  while (!room && !node.woken) {
     if (deadline == no_deadline) {
-      b.room.wait(lock);
-    } else if (b.room.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline))) ==
+      node.cv.wait(lock);
+    } else if (node.cv.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline))) ==
                std::cv_status::timeout) {
       room = core_.pending() < capacity;
       break;
     }
+    room = core_.pending() < capacity;  // a spurious wake-up finds room too
   }
-  b.sleepers.fetch_sub(1, std::memory_order_relaxed);
+  if (node.woken) {
+    wait.holder = true;  // the waker unlinked it
+    return true;
+  }
+  b.unlink(node);
   return room;
+}
+
+void actor_base::pass_room() noexcept {
+  // Above half full, a crossing is still to come and wakes the next one.
+  if (core_.pending() > options_->capacity / 2) return;
+  room_bucket& b = bucket_of(this);
+  const std::lock_guard<std::mutex> lock(b.mutex);
+  b.wake_first(this);
 }
 
 void actor_base::wake_senders() noexcept {
   room_bucket& b = bucket_of(this);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in wait_for_room()
   if (b.sleepers.load(std::memory_order_relaxed) == 0) return;
-  // Taking the mutex waits out a sender between its check and its sleep.
-  { const std::lock_guard<std::mutex> lock(b.mutex); }
-  b.room.notify_all();
+  const std::lock_guard<std::mutex> lock(b.mutex);
+  b.wake_first(this);
 }
 
 }  // namespace handoff::detail

@@ -2,13 +2,16 @@
  * Promela model of the actor's bounded-mailbox path: the hand-off primitive of
  * handoff.pml with a capacity. A sender is admitted by try_acquire_below(CAP), a CAS
  * that counts only while the count is below the capacity (include/handoff/detail/
- * ownership.hpp); a sender that finds the mailbox full sleeps in wait_for_room until the
- * owner wakes it (lib/actor/mailbox_room.cpp); the owner releases after every message it runs
- * (drain_step in lib/actor/actor_base.cpp), reading the capacity before its release and waking
- * the sleepers when a release takes the count from above CAP/2 to CAP/2 or below
- * (actor_base::try_release). A destroyer deletes the actor as soon as it is idle and
- * every message has run; any later read of the actor is a use-after-free. Checked by spin
- * under ctest through tests/model/check.sh (MODEL=bounded.pml); see tests/model/README.md.
+ * ownership.hpp); a sender that finds the mailbox full links a node of its own into its
+ * bucket's FIFO list and sleeps in wait_for_room until it is woken (lib/actor/
+ * mailbox_room.cpp); the owner releases after every message it runs (drain_step in
+ * lib/actor/actor_base.cpp), reading the capacity before its release and waking the
+ * oldest waiting sender when a release takes the count from above CAP/2 to CAP/2 or below
+ * (actor_base::try_release); a woken sender (the holder of the wake-up) that is admitted
+ * with the mailbox at most half full wakes the next one (pass_room). A destroyer deletes
+ * the actor as soon as it is idle and every message has run or was given up; any later
+ * read of the actor is a use-after-free. Checked by spin under ctest through
+ * tests/model/check.sh (MODEL=bounded.pml); see tests/model/README.md.
  *
  * Memory is sequentially consistent here, which is what the seq_cst fences of the
  * sleeper/owner store-buffer pattern provide for those two accesses; the other orders
@@ -18,13 +21,21 @@
  *   NS, M, CAP     senders, messages per sender, capacity (defaults 3, 2, 2)
  *   BOTH_PATHS     1 (default): a winning sender runs its message inline (finish_inline)
  *                  or puts it in front of the mailbox and drains from 0; 0: inline only
+ *   TIMED          the first TIMED senders wait with a deadline (max_block) that may pass
+ *                  at any moment while they sleep; one that finds no room then gives its
+ *                  message up (default 0)
+ *   SPURIOUS       a sleeping sender may wake without a notify (the condition variable's
+ *                  spurious wake-up)
  * Broken variants, each expected to be rejected:
  *   CAP_AFTER      the owner reads the capacity after its release (use-after-free)
  *   FETCH_ADD      admission by fetch_add, undone by a fetch_sub when it was full
- *   SLEEPER_READS_FIRST   the sleeper reads the count before it counts itself a sleeper
+ *   SLEEPER_READS_FIRST   the sleeper reads the count before it links its node
  *   OWNER_READS_FIRST     the owner reads the sleepers before its release (the store-load
  *                  reordering that the missing fence would allow)
- *   NO_MUTEX       the owner notifies without taking the bucket's mutex first
+ *   NO_MUTEX       the owner wakes a node (sets `woken`, notifies) without the bucket's mutex
+ *   NO_PASS        a woken sender never passes the wake-up on: one notify_one per crossing
+ *   NOTIFY_AFTER_UNLOCK   the waker notifies after letting the mutex go (the node, in the
+ *                  woken sender's frame, may be gone); needs SPURIOUS or TIMED
  *   NO_MONITOR     leaves out the invariant process (for a broken variant whose
  *                  counterexample should reach the bug itself)
  */
@@ -40,6 +51,9 @@
 #endif
 #ifndef BOTH_PATHS
 #define BOTH_PATHS 1
+#endif
+#ifndef TIMED
+#define TIMED 0
 #endif
 
 #define TOTAL (NS * M)
@@ -62,13 +76,20 @@ bit has_front = 0;
 
 /* ---- the actor's room bucket (static storage: outlives the actor) ---- */
 byte mtx = 0;             /* the bucket's mutex: 0 free, else holder's _pid + 1 */
-byte sleepers = 0;        /* room_bucket::sleepers */
-bit waiting[NS];          /* in room.wait(): asleep until a notify clears it */
+byte sleepers = 0;        /* room_bucket::sleepers: nodes linked */
+byte tickets = 0;         /* room_bucket::tickets, kept dense (see drop_ticket) */
+/* Sender s's node (room_waiter, in wait_for_room's frame) and its send's room_wait. */
+bit alive[NS];            /* the node exists */
+bit inlist[NS];           /* linked in the bucket's list */
+byte tkt[NS];             /* room_wait::ticket, the node's place in the list (0: none yet) */
+bit woken[NS];            /* room_waiter::woken */
+bit asleep[NS];           /* in node.cv.wait(): until a notify (or a spurious wake-up) */
 
 /* ---- ghost state for the assertions ---- */
 byte owners = 0;
 byte nextseq[NS];
 byte nrun = 0;
+byte gaveup = 0;          /* messages whose send timed out (mailbox_full, nothing sent) */
 byte done = 0;
 
 /* Any access to the actor's memory (its count, mailbox or options). */
@@ -80,11 +101,13 @@ byte done = 0;
 inline lock() { atomic { mtx == 0 -> mtx = _pid + 1 } }
 inline unlock() { d_step { assert(mtx == _pid + 1); mtx = 0 } }
 
+/* Exactly once and per-sender FIFO: a sender's messages run in order, each once (a given
+ * up one is skipped). */
 inline run_msg(mm) {
   d_step {
     assert(owners == 1);
-    assert(mm % M == nextseq[mm / M]);
-    nextseq[mm / M]++;
+    assert(mm % M >= nextseq[mm / M]);
+    nextseq[mm / M] = mm % M + 1;
     nrun++;
     mm = 0
   }
@@ -95,32 +118,82 @@ inline push(mm, k) {
   d_step { TOUCH; linked[k] = 1; k = 0 }
 }
 
-/* wake_senders(): fence; sleepers == 0: return; lock and unlock the bucket's mutex (waits
- * out a sender between its check and its sleep); notify_all. Touches only the bucket. */
-inline wake_senders(sl) {
+/* room_bucket::wake_first(actor): unlinks the oldest node (smallest ticket), sets its
+ * `woken` and notifies it (clears `asleep`). Touches only the bucket and the node. With
+ * NOTIFY_AFTER_UNLOCK the notify is left to after_unlock_notify(). */
+inline unlink_first(x, best) {
+  d_step {
+    best = NS; x = 0;
+    do
+    :: x < NS ->
+       if
+       :: inlist[x] && (best == NS || tkt[x] < tkt[best]) -> best = x
+       :: else -> skip
+       fi;
+       x++
+    :: else -> break
+    od;
+    x = 0;
+    if
+    :: best < NS ->
+       assert(alive[best]);
+       inlist[best] = 0; sleepers--; woken[best] = 1;
+#ifndef NOTIFY_AFTER_UNLOCK
+       asleep[best] = 0;                  /* notify_one, under the mutex */
+#endif
+       skip
+    :: else -> skip
+    fi;
+#ifndef NOTIFY_AFTER_UNLOCK
+    best = 0
+#else
+    skip
+#endif
+  }
+}
+
+#ifdef NOTIFY_AFTER_UNLOCK
+/* BROKEN: the notify after the unlock; the woken node may be gone by then. */
+inline after_unlock_notify(best) {
+  d_step {
+    if
+    :: best < NS -> assert(alive[best]); asleep[best] = 0
+    :: else -> skip
+    fi;
+    best = 0
+  }
+}
+#endif
+
+/* Wake the oldest waiting sender, under the bucket's mutex (the owner's wake_senders
+ * after its check of `sleepers`, and pass_room). */
+inline wake_first(x, best) {
+#ifdef NO_MUTEX
+  unlink_first(x, best)
+#else
+  lock();
+  unlink_first(x, best);
+  unlock();
+#ifdef NOTIFY_AFTER_UNLOCK
+  after_unlock_notify(best)
+#endif
+#endif
+}
+
+/* wake_senders(): fence; sleepers == 0: return; else wake the oldest node. */
+inline wake_senders(sl, x, best) {
 #ifndef OWNER_READS_FIRST
   sl = sleepers;
 #endif
   if
-  :: sl != 0 ->
-#ifndef NO_MUTEX
-     lock();
-     unlock();
-#endif
-     d_step {
-       sl = 0;
-       do
-       :: sl < NS -> waiting[sl] = 0; sl++
-       :: else -> break
-       od;
-       sl = 0
-     }
+  :: sl != 0 -> wake_first(x, best)
   :: else -> skip
-  fi
+  fi;
+  sl = 0
 }
 
 /* actor_base::try_release(X): read the capacity, release, wake on crossing half. */
-inline try_release(X, ok, cap, before, sl) {
+inline try_release(X, ok, cap, before, sl, x, best) {
 #ifndef CAP_AFTER
   d_step { TOUCH; cap = CAP }              /* options_->capacity, before the release */
 #endif
@@ -139,7 +212,7 @@ inline try_release(X, ok, cap, before, sl) {
   d_step { TOUCH; cap = CAP }              /* BROKEN: *this may be gone by now */
 #endif
   if
-  :: cap != 0 && before > cap / 2 && before - X <= cap / 2 -> wake_senders(sl)
+  :: cap != 0 && before > cap / 2 && before - X <= cap / 2 -> wake_senders(sl, x, best)
   :: else -> skip
   fi;
   before = 0; cap = 0; sl = 0
@@ -148,10 +221,10 @@ inline try_release(X, ok, cap, before, sl) {
 /* drain(X): a bounded drain. Releases after every message (X is 0 or 1); with nothing
  * poppable and nothing to release, the count says a sender is between its count and its
  * link: wait for it. */
-inline drain(X, ok, cap, before, sl, got, mm) {
+inline drain(X, ok, cap, before, sl, got, mm, x, best) {
   do
   :: X != 0 ->
-     try_release(X, ok, cap, before, sl);
+     try_release(X, ok, cap, before, sl, x, best);
      X = 0;
      if
      :: ok -> ok = 0; break
@@ -173,40 +246,89 @@ inline drain(X, ok, cap, before, sl, got, mm) {
   od
 }
 
-/* wait_for_room(): under the bucket's mutex, count itself a sleeper, fence, read the
- * count; sleep while it is full (room.wait unlocks and sleeps in one step); then uncount
- * itself and retry the admission. */
-inline wait_for_room(s, isfull) {
+/* wait_for_room(): under the bucket's mutex, take a ticket on the first wait of this
+ * send, link the node in ticket order, fence, read the count. Full: no longer a holder
+ * (a crossing is still to come); sleep until woken (cv.wait unlocks and sleeps in one
+ * step), re-reading the count after each wake-up. Woken: the waker unlinked the node and
+ * this sender is a holder; else unlink it. `room`: retry the admission (0: the deadline
+ * passed with the mailbox full). */
+inline wait_for_room(s, h, room, to) {
   lock();
+  d_step {
+    if
+    :: tkt[s] == 0 -> tickets++; tkt[s] = tickets
+    :: else -> skip
+    fi
+  }
 #ifdef SLEEPER_READS_FIRST
-  d_step { TOUCH; isfull = (count >= CAP) }   /* BROKEN: read before it is a sleeper */
-  sleepers++;
+  d_step { TOUCH; room = (count < CAP) }      /* BROKEN: read before the node is linked */
+  d_step { alive[s] = 1; inlist[s] = 1; sleepers++ }
 #else
-  sleepers++;
-  d_step { TOUCH; isfull = (count >= CAP) }   /* capacity and pending() after the fence */
+  d_step { alive[s] = 1; inlist[s] = 1; sleepers++ }
+  d_step { TOUCH; room = (count < CAP) }      /* capacity and pending() after the fence */
 #endif
+  if
+  :: !room -> h = 0
+  :: else -> skip
+  fi;
   do
-  :: isfull ->
-     d_step { waiting[s] = 1; assert(mtx == _pid + 1); mtx = 0 }
-     !waiting[s];                           /* notified */
+  :: room || woken[s] -> break
+  :: else ->
+     d_step { asleep[s] = 1; assert(mtx == _pid + 1); mtx = 0 }
+     if
+     :: !asleep[s]                            /* notified */
+#if TIMED > 0
+     :: s < TIMED -> d_step { asleep[s] = 0; to = 1 }   /* wait_until: the deadline passed */
+#endif
+#ifdef SPURIOUS
+     :: d_step { asleep[s] = 0 }              /* a spurious wake-up */
+#endif
+     fi;
      lock();
-     d_step { TOUCH; isfull = (count >= CAP) }
-  :: else -> break
+     d_step { TOUCH; room = (count < CAP) };
+     if
+     :: to -> break
+     :: else -> skip
+     fi
   od;
-  sleepers--;
-  unlock()
+  skip;                                       /* (a break may not jump into a d_step) */
+  d_step {
+    if
+    :: woken[s] -> woken[s] = 0; h = 1; room = 1   /* the waker unlinked the node */
+    :: else -> inlist[s] = 0; sleepers--
+    fi;
+    to = 0
+  }
+  d_step { alive[s] = 0; assert(mtx == _pid + 1); mtx = 0 }   /* the node dies, then the lock goes */
+}
+
+/* The send is over: its ticket goes. Only the order of the tickets matters, so the later
+ * ones move down by one (fewer states than the code's ever-growing counter). */
+inline drop_ticket(s, x) {
+  d_step {
+    if
+    :: tkt[s] != 0 ->
+       x = 0;
+       do
+       :: x < NS -> if :: tkt[x] > tkt[s] -> tkt[x]-- :: else -> skip fi; x++
+       :: else -> break
+       od;
+       tickets--; tkt[s] = 0; x = 0
+    :: else -> skip
+    fi
+  }
 }
 
 proctype sender(byte s) {
   byte k = 0;
-  byte mm, sl, cap;
+  byte mm, sl, cap, x, best;
   short prev, before;
   byte X;
-  bit got, ok, isfull;
+  bit got, ok, isfull, h, room, to;
   do
   :: k < M ->
      mm = s * M + k;
-     /* admit_bounded(): retry until counted */
+     /* admit_bounded(): retry until counted, or give up when the deadline passed */
      do
      :: true ->
 #ifndef FETCH_ADD
@@ -237,34 +359,59 @@ proctype sender(byte s) {
         fi;
 #endif
         if
-        :: isfull -> isfull = 0; wait_for_room(s, isfull)
-        :: else -> break
+        :: isfull ->
+           isfull = 0;
+           wait_for_room(s, h, room, to);
+           if
+           :: room -> skip
+           :: else -> break                 /* max_block passed: mailbox_full */
+           fi
+        :: else ->
+           room = 1;
+#ifndef NO_PASS
+           if                               /* pass_room(): counted, the actor lives */
+           :: h -> d_step { TOUCH; isfull = (count <= HALF) };
+              if
+              :: isfull -> wake_first(x, best)
+              :: else -> skip
+              fi;
+              isfull = 0
+           :: else -> skip
+           fi;
+#endif
+           h = 0;
+           break
         fi
      od;
+     assert(!h || room);                    /* a sender gives up only holding no wake-up */
+     drop_ticket(s, x);
+     d_step { isfull = room; room = 0 }
      if
-     :: prev != 0 -> prev = 0; push(mm, sl)
-     :: prev == 0 ->
+     :: !isfull -> d_step { mm = 0; gaveup++ }
+     :: isfull && prev != 0 -> prev = 0; push(mm, sl)
+     :: isfull && prev == 0 ->
         if
         :: true ->                          /* run inline, then finish_inline() */
            run_msg(mm);
            X = 1;
            if
            :: LOOKS_EMPTY ->
-              try_release(X, ok, cap, before, sl);
+              try_release(X, ok, cap, before, sl, x, best);
               X = 0;
               if
               :: ok -> ok = 0
-              :: else -> drain(X, ok, cap, before, sl, got, mm)
+              :: else -> drain(X, ok, cap, before, sl, got, mm, x, best)
               fi
-           :: else -> drain(X, ok, cap, before, sl, got, mm)
+           :: else -> drain(X, ok, cap, before, sl, got, mm, x, best)
            fi
 #if BOTH_PATHS
         :: true ->                          /* enqueue_first, then drain_now(0) */
            d_step { TOUCH; assert(!has_front); front = mm; has_front = 1; mm = 0 }
-           X = 0; drain(X, ok, cap, before, sl, got, mm)
+           X = 0; drain(X, ok, cap, before, sl, got, mm, x, best)
 #endif
         fi
      fi;
+     isfull = 0;
      mm = 0;
      k++
   :: else -> break
@@ -273,11 +420,11 @@ proctype sender(byte s) {
 }
 
 /* Whoever holds the actor (its user, not the drainer) deletes it once every message has
- * run and it is idle: the destructor's try_acquire() finds 0 and returns at once. From
- * then on, any access to the actor is a use-after-free (TOUCH); the room bucket is static
- * and stays valid. */
+ * run (or was given up) and it is idle: the destructor's try_acquire() finds 0 and
+ * returns at once. From then on, any access to the actor is a use-after-free (TOUCH); the
+ * room bucket is static and stays valid. */
 active proctype destroyer() {
-  d_step { nrun == TOTAL && count == 0 -> destroyed = 1 }
+  d_step { nrun + gaveup == TOTAL && count == 0 -> destroyed = 1 }
 }
 
 #ifndef NO_MONITOR
@@ -298,9 +445,10 @@ init {
     i = 0
   };
   (done == NS && destroyed) ->
-  assert(count == 0 && H == R && !has_front && nrun == TOTAL && sleepers == 0 && mtx == 0);
+  assert(count == 0 && H == R && !has_front && nrun + gaveup == TOTAL && sleepers == 0 && mtx == 0);
+  assert(TIMED > 0 || gaveup == 0);
   do
-  :: i < NS -> assert(nextseq[i] == M && !waiting[i]); i++
+  :: i < NS -> assert(!inlist[i] && !alive[i] && !woken[i] && !asleep[i]); i++
   :: else -> break
   od
 }

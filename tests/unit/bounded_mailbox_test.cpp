@@ -1,6 +1,7 @@
 // Bounded mailboxes: actor_options::capacity, try_post/try_send, the full_policy of
-// post/send/ask/defer, what a handler's send to a full mailbox does, and defer() from an
-// actor's own handler yielding its turn.
+// post/send/ask/defer, how blocked senders are woken (one at a time, oldest first, none
+// left asleep), what a handler's send to a full mailbox does, and defer() from an actor's
+// own handler yielding its turn.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // designated actor_options
 #endif
@@ -133,6 +134,109 @@ TEST(BoundedMailbox, ManySendersWaitingForRoomAreAllWokenAndEveryMessageRunsOnce
   auto log = b.log();
   std::sort(log.begin(), log.end());
   EXPECT_EQ(log, (std::vector<int>{0, 1, 2, 3}));
+}
+
+// A full mailbox wakes its blocked senders one at a time (the oldest first), and a woken
+// sender passes the wake-up on while the mailbox stays at most half full. The tests below
+// hang or fail when a drained half-mailbox wakes one sender that never passes it on.
+
+// `n` senders, started one after the other, each blocked in a post of one message to the
+// full actor `b` before the next starts.
+std::vector<std::unique_ptr<blocking_call>> blocked_senders(busy_actor& b, int n) {
+  std::vector<std::unique_ptr<blocking_call>> senders;
+  senders.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    senders.push_back(std::make_unique<blocking_call>([&b, i] { b.a.post(record(i)); }));
+    EXPECT_TRUE(senders.back()->wait_until_blocked()) << "sender " << i;
+  }
+  return senders;
+}
+
+TEST(BoundedMailbox, SendersWokenForOneMessageEachDoNotLeaveTheOthersAsleep) {
+  // The first woken sender is admitted only after the owner has drained past half (its
+  // messages take no time), posts once and returns: no later release crosses half, so
+  // it is the one that must wake the next.
+  test_timeout limit{10s};
+  for (const std::uint32_t capacity : {2U, 4U}) {
+    busy_actor b{bounded(capacity)};
+    for (std::uint32_t i = 1; i < capacity; ++i) b.a.post(record(-1));  // full
+    auto senders = blocked_senders(b, 6);
+    b.owner.release();
+    for (auto& s : senders) s->join();
+    b.owner.join();
+    auto log = b.log();
+    std::sort(log.begin(), log.end());
+    log.erase(log.begin(), log.begin() + (capacity - 1));
+    EXPECT_EQ(log, (std::vector<int>{0, 1, 2, 3, 4, 5})) << "capacity " << capacity;
+  }
+}
+
+TEST(BoundedMailbox, BlockedSendersAreServedInTheOrderTheyBeganToWait) {
+  test_timeout limit{10s};
+  busy_actor b{bounded(2)};
+  b.a.post(record(-1));  // full
+  auto senders = blocked_senders(b, 5);
+  b.owner.release();
+  for (auto& s : senders) s->join();
+  b.owner.join();
+  EXPECT_EQ(b.log(), (std::vector<int>{-1, 0, 1, 2, 3, 4}));
+}
+
+TEST(BoundedMailbox, ManyMoreBlockedSendersThanCoresAllGetThroughAndEveryMessageRunsOnceInOrder) {
+  test_timeout limit{10s};
+  constexpr int senders = 16;
+  constexpr int per_sender = 20;
+  struct tally {
+    std::vector<int> next = std::vector<int>(senders, 0);
+    int out_of_order = 0;
+  };
+  handoff::actor<tally> a{bounded(4)};
+  std::latch hold{1};
+  std::jthread owner([&] { a.post([&](tally&) { hold.wait(); }); });
+  ASSERT_TRUE(handoff::test::eventually([&] { return a.pending() == 1; }));
+  for (int i = 0; i < 3; ++i) a.post([](tally&) {});  // full
+  std::vector<std::unique_ptr<blocking_call>> threads;
+  threads.reserve(senders);
+  for (int s = 0; s < senders; ++s) {
+    threads.push_back(std::make_unique<blocking_call>([&a, s] {
+      for (int i = 0; i < per_sender; ++i) {
+        a.post([s, i](tally& t) { t.out_of_order += t.next[s]++ == i ? 0 : 1; });
+      }
+    }));
+  }
+  for (auto& t : threads) ASSERT_TRUE(t->wait_until_blocked());
+  hold.count_down();
+  for (auto& t : threads) t->join();
+  owner.join();
+  const auto [next, out_of_order] = a.ask([](tally& t) { return std::pair(t.next, t.out_of_order); }).get();
+  EXPECT_EQ(next, std::vector<int>(senders, per_sender));
+  EXPECT_EQ(out_of_order, 0);
+}
+
+TEST(BoundedMailbox, ASenderWhoseMaxBlockPassesWhileOthersWaitLeavesTheWayClearForThem) {
+  test_timeout limit{10s};
+  busy_actor b{bounded(2, handoff::full_policy::block, 400ms)};
+  b.a.post(record(-1));  // full
+  std::atomic<bool> timed_out{false};
+  blocking_call first([&] {
+    try {
+      b.a.post(record(0));
+    } catch (const handoff::mailbox_full&) {
+      timed_out = true;
+    }
+  });
+  ASSERT_TRUE(first.wait_until_blocked());
+  std::this_thread::sleep_for(250ms);
+  auto later = blocked_senders(b, 3);  // their deadlines pass 250 ms after the first's
+  first.join();
+  EXPECT_TRUE(timed_out);
+  const auto released = std::chrono::steady_clock::now();
+  b.owner.release();
+  for (auto& s : later) s->join();
+  // Woken by the drain, not let in by their own deadline.
+  EXPECT_LT(std::chrono::steady_clock::now() - released, 150ms);
+  b.owner.join();
+  EXPECT_EQ(b.log(), (std::vector<int>{-1, 0, 1, 2}));
 }
 
 TEST(BoundedMailbox, MaxBlockEndsTheWaitWithMailboxFullAndNothingSent) {

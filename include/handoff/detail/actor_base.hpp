@@ -132,9 +132,10 @@ class actor_base : public runnable {
 
   // Owner only. Uncounts `ran` messages that were run; true if that released the actor.
   // release; pairs with the acquire in try_acquire() of the next owner. A bounded actor
-  // whose count this release takes down to half its capacity wakes the senders waiting
-  // for room (they sleep while it is full): one wake-up per half a mailbox, not one per
-  // message, so that a drainer outnumbered by blocked senders runs a batch undisturbed.
+  // whose count this release takes down to half its capacity wakes the oldest sender
+  // waiting for room (they sleep while it is full), which wakes the next while it leaves
+  // the mailbox at most half full: one wake-up per half a mailbox, not one per message nor
+  // one per sleeper, so that a drainer outnumbered by blocked senders keeps its core.
   [[nodiscard]] bool try_release(std::uint64_t ran) noexcept {
     // Read before the release: once it reaches 0, another thread may destroy *this.
     const std::uint64_t capacity = options_ != nullptr ? options_->capacity : 0;
@@ -328,10 +329,16 @@ class actor_base : public runnable {
   admission admit_bounded(message* built);
   // Reports a send that found the mailbox full to the process-wide metrics sink, if any.
   static void count_full() noexcept;
-  // Sleeps until a bounded mailbox has room or `deadline` passes (false).
-  bool wait_for_room(std::int64_t deadline);
-  // Wakes the senders sleeping in wait_for_room() (any actor sharing their bucket). Uses
-  // only the address of *this, never its members: callable after a release.
+  // A send's place and wake-up across its waits for room (lib/actor/mailbox_room.cpp).
+  struct room_wait;
+  // Sleeps until a bounded mailbox has room, this sender is woken (true), or `deadline`
+  // passes with the mailbox full (false).
+  bool wait_for_room(room_wait& wait, std::int64_t deadline);
+  // A woken sender leaving the wait: wakes the next sender waiting for this actor if the
+  // mailbox is at most half full (no crossing of half is then owed).
+  void pass_room() noexcept;
+  // Wakes the oldest sender sleeping in wait_for_room() for this actor. Uses only the
+  // address of *this, never its members: callable after a release.
   void wake_senders() noexcept;
 
   // The drain loop, one protocol action per drain_step() so that tests can interleave the
