@@ -215,7 +215,7 @@ TEST(BoundedMailbox, ManyMoreBlockedSendersThanCoresAllGetThroughAndEveryMessage
 
 TEST(BoundedMailbox, ASenderWhoseMaxBlockPassesWhileOthersWaitLeavesTheWayClearForThem) {
   test_timeout limit{10s};
-  busy_actor b{bounded(2, handoff::full_policy::block, 400ms)};
+  busy_actor b{bounded(2, handoff::full_policy::block, 600ms)};
   b.a.post(record(-1));  // full
   std::atomic<bool> timed_out{false};
   blocking_call first([&] {
@@ -226,15 +226,15 @@ TEST(BoundedMailbox, ASenderWhoseMaxBlockPassesWhileOthersWaitLeavesTheWayClearF
     }
   });
   ASSERT_TRUE(first.wait_until_blocked());
-  std::this_thread::sleep_for(250ms);
-  auto later = blocked_senders(b, 3);  // their deadlines pass 250 ms after the first's
+  std::this_thread::sleep_for(400ms);
+  auto later = blocked_senders(b, 3);  // their deadlines pass 400 ms after the first's
   first.join();
   EXPECT_TRUE(timed_out);
   const auto released = std::chrono::steady_clock::now();
   b.owner.release();
   for (auto& s : later) s->join();
-  // Woken by the drain, not let in by their own deadline.
-  EXPECT_LT(std::chrono::steady_clock::now() - released, 150ms);
+  // Woken by the drain, not let in by their own deadline (at least 400 ms away).
+  EXPECT_LT(std::chrono::steady_clock::now() - released, 300ms);
   b.owner.join();
   EXPECT_EQ(b.log(), (std::vector<int>{-1, 0, 1, 2}));
 }
