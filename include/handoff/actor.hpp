@@ -246,10 +246,7 @@ class actor : private detail::actor_base {
   }
   template <class Fn>
   static void run_carried(detail::actor_base* a) {
-    auto* held = std::launder(reinterpret_cast<Fn*>(detail::carried.storage));
-    Fn fn(std::move(*held));
-    held->~Fn();
-    detail::carried.actor = nullptr;  // free for the sends fn makes
+    Fn fn = detail::take_carried<Fn>();
     call(fn, *static_cast<actor*>(a));
   }
 

@@ -131,11 +131,7 @@ class basic_actor : private detail::actor_base {
     }
   }
   static void run_carried(detail::actor_base* a) {
-    auto* held = std::launder(reinterpret_cast<Message*>(detail::carried.storage));
-    Message m(std::move(*held));
-    held->~Message();
-    detail::carried.actor = nullptr;  // free for the sends the handler makes
-    static_cast<basic_actor*>(a)->deliver(std::move(m));
+    static_cast<basic_actor*>(a)->deliver(detail::take_carried<Message>());
   }
 
   void deliver(Message&& m) {

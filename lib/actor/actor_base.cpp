@@ -139,22 +139,8 @@ void actor_base::drain(std::uint64_t ran, std::int64_t turn_start) noexcept { dr
 
 // Inlined into run_from_queue(): the hop of a forwarding chain.
 [[gnu::always_inline]] inline void actor_base::run_carried() noexcept {
-  // A time budget counts the carried message too.
-  const std::int64_t turn_start = options_ != nullptr && options_->max_time.count() != 0 ? now_ns() : 0;
-  drain_frame frame{this, tls.top, 0};
-  tls.top = &frame;
-  try {
-    carried.run(this);
-  } catch (...) {
-    report_handler_error(frame);
-  }
-  tls.top = frame.parent;
-  if (frame.stop == 0) [[likely]] {
-    std::uint64_t uncounted = 1;
-    if (!try_release_inline(uncounted)) drain(uncounted, turn_start);
-    return;
-  }
-  if ((frame.stop & stop_destroyed) == 0) yield_turn(1);
+  auto run = [this] { carried.run(this); };
+  run_inline<false>(run);
 }
 
 [[gnu::always_inline]] inline bool actor_base::run_from_queue(bool more) noexcept {

@@ -99,8 +99,17 @@ constexpr bool carriable() noexcept {
          std::is_nothrow_destructible_v<T>;
 }
 
-// submit()'s `carry` argument for a message that is never carried.
-struct no_carry {};
+// A carry slot's run function, first: moves the message out and frees the slot for the handler's sends.
+template <class T>
+T take_carried() noexcept {
+  T* held = std::launder(reinterpret_cast<T*>(carried.storage));
+  T message(std::move(*held));
+  held->~T();
+  carried.actor = nullptr;
+  return message;
+}
+struct no_carry {};  // submit()'s `carry` argument for a message that is never carried
+
 // A runnable of the run queue (detail/run_queue.hpp): its base is the queue's link word.
 class actor_base : public runnable {
  public:
@@ -241,32 +250,35 @@ class actor_base : public runnable {
     return true;
   }
 
-  // Owner only, at top level: runs one message on this thread, then releases or drains.
-  // Exceptions from `run` go to the error hook.
-  template <class Run>
+  // Owner only: runs the actor's first message on this thread, then releases or drains.
+  // TopLevel: a top-level send, which then runs this thread's queue; false: a carried
+  // message, whose turn the run queue started. Exceptions from `run` go to the error hook.
+  template <bool TopLevel = true, class Run>
   void run_inline(Run& run) noexcept {
     // A time budget counts the owner's own message too.
     const std::int64_t turn_start = options_ != nullptr && options_->max_time.count() != 0 ? now_ns() : 0;
-    drain_frame frame{this, nullptr, 0};
+    drain_frame frame{this, TopLevel ? nullptr : tls.top, 0};
     tls.top = &frame;
     try {
       run();
     } catch (...) {
       report_handler_error(frame);
     }
-    tls.top = nullptr;
+    tls.top = TopLevel ? nullptr : frame.parent;
     if (frame.stop == 0) [[likely]]
-      return finish_inline(turn_start);
+      return finish_inline<TopLevel>(turn_start);
     if ((frame.stop & stop_destroyed) == 0) yield_turn(1);
-    if (has_queued()) run_queued();
+    if (TopLevel && has_queued()) run_queued();
   }
 
-  // Owner only, after the winner ran its own message inline at top level: release if
-  // nothing else arrived (the uncontended path), else drain.
+  // Owner only, after the winner ran its own message inline: release if nothing else
+  // arrived (the uncontended path), else drain; at top level, then run the queue.
+  template <bool TopLevel = true>
   void finish_inline(std::int64_t turn_start) noexcept {
     std::uint64_t uncounted = 1;
-    if (!try_release_inline(uncounted)) return drain_now(uncounted, turn_start);
-    if (has_queued()) run_queued();
+    if (!try_release_inline(uncounted))
+      return TopLevel ? drain_now(uncounted, turn_start) : drain(uncounted, turn_start);
+    if (TopLevel && has_queued()) run_queued();
   }
 
   // Owner only: the uncontended release after one inline message. False: still owned, and
@@ -298,8 +310,7 @@ class actor_base : public runnable {
 
   // Reports an exception thrown by a post handler to the error hook.
   void report_error(const std::exception_ptr& e) noexcept;
-  // Inside a catch block: the handler that ran under `frame` threw. To the error hook, or,
-  // when the handler destroyed its actor (whose hook is gone), to stderr.
+  // In a catch block, `frame`'s handler threw: to the error hook, or to stderr when it destroyed its actor.
   void report_handler_error(const drain_frame& frame) noexcept {
     if ((frame.stop & stop_destroyed) != 0) {
       report_to_stderr(std::current_exception(), handler_source);
@@ -363,7 +374,7 @@ class actor_base : public runnable {
   void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
   void drain_turn(std::uint64_t ran, std::int64_t turn_start) noexcept;  // drain()'s body, inlined
   // The turn the run queue starts for an actor whose first message is in the carry slot:
-  // runs it (freeing the slot), then releases or drains, as run_inline() does at top level.
+  // runs it (freeing the slot), then releases or drains (run_inline<false>).
   void run_carried() noexcept;
   // The FIFO end of this thread's run queue (see continue_elsewhere()).
   void queue_later() noexcept;
