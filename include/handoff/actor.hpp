@@ -201,6 +201,10 @@ class actor : private detail::actor_base {
   // and metrics, not a synchronization point (relaxed load).
   [[nodiscard]] std::uint64_t pending() const noexcept { return pending_count(); }
 
+  // Thread-safe snapshot: the senders waiting for room in this bounded mailbox (0 when it
+  // is unbounded), each asleep or about to sleep. Takes a mutex shared by a few actors.
+  [[nodiscard]] std::size_t blocked_senders() const noexcept { return waiting_senders(); }
+
   // Awaitable form of ask(): `co_await a.async_ask(f)` yields f's result or rethrows its
   // exception; f's run happens-before the code after co_await. Never blocks a thread. If
   // the actor is idle and the caller is not inside a handler, f runs inline and the

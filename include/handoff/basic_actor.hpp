@@ -77,6 +77,7 @@ class basic_actor : private detail::actor_base {
   // once per round). 0 means idle at the moment of the load; a snapshot for health checks
   // and metrics, not a synchronization point (relaxed load).
   [[nodiscard]] std::uint64_t pending() const noexcept { return pending_count(); }
+  [[nodiscard]] std::size_t blocked_senders() const noexcept { return waiting_senders(); }
 
   // Thread-safe. Delivers `m` to the handler once, under the actor's mutual exclusion; may
   // run it (and other queued messages) on the calling thread before returning. Uses a

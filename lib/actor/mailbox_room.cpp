@@ -31,12 +31,21 @@
 //
 // A waker sets `woken` and notifies under the bucket's mutex: the node lives in the
 // waiting sender's frame, which it leaves only after taking the mutex again.
+//
+// Why the blocked are served in the order they began to wait. One sender per actor is
+// woken at a time: a woken node stays linked, first, until its sender has the mutex back,
+// and a wake-up that finds it there wakes nobody (that sender hands on, or a crossing is
+// still to come, as above). The woken sender keeps the mutex until its message is in the
+// mailbox (and it has woken the next, if it hands on). So the next one counts and pushes
+// after it. Senders that never waited, and one whose max_block passed, may get in
+// first while there is room.
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <utility>
 
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/metrics.hpp"
@@ -46,7 +55,7 @@ namespace handoff::detail {
 // A send's state across its waits for room.
 struct actor_base::room_wait {
   std::uint64_t ticket = 0;  // its place among its bucket's waiters (0: never waited)
-  bool holder = false;       // woken and not admitted yet: hands on once admitted (see above)
+  bool holder = false;       // woken: holds the bucket's mutex until its message is in (see above)
 };
 
 namespace {
@@ -65,7 +74,8 @@ struct alignas(64) room_bucket {
   std::mutex mutex;
   room_waiter* head = nullptr;  // oldest ticket first; under `mutex`
   room_waiter* tail = nullptr;
-  std::uint64_t tickets = 0;  // under `mutex`
+  std::uint64_t tickets = 0;       // under `mutex`
+  std::uint32_t woken_linked = 0;  // linked nodes whose `woken` is set; under `mutex`
   // Nodes linked here. Written under `mutex`; read by owners without it, after the fence
   // in wake_senders() (pairs with the fence in wait_for_room()).
   std::atomic<std::uint32_t> sleepers{0};
@@ -84,15 +94,21 @@ struct alignas(64) room_bucket {
     (w.next != nullptr ? w.next->prev : tail) = w.prev;
     sleepers.store(sleepers.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   }
-  // Under `mutex`: wakes the oldest sender waiting for `actor`, if any.
+  // Under `mutex`: wakes the oldest sender waiting for `actor`, if any, unless one is
+  // woken already (it stays linked until it has the mutex back: one woken at a time; a
+  // sender that lost a retry may link again ahead of it, in its old place).
   void wake_first(const void* actor) noexcept {
+    room_waiter* oldest = nullptr;
     for (room_waiter* w = head; w != nullptr; w = w->next) {
       if (w->actor != actor) continue;
-      unlink(*w);
-      w->woken = true;
-      w->cv.notify_one();  // under the mutex: *w may be gone once it is released
-      return;
+      if (w->woken) return;
+      if (oldest == nullptr) oldest = w;
+      if (woken_linked == 0) break;  // none woken anywhere: the first is the one
     }
+    if (oldest == nullptr) return;
+    oldest->woken = true;
+    ++woken_linked;
+    oldest->cv.notify_one();  // under the mutex: *oldest may be gone once it is released
   }
 };
 
@@ -117,8 +133,17 @@ actor_base::admission actor_base::admit_bounded(message* built) {
   room_wait wait;
   for (bool first = true;; first = false) {
     const admission a = core_.try_acquire_below(o.capacity);
-    if (a != admission::full) {
-      if (wait.holder) pass_room();  // counted: the actor lives on while this send runs
+    if (wait.holder) {  // woken, its bucket's mutex held since
+      wait.holder = false;
+      if (a == admission::full) {
+        bucket_of(this).mutex.unlock();  // it waits again, in its old place
+      } else {
+        tls.room_held = this;                               // enqueue() calls pass_room() once the message is in
+        tls.room_owed = core_.pending() <= o.capacity / 2;  // read while counted: the actor lives on
+        if (a == admission::owner) pass_room();             // no push: its message runs first
+        return a;
+      }
+    } else if (a != admission::full) {
       return a;
     }
     if (first) count_full();  // once per send, however long it waits
@@ -156,7 +181,6 @@ bool actor_base::wait_for_room(room_wait& wait, std::int64_t deadline) {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in wake_senders()
   const std::uint64_t capacity = options_->capacity;
   bool room = core_.pending() < capacity;
-  if (!room) wait.holder = false;  // full: a crossing is still to come, and wakes the oldest
   while (!room && !node.woken) {
     if (deadline == no_deadline) {
       node.cv.wait(lock);
@@ -167,20 +191,29 @@ bool actor_base::wait_for_room(room_wait& wait, std::int64_t deadline) {
     }
     room = core_.pending() < capacity;  // a spurious wake-up finds room too
   }
+  b.unlink(node);
   if (node.woken) {
-    wait.holder = true;  // the waker unlinked it
+    --b.woken_linked;
+    wait.holder = true;
+    lock.release();  // held until its message is in (admit_bounded(), pass_room())
     return true;
   }
-  b.unlink(node);
   return room;
 }
 
 void actor_base::pass_room() noexcept {
-  // Above half full, a crossing is still to come and wakes the next one.
-  if (core_.pending() > options_->capacity / 2) return;
+  const void* actor = std::exchange(tls.room_held, nullptr);
+  room_bucket& b = bucket_of(actor);
+  if (tls.room_owed) b.wake_first(actor);
+  b.mutex.unlock();  // locked by admit_bounded()
+}
+
+std::size_t actor_base::waiting_senders() const noexcept {
   room_bucket& b = bucket_of(this);
   const std::lock_guard<std::mutex> lock(b.mutex);
-  b.wake_first(this);
+  std::size_t n = 0;
+  for (const room_waiter* w = b.head; w != nullptr; w = w->next) n += w->actor == this ? 1 : 0;
+  return n;
 }
 
 void actor_base::wake_senders() noexcept {

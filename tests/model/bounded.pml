@@ -7,8 +7,10 @@
  * mailbox_room.cpp); the owner releases after every message it runs (drain_step in
  * lib/actor/actor_base.cpp), reading the capacity before its release and waking the
  * oldest waiting sender when a release takes the count from above CAP/2 to CAP/2 or below
- * (actor_base::try_release); a woken sender (the holder of the wake-up) that is admitted
- * with the mailbox at most half full wakes the next one (pass_room). A destroyer deletes
+ * (actor_base::try_release), unless the oldest is woken already; a woken sender (the
+ * holder of the wake-up) keeps the bucket's mutex from its wake-up until its message is
+ * in the mailbox, and, when it was admitted with the mailbox at most half full, then
+ * wakes the next one (pass_room). A destroyer deletes
  * the actor as soon as it is idle and every message has run or was given up; any later
  * read of the actor is a use-after-free. Checked by spin under ctest through
  * tests/model/check.sh (MODEL=bounded.pml); see tests/model/README.md.
@@ -26,6 +28,10 @@
  *                  message up (default 0)
  *   SPURIOUS       a sleeping sender may wake without a notify (the condition variable's
  *                  spurious wake-up)
+ * Woken senders are served in the order they were woken (the oldest waiting first): a
+ * wake-up finds no woken sender whose message is not in the mailbox yet (asserted in
+ * unlink_first). A sender that found room without being woken (it had just linked its
+ * node, or it lost a retry and came back) is not ordered.
  * Broken variants, each expected to be rejected:
  *   CAP_AFTER      the owner reads the capacity after its release (use-after-free)
  *   FETCH_ADD      admission by fetch_add, undone by a fetch_sub when it was full
@@ -34,6 +40,10 @@
  *                  reordering that the missing fence would allow)
  *   NO_MUTEX       the owner wakes a node (sets `woken`, notifies) without the bucket's mutex
  *   NO_PASS        a woken sender never passes the wake-up on: one notify_one per crossing
+ *   PASS_EARLY     a woken sender lets the mutex go (and hands on) once counted, before its
+ *                  push: the next one's message may overtake it
+ *   WAKE_WHILE_WOKEN  a wake-up wakes the oldest sleeper although another sender is woken
+ *                  and not yet admitted: two race, and the younger may win
  *   NOTIFY_AFTER_UNLOCK   the waker notifies after letting the mutex go (the node, in the
  *                  woken sender's frame, may be gone); needs SPURIOUS or TIMED
  *   NO_MONITOR     leaves out the invariant process (for a broken variant whose
@@ -91,6 +101,7 @@ byte nextseq[NS];
 byte nrun = 0;
 byte gaveup = 0;          /* messages whose send timed out (mailbox_full, nothing sent) */
 byte done = 0;
+byte inflight = 0;        /* woken senders whose message is not in the mailbox yet (nor run) */
 
 /* Any access to the actor's memory (its count, mailbox or options). */
 #define TOUCH assert(!destroyed)
@@ -118,16 +129,20 @@ inline push(mm, k) {
   d_step { TOUCH; linked[k] = 1; k = 0 }
 }
 
-/* room_bucket::wake_first(actor): unlinks the oldest node (smallest ticket), sets its
- * `woken` and notifies it (clears `asleep`). Touches only the bucket and the node. With
- * NOTIFY_AFTER_UNLOCK the notify is left to after_unlock_notify(). */
+/* room_bucket::wake_first(actor): unless a linked node is woken already (one woken at a
+ * time), the oldest node (smallest ticket) gets its `woken` set and is notified (clears
+ * `asleep`); it stays linked until its sender unlinks it. Touches only the bucket and the
+ * node. With NOTIFY_AFTER_UNLOCK the notify is left to after_unlock_notify(). */
 inline unlink_first(x, best) {
   d_step {
     best = NS; x = 0;
     do
     :: x < NS ->
        if
-       :: inlist[x] && (best == NS || tkt[x] < tkt[best]) -> best = x
+#ifndef WAKE_WHILE_WOKEN
+       :: inlist[x] && woken[x] -> best = NS + 1   /* stays: nobody is woken */
+#endif
+       :: inlist[x] && !woken[x] && best != NS + 1 && (best == NS || tkt[x] < tkt[best]) -> best = x
        :: else -> skip
        fi;
        x++
@@ -135,9 +150,16 @@ inline unlink_first(x, best) {
     od;
     x = 0;
     if
+    :: best > NS -> best = NS
+    :: else -> skip
+    fi;
+    if
     :: best < NS ->
        assert(alive[best]);
-       inlist[best] = 0; sleepers--; woken[best] = 1;
+#ifndef NO_MUTEX
+       assert(inflight == 0);             /* FIFO: the last woken one's message is in */
+#endif
+       woken[best] = 1; inflight++;
 #ifndef NOTIFY_AFTER_UNLOCK
        asleep[best] = 0;                  /* notify_one, under the mutex */
 #endif
@@ -267,10 +289,6 @@ inline wait_for_room(s, h, room, to) {
   d_step { alive[s] = 1; inlist[s] = 1; sleepers++ }
   d_step { TOUCH; room = (count < CAP) }      /* capacity and pending() after the fence */
 #endif
-  if
-  :: !room -> h = 0
-  :: else -> skip
-  fi;
   do
   :: room || woken[s] -> break
   :: else ->
@@ -293,13 +311,42 @@ inline wait_for_room(s, h, room, to) {
   od;
   skip;                                       /* (a break may not jump into a d_step) */
   d_step {
+    inlist[s] = 0; sleepers--;
     if
-    :: woken[s] -> woken[s] = 0; h = 1; room = 1   /* the waker unlinked the node */
-    :: else -> inlist[s] = 0; sleepers--
+    :: woken[s] -> woken[s] = 0; h = 1; room = 1
+    :: else -> skip
     fi;
     to = 0
   }
-  d_step { alive[s] = 0; assert(mtx == _pid + 1); mtx = 0 }   /* the node dies, then the lock goes */
+  d_step {                                    /* the node dies; a holder keeps the lock */
+    alive[s] = 0; assert(mtx == _pid + 1);
+    if
+    :: !h -> mtx = 0
+    :: else -> skip
+    fi
+  }
+}
+
+/* pass_room(): a holder, its message counted (and pushed, unless it owns the actor),
+ * wakes the next if it was admitted with the mailbox at most half full, then lets the
+ * bucket's mutex go. Touches only the bucket. */
+inline hand_on(held, owed, x, best) {
+  if
+  :: held ->
+     if
+     :: owed -> unlink_first(x, best)
+     :: else -> skip
+     fi;
+     unlock();
+#ifdef NOTIFY_AFTER_UNLOCK
+     if
+     :: owed -> after_unlock_notify(best)
+     :: else -> skip
+     fi;
+#endif
+     held = 0; owed = 0
+  :: else -> skip
+  fi
 }
 
 /* The send is over: its ticket goes. Only the order of the tickets matters, so the later
@@ -324,7 +371,7 @@ proctype sender(byte s) {
   byte mm, sl, cap, x, best;
   short prev, before;
   byte X;
-  bit got, ok, isfull, h, room, to;
+  bit got, ok, isfull, h, room, to, held, owed, woke;
   do
   :: k < M ->
      mm = s * M + k;
@@ -358,9 +405,14 @@ proctype sender(byte s) {
         :: else -> skip
         fi;
 #endif
+        d_step { held = h; h = 0 }           /* a holder has the bucket's mutex */
         if
         :: isfull ->
            isfull = 0;
+           if
+           :: held -> d_step { held = 0; inflight-- }; unlock()   /* waits again, in its old place */
+           :: else -> skip
+           fi;
            wait_for_room(s, h, room, to);
            if
            :: room -> skip
@@ -368,28 +420,31 @@ proctype sender(byte s) {
            fi
         :: else ->
            room = 1;
-#ifndef NO_PASS
-           if                               /* pass_room(): counted, the actor lives */
-           :: h -> d_step { TOUCH; isfull = (count <= HALF) };
-              if
-              :: isfull -> wake_first(x, best)
-              :: else -> skip
-              fi;
-              isfull = 0
+           if                               /* counted, the actor lives: read the count */
+           :: held -> d_step { TOUCH; owed = (count <= HALF); woke = 1 }
            :: else -> skip
            fi;
+#ifdef NO_PASS
+           owed = 0;
 #endif
-           h = 0;
+#ifdef PASS_EARLY
+           hand_on(held, owed, x, best);
+#endif
            break
         fi
      od;
-     assert(!h || room);                    /* a sender gives up only holding no wake-up */
+     assert(!h && (!held || room));         /* a sender gives up only holding no wake-up */
      drop_ticket(s, x);
      d_step { isfull = room; room = 0 }
      if
      :: !isfull -> d_step { mm = 0; gaveup++ }
-     :: isfull && prev != 0 -> prev = 0; push(mm, sl)
-     :: isfull && prev == 0 ->
+     :: isfull && prev != 0 ->
+        prev = 0; push(mm, sl);
+        d_step { if :: woke -> woke = 0; inflight-- :: else -> skip fi };
+        hand_on(held, owed, x, best)
+     :: isfull && prev == 0 ->              /* owns the actor: its message runs first */
+        d_step { if :: woke -> woke = 0; inflight-- :: else -> skip fi };
+        hand_on(held, owed, x, best);
         if
         :: true ->                          /* run inline, then finish_inline() */
            run_msg(mm);

@@ -16,13 +16,9 @@
 //            run while our subtraction reaches 0: two owners).
 //
 // The count is incremented before the enqueue so that it never under-counts: a drainer
-// cannot run a message that is not counted yet, so it cannot subtract a message another
-// sender's fetch_add still needs to see as pending. `fetch_sub` releases in one atomic
-// per round and cannot fail spuriously (a weak CAS could, and its failure path would
-// subtract the count to 0 while the owner is still draining).
-//
-// The count and the mailbox are the hand-off primitive's storage, driven by its lock-free
-// protocol (lockfree_ownership in detail/ownership.hpp).
+// cannot run a message that is not counted yet. `fetch_sub` releases in one atomic per
+// round and cannot fail spuriously (a weak CAS's failure path could reach 0 while the
+// owner still drains). Both are lockfree_ownership's (detail/ownership.hpp).
 //
 // Nested sends: a thread that wins an actor while it is already draining one (inside a
 // handler) does not recurse: it appends the actor to its per-thread run queue
@@ -157,8 +153,13 @@ class actor_base : public runnable {
   // try_release() where the actor is known to be unbounded (nobody waits for room).
   [[nodiscard]] bool try_release_unbounded(std::uint64_t ran) noexcept { return core_.try_release(ran); }
 
-  // Loser of the hand-off: hand the (already counted) message to the owner.
-  void enqueue(message* m) noexcept { core_.enqueue(m); }
+  // Loser of the hand-off: hand the (already counted) message to the owner; then, for a
+  // woken sender of a bounded actor (admit_bounded()), hand the room on.
+  void enqueue(message* m) noexcept {
+    core_.enqueue(m);
+    if (tls.room_held != nullptr) [[unlikely]]
+      pass_room();
+  }
 
   // Winner of the hand-off: its own message goes in front of the mailbox, through the
   // owner's end (no atomic; the producers' end is never touched), to run first.
@@ -199,10 +200,10 @@ class actor_base : public runnable {
   // owner, runs it. `make()` builds the mailbox node (only needed when the actor is busy
   // or this thread is inside a handler); `run()` runs the message inline; `carry(storage)`,
   // unless no_carry, moves the message into the carry slot's storage and returns the slot's
-  // run function (a winner inside a handler, when the slot is free). Building a node
-  // can throw (bad_alloc, a throwing move): when BuildFirst, it is built before counting,
-  // so a throw loses nothing; otherwise a throw after counting would strand the owner,
-  // so it terminates (only a noexcept move and memory exhaustion reach that path).
+  // run function (a winner inside a handler, when the slot is free). Building a node can
+  // throw (bad_alloc, a throwing move): when BuildFirst, it is built before counting, so a
+  // throw loses nothing; otherwise a throw after counting would strand the owner, so it
+  // terminates (only a noexcept move and memory exhaustion reach that path).
   // False only with TryOnly, when a bounded mailbox is full (nothing was sent).
   template <bool BuildFirst, bool TryOnly = false, class Make, class Run, class Carry = no_carry>
   bool submit(Make&& make, Run&& run, Carry&& carry = Carry{}) {
@@ -307,6 +308,7 @@ class actor_base : public runnable {
 
   // Messages accepted and not yet accounted for by the owner (approximate: see pending()).
   [[nodiscard]] std::uint64_t pending_count() const noexcept { return core_.pending(); }
+  [[nodiscard]] std::size_t waiting_senders() const noexcept;  // linked in wait_for_room()
 
   // Reports an exception thrown by a post handler to the error hook.
   void report_error(const std::exception_ptr& e) noexcept;
@@ -330,8 +332,7 @@ class actor_base : public runnable {
   static message* build_counted(Make& make) noexcept {
     return make();
   }
-  // Destroys a message that was never counted, without running it.
-  void discard(message* m) noexcept { m->invoke(m, this, false); }
+  void discard(message* m) noexcept { m->invoke(m, this, false); }  // never counted: destroy unrun
 
   // Bounded and full (lib/actor/mailbox_room.cpp): under full_policy::block at top level, runs
   // this thread's queue, then waits for room until max_block; inside a handler, under
@@ -345,12 +346,11 @@ class actor_base : public runnable {
   // Sleeps until a bounded mailbox has room, this sender is woken (true), or `deadline`
   // passes with the mailbox full (false).
   bool wait_for_room(room_wait& wait, std::int64_t deadline);
-  // A woken sender leaving the wait: wakes the next sender waiting for this actor if the
-  // mailbox is at most half full (no crossing of half is then owed).
-  void pass_room() noexcept;
-  // Wakes the oldest sender sleeping in wait_for_room() for this actor. Uses only the
-  // address of *this, never its members: callable after a release.
+  // Wake the oldest sender sleeping in wait_for_room() for this actor (wake_senders), or
+  // for tls.room_held if room_owed, then unlock its bucket (pass_room). Both use only the
+  // address, never the actor's members: callable after a release.
   void wake_senders() noexcept;
+  static void pass_room() noexcept;
 
   // The drain loop, one protocol action per drain_step() so that tests can interleave the
   // owner's steps with senders' steps (tests/model/interleaving_test.cpp).

@@ -80,6 +80,10 @@ struct thread_state {
   unsigned now_streak;     // entries run from `now` in a row (see run_next)
   std::uintptr_t later;    // FIFO list (tagged links), 0: empty
   std::uintptr_t* tail;    // link word of the last `later` entry; nullptr: empty
+  // A bounded actor whose room bucket this woken sender holds locked until its message is
+  // in, then wakes the next blocked sender if room_owed (lib/actor/mailbox_room.cpp).
+  const void* room_held;
+  bool room_owed;
 };
 HANDOFF_TLS_MODEL extern constinit thread_local thread_state tls;
 
