@@ -128,6 +128,7 @@ TEST_F(KeyedMutexFairness, UnderFifoAndFairAfterZeroUnlockHandsTheKeyToTheOldest
           EXPECT_TRUE(eventually([&] { return m.waiting() == 3; }));
         }
       }));
+      ASSERT_TRUE(eventually([&] { return m.waiting() == static_cast<std::size_t>(i) + 1; })) << "waiter " << i;
       ASSERT_TRUE(calls.back()->wait_until_blocked()) << "waiter " << i;
     }
     g.unlock();  // waiter 0 holds the key as this returns

@@ -41,6 +41,9 @@ TEST_F(KeyedMutex, GrantsBlockedThreadsInTheOrderTheyQueued) {
       log.add(i);
       tokens[static_cast<std::size_t>(i)] = w.token();
     }));
+    // Queued (the library's count), not only seen asleep: a sanitizer's allocator can put
+    // a thread to sleep before it queues, and the next one would then queue first.
+    ASSERT_TRUE(eventually([&] { return m.waiting() == static_cast<std::size_t>(i) + 1; })) << "waiter " << i;
     ASSERT_TRUE(calls.back()->wait_until_blocked()) << "waiter " << i;
   }
   EXPECT_EQ(log.size(), 0u);
@@ -80,10 +83,12 @@ TEST_F(KeyedMutex, GrantsMixedThreadCoroutineAndCallbackWaitersInArrivalOrder) {
   std::vector<std::unique_ptr<async_outcome>> outcomes;
   std::atomic<int> callbacks{0};
   auto add_thread = [&](int who) {
+    const std::size_t before = m.waiting();
     threads.push_back(std::make_unique<blocking_call>([&m, &log, who] {
       key_guard w = m.lock("k");
       log.add(who);
     }));
+    ASSERT_TRUE(eventually([&] { return m.waiting() == before + 1; })) << "waiter " << who;  // queued
     ASSERT_TRUE(threads.back()->wait_until_blocked()) << "waiter " << who;
   };
   auto add_coroutine = [&](int who) {
