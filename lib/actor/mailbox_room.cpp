@@ -10,8 +10,8 @@
 //
 // Who wakes whom. A release that takes the count from above half the capacity to half or
 // below (a crossing) wakes one sender, the oldest waiting for this actor. The woken sender
-// holds the wake-up until it is admitted; then, if the mailbox is at most half full, it
-// wakes the next one (pass_room), because a sender that posts once and returns would
+// holds the wake-up until it is admitted; if the mailbox was then at most half full, it
+// wakes the next one (pass_room) once its message is in, because a sender that posts once and returns would
 // otherwise leave the others asleep with room to spare, and no later release need cross
 // half again (notify_one alone hangs so). Above half full it passes nothing: a crossing
 // is still to come, and it wakes the next. So half a mailbox drained wakes one sender,
@@ -33,12 +33,13 @@
 // waiting sender's frame, which it leaves only after taking the mutex again.
 //
 // Why the blocked are served in the order they began to wait. One sender per actor is
-// woken at a time: a woken node stays linked, first, until its sender has the mutex back,
-// and a wake-up that finds it there wakes nobody (that sender hands on, or a crossing is
-// still to come, as above). The woken sender keeps the mutex until its message is in the
-// mailbox (and it has woken the next, if it hands on). So the next one counts and pushes
-// after it. Senders that never waited, and one whose max_block passed, may get in
-// first while there is room.
+// woken at a time: a woken node stays linked until its sender has the mutex back, and a
+// wake-up that finds a woken node of the actor linked wakes nobody (that sender hands on,
+// or a crossing is still to come, as above). The woken sender keeps the mutex until its
+// message is in the mailbox (and it has woken the next, if it hands on). So the next one
+// counts and pushes after it. Senders that never slept, one that lost its turn to a full
+// mailbox and found room again at once, and one whose max_block passed may get in first
+// while there is room.
 #include <array>
 #include <atomic>
 #include <chrono>
