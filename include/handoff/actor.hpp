@@ -33,6 +33,7 @@
 // caller of post() returns quickly (it may become the owner and drain for a while).
 #pragma once
 
+#include <chrono>
 #include <concepts>
 #include <coroutine>
 #include <exception>
@@ -183,7 +184,12 @@ class actor : private detail::actor_base {
     if (detail::tls.top != nullptr) check_not_draining();
     auto* m = detail::new_node<ask_node<std::decay_t<F>>>(std::forward<F>(f));
     auto answer = m->promise.get_future();
-    if (admit<false>(m) == admission::queued) {
+    const admission a = admit<false>(m);
+    if (detail::tls.driver != nullptr) [[unlikely]] {
+      ask_driven(m, a, &answered<result_of<std::decay_t<F>>>, &answer);  // a test scheduler's event
+      return answer;
+    }
+    if (a == admission::queued) {
       enqueue(m);
       // The caller may block on the answer: first run what this thread owns through its
       // run queue (the target itself, perhaps), which nobody else can run.
@@ -269,6 +275,11 @@ class actor : private detail::actor_base {
       return true;
     }
   };
+
+  template <class R>
+  static bool answered(const void* f) noexcept {
+    return static_cast<const std::future<R>*>(f)->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
 
   template <class Fn>
   struct ask_node final : detail::message {

@@ -78,8 +78,7 @@
 #include <functional>
 #include <initializer_list>
 #include <iterator>
-#include <limits>
-#include <new>
+#include <optional>
 #include <ranges>
 #include <stdexcept>
 #include <string>
@@ -282,7 +281,7 @@ class keyed_mutex {
     for (;;) {
       detail::lock_entry* e = lock_entry_of(s, h, key);
       detail::grant g;
-      if (r.lease == 0 && detail::lock_table::try_acquire_fast(s, e, g)) return g;
+      if (r.lease == 0 && table_.try_acquire_fast(s, e, g)) return g;
       g = table_.acquire(s, e, r);
       if (!g.retry) return g;
     }
@@ -366,17 +365,18 @@ class keyed_mutex {
     template <class A>
       requires(!std::is_same_v<std::remove_cvref_t<A>, callback_waiter>)
     // NOLINTNEXTLINE(bugprone-forwarding-reference-overload): constrained not to take callback_waiter
-    explicit callback_waiter(A&& a) : fn(std::forward<A>(a)) {
+    explicit callback_waiter(A&& a) : fn(std::in_place, std::forward<A>(a)) {
       type = kind::callback;
       complete = &run;
       destroy = &free;
     }
-    Fn fn;
+    std::optional<Fn> fn;  // destroyed once called: what it captured (a guard) goes with it
     static void run(detail::waiter* base, bool granted) {
       auto* self = static_cast<callback_waiter*>(base);
       if (granted && self->queued_at != waiter::not_queued) self->table->note_wait(self->entry, self->queued_at);
       guard g = granted ? guard({}, self->table, {self->entry, self->token, 0}) : guard();
-      invoke_callback(self->fn, std::move(g));
+      invoke_callback(*self->fn, std::move(g));
+      self->fn.reset();  // not when the node goes: a holder may still keep it queued
       detail::release_waiter(self);
     }
     static void free(detail::waiter* w) noexcept { detail::delete_node(static_cast<callback_waiter*>(w)); }
@@ -394,7 +394,7 @@ class keyed_mutex {
   [[no_unique_address]] Hash hash_;
   [[no_unique_address]] Eq eq_;
   detail::longest_waits<Key, Eq> longest_;  // before table_: outlives the completions it joins
-  detail::lock_table table_{&entry::destroy, &entry::keep};
+  detail::lock_table table_{&entry::destroy, &entry::keep, &entry::describe};
 };
 
 }  // namespace handoff

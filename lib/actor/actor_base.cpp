@@ -37,6 +37,13 @@ struct destroy_marker final : message {
   }
 };
 
+// Under a test scheduler, an actor's name in the trace is freed once the actor is gone
+// (its last event has run), so that a new actor at its address gets a new name.
+void forget_name(const void* a) noexcept {
+  if (tls.driver != nullptr) [[unlikely]]
+    tls.driver->actor_destroyed(a);
+}
+
 void run_deferred_at_exit() noexcept {
   if (tls.top == nullptr) run_queued();
 }
@@ -46,6 +53,8 @@ void run_deferred_at_exit() noexcept {
 actor_base::actor_base(actor_options options) : actor_base(std::make_shared<const actor_options>(std::move(options))) {}
 
 actor_base::actor_base(std::shared_ptr<const actor_options> options) : options_(std::move(options)) {
+  if (tls.driver != nullptr) [[unlikely]]
+    tls.driver->actor_created(this);
   if (options_ == nullptr) return;
   if ((options_->max_messages != 0 || options_->max_time.count() != 0) && !options_->executor) {
     throw std::invalid_argument("handoff: a drain budget needs an executor to hand the actor to");
@@ -75,7 +84,8 @@ actor_base::drain_cursor actor_base::start_turn(std::uint64_t ran, std::int64_t 
   const bool budgeted = opt != nullptr && (opt->max_messages != 0 || opt->max_time.count() != 0);
   if (budgeted && turn_start == 0 && opt->max_time.count() != 0) turn_start = now_ns();
   const bool bounded = opt != nullptr && opt->capacity != 0;
-  return drain_cursor{&frame, ran, ran, turn_start, 0, budgeted, bounded, budgeted || bounded};
+  const bool stepped = tls.driver != nullptr;
+  return drain_cursor{&frame, ran, ran, turn_start, 0, budgeted, bounded, stepped, budgeted || bounded || stepped};
 }
 
 actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
@@ -84,6 +94,10 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
     if (c.bounded && c.uncounted != 0) {  // room for the senders after every message, not per round
       if (try_release(c.uncounted)) return drain_status::done;
       c.uncounted = 0;
+    }
+    if (c.stepped && c.turn != 0) {  // a test scheduler's event is one message: queue again
+      if (c.uncounted == 0 || !try_release(c.uncounted)) queue_later();
+      return drain_status::done;
     }
     if (c.budgeted && c.turn != 0 && budget_spent(c.turn, c.turn_start)) {
       // Account first, then post: only a still-owned actor may be handed over.
@@ -179,7 +193,8 @@ void actor_base::submit_deferred(message* m, admission a) noexcept {
 }
 
 void actor_base::continue_elsewhere() noexcept {
-  if (options_ != nullptr && options_->executor) {
+  // Under a test scheduler the continuation is an event of its own (queue_later).
+  if (options_ != nullptr && options_->executor && tls.driver == nullptr) {
     try {
       options_->executor.execute(work{&resume, this});
       return;
@@ -200,7 +215,7 @@ void actor_base::yield_turn(std::uint64_t ran) noexcept {
 
 bool actor_base::hand_to_idle_executor() noexcept {
   const actor_options* o = options_.get();
-  if (o == nullptr || !o->executor.has_idle_workers()) return false;
+  if (o == nullptr || tls.driver != nullptr || !o->executor.has_idle_workers()) return false;
   try {
     o->executor.execute(work{&resume, this});
     return true;
@@ -230,6 +245,15 @@ void actor_base::resume(void* a) noexcept {
   run_queued();
 }
 
+void actor_base::ask_driven(message* m, admission a, test_driver::ready_fn ready, const void* answer) {
+  if (a == admission::queued) {
+    enqueue(m);
+  } else {
+    run_after_current(m);  // an event, even when idle: nothing runs by itself
+  }
+  tls.driver->block_until(ready, answer, no_deadline, "ask", true);
+}
+
 void actor_base::shut_down() noexcept {
   bool own_handler = false;
   for (drain_frame* f = tls.top; f != nullptr; f = f->parent) {
@@ -242,17 +266,25 @@ void actor_base::shut_down() noexcept {
     // Destroyed by one of its own handlers, which is still running: the messages behind
     // it cannot run any more. Destroying them breaks their ask() promises.
     while (auto* m = static_cast<message*>(core_.pop())) m->invoke(m, this, false);
-    return;
+    return forget_name(this);
   }
-  if (try_acquire()) return;  // idle: nothing pending, and now nobody else can own it
+  if (try_acquire()) return forget_name(this);  // idle: nothing pending, and now nobody else can own it
   // Out of memory in a destructor that must wait for another thread has no better answer
   // than terminate.
   auto* marker = new destroy_marker;  // NOLINT(bugprone-unhandled-exception-at-new)
   marker->invoke = &destroy_marker::run;
   std::future<void> done = marker->done.get_future();
   enqueue(marker);
-  run_before_blocking();  // owned by this very thread through its queue: run its messages now
+  if (tls.driver != nullptr) [[unlikely]] {
+    auto ready = [](const void* f) noexcept {
+      return static_cast<const std::future<void>*>(f)->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    };
+    tls.driver->block_until(ready, &done, no_deadline, "~actor", false);
+  } else {
+    run_before_blocking();  // owned by this very thread through its queue: run its messages now
+  }
   done.wait();
+  forget_name(this);
 }
 
 }  // namespace handoff::detail

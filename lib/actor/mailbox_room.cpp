@@ -149,10 +149,19 @@ actor_base::admission actor_base::admit_bounded(message* built) {
     }
     if (first) count_full();  // once per send, however long it waits
     const char* why = nullptr;
-    if (tls.top != nullptr) {
+    test_driver* const driver = tls.driver;  // a test scheduler: its test waits through it
+    if (driver != nullptr ? !driver->at_top_level() : tls.top != nullptr) {
       why = "handoff: the actor's mailbox is full (a send from inside a handler never waits for room)";
     } else if (o.on_full == full_policy::fail) {
       why = "handoff: the actor's mailbox is full";
+    } else if (driver != nullptr) [[unlikely]] {
+      auto room = [](const void* a) noexcept {
+        const auto* self = static_cast<const actor_base*>(a);
+        return self->core_.pending() < self->options_->capacity;
+      };
+      if (first) deadline = o.max_block.count() == 0 ? no_deadline : add_saturating(driver->now(), o.max_block.count());
+      if (driver->block_until(room, this, deadline, "post to a full mailbox", true)) continue;
+      why = "handoff: the actor's mailbox stayed full for max_block";
     } else if (!ran_queue) {
       // What this thread owns through its queue may be the very actor that is full.
       ran_queue = true;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../runtime/task_thread.hpp"
+#include "handoff/detail/clock.hpp"
 #include "handoff/detail/lock_entry.hpp"
 
 namespace handoff::detail {
@@ -47,6 +48,12 @@ class lease_timer {
   void schedule(timer_node* n, std::int64_t deadline) noexcept;
   // With mutex() held. True if n was scheduled (and is now not).
   bool cancel(timer_node* n) noexcept;
+
+  // The earliest deadline scheduled; no_deadline: none.
+  [[nodiscard]] std::int64_t next_deadline() noexcept {
+    std::lock_guard lock(mutex_);
+    return heap_.empty() ? no_deadline : heap_.front()->deadline;
+  }
 
   // Manual clock: fires, one at a time and in (deadline, schedule) order, every deadline up
   // to `to`, with the clock set to each deadline while it fires.

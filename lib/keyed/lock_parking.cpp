@@ -148,6 +148,8 @@ void release_waiter(waiter* w) noexcept {
   delete_node(w);
 }
 
+bool is_completion(const task* t) noexcept { return t->run == &run_completion; }
+
 void redirect_completions(task_thread* to) noexcept { completion_redirect = to; }
 
 void complete_waiter(waiter* w) noexcept {

@@ -17,11 +17,20 @@
 
 namespace handoff::detail {
 
-lock_table::lock_table(destroy_fn destroy, keep_fn keep)
-    : shard_shift_(64 - shard_bits), shards_(std::make_unique<lock_shard[]>(shard_count())), destroy_(destroy),
-      keep_(keep) {}
+lock_table::lock_table(destroy_fn destroy, keep_fn keep, describe_fn describe)
+    : shard_shift_(64 - shard_bits), shards_(std::make_unique<lock_shard[]>(shard_count())), driver_(tls.driver),
+      destroy_(destroy), keep_(keep), describe_(describe) {
+  if (driver_ == nullptr) return;
+  use_manual_clock(driver_->now());
+  driver_->attach(this);
+}
 
 lock_table::~lock_table() {
+  if (driver_ != nullptr) {
+    driver_->settle();  // the grants and timeouts still queued refer to this table
+    abandon_driven();
+    driver_->detach(this);
+  }
   // Joins the timer and completion threads before anything they might touch goes away
   // (a completion may still be unlocking through this table).
   if (timer_) timer_->stop();
@@ -64,7 +73,24 @@ std::int64_t lock_table::now() const noexcept {
   return manual_clock_ ? manual_now_.load(std::memory_order_relaxed) : now_ns();
 }
 
+namespace {
+// The request that just passed its scheduling point under a test scheduler (see acquire()).
+constinit thread_local const lock_request* yielded_for = nullptr;
+}  // namespace
+
 grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
+  if (driver_ != nullptr) [[unlikely]] {
+    // Each request is a scheduling point: the scheduler may run others first. The entry
+    // may go meanwhile, so the caller looks it up again.
+    if (yielded_for != &r) {
+      s.lock.unlock();
+      const std::string what = "lock " + describe(e);
+      yielded_for = &r;
+      driver_->yield(what);
+      return {.retry = true};
+    }
+    yielded_for = nullptr;
+  }
   const std::uintptr_t me = this_thread_id();
   if (e->own.try_take() || take_open(e)) {
     // Free: nobody else counts under this lock, and the last release zeroed it (or opened
@@ -93,7 +119,7 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
     throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
                             "handoff::keyed_mutex: this thread already holds the key");
   }
-  if (must_run_before_blocking()) {
+  if (driver_ == nullptr && must_run_before_blocking()) {
     // Inside a handler that owns queued work: run it before standing in this key's queue,
     // not after (queued work that locks this key would wait behind this thread's own
     // waiter, which cannot be granted until that work returns). Then look the key up again.
@@ -115,10 +141,11 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   s.lock.unlock();
 
   const std::int64_t deadline = r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline;
-  std::uint32_t outcome = wait_for_turn(w, deadline);
+  auto wait = [&] { return driver_ == nullptr ? wait_for_turn(w, deadline) : wait_driven(e, w, deadline); };
+  std::uint32_t outcome = wait();
   // Woken (eventual fairness only): the key was freed; compete, and wait again if a barger took it.
   while (outcome == waiter::woken && (outcome = compete(e, w, deadline)) == waiter::waiting) {
-    outcome = wait_for_turn(w, deadline);
+    outcome = wait();
   }
   const bool granted = outcome == waiter::granted;
   const std::uint64_t token = granted ? w->token : 0;  // written before the grant; racy otherwise
@@ -138,6 +165,8 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
 
 bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) {
   if (e->own.try_take() || take_open(e)) {
+    if (driver_ != nullptr) [[unlikely]]
+      return grant_driven(s, e, w, deadline);
     ++e->token;
     s.lock.unlock();
     return true;
@@ -148,6 +177,8 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
   if (deadline != no_deadline) w->timeout.owner = w;  // before the push: the granter reads it
   e->own.join(w);
   s.lock.unlock();
+  if (driver_ != nullptr) [[unlikely]]
+    keep_driven(w);
   if (deadline != no_deadline) {
     // After the push, w may be granted at any moment. A grant cancels the timeout under
     // the timer mutex, so check under it: granted before we got here, there is nothing to
@@ -269,7 +300,7 @@ std::uint32_t lock_table::compete(lock_entry* e, waiter* w, std::int64_t deadlin
   // Taken by a barger: wait behind it, still first (front), unless its holder handed us the
   // key meanwhile (w waited fair_after), which this CAS finds.
   std::uint32_t seen = waiter::woken;
-  const bool late = deadline != no_deadline && now_ns() >= deadline;
+  const bool late = deadline != no_deadline && now() >= deadline;
   const std::uint32_t next = late ? waiter::cancelled : waiter::waiting;
   // acquire on failure: a grant's token and the holder's writes become visible.
   if (!w->state.compare_exchange_strong(seen, next, std::memory_order_acquire)) {

@@ -5,9 +5,13 @@
 #include <exception>
 #include <string>
 
+#include "handoff/detail/run_queue.hpp"
+#include "handoff/detail/test_driver.hpp"
+
 namespace handoff::detail {
 
 void report_to_stderr(const std::exception_ptr& e, const char* source) noexcept {
+  if (tls.driver != nullptr) return tls.driver->unhandled(e, source);  // fails a test scheduler's run
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {

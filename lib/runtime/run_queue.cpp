@@ -77,6 +77,27 @@ std::uintptr_t* link_of(std::uintptr_t e) noexcept {
 
 bool run_next(drain_frame* parent) noexcept { return pop_and_run(parent); }
 
+std::uintptr_t pop_entry() noexcept {
+  std::uintptr_t e = tls.now;
+  if (e != 0) {
+    tls.now = *link_of(e);
+  } else if ((e = tls.later) != 0) {
+    tls.later = *link_of(e);
+    if (tls.later == 0) tls.tail = nullptr;
+  }
+  tls.insert = nullptr;  // it may point into the entry just taken
+  return e;
+}
+
+void run_entry(std::uintptr_t entry, drain_frame* parent) noexcept {
+  // Alone on the queue (the scheduler takes every entry off as it appears), so run_next
+  // pops exactly this one; `more` is false, so it is never handed to idle workers.
+  HANDOFF_ASSERT(!has_queued());
+  tls.insert = nullptr;
+  push_now(entry, link_of(entry));
+  (void)run_next(parent);
+}
+
 void run_queued() noexcept {
   HANDOFF_ASSERT(tls.top == nullptr);
   while (pop_and_run(nullptr)) {

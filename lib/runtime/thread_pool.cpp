@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "handoff/detail/run_queue.hpp"
+#include "handoff/detail/test_driver.hpp"
 
 namespace handoff {
 
@@ -71,6 +72,8 @@ thread_pool::~thread_pool() {
 void thread_pool::execute(job j) {
   // An empty job is the workers' stop sentinel: it would end a worker early.
   if (!j) throw std::invalid_argument("handoff::thread_pool::execute: an empty job (work without a function)");
+  if (detail::tls.driver != nullptr) [[unlikely]]
+    return detail::tls.driver->execute(std::move(j));  // under a test scheduler: an event
   // relaxed: the queue's own release/acquire orders the work; the count only needs to be
   // non-zero before the worker's decrement, which the enqueue below guarantees.
   impl_->outstanding.fetch_add(1, std::memory_order_relaxed);

@@ -18,6 +18,7 @@
 #include <handoff/redis/options.hpp>
 #include <handoff/redis/versioned_store.hpp>
 #include <handoff/run_deferred.hpp>
+#include <handoff/testing.hpp>
 #include <handoff/thread_pool.hpp>
 
 #include <memory>

@@ -37,7 +37,7 @@ using handoff::lease;
 using steady = std::chrono::steady_clock;
 
 // Every keyed_mutex unit test runs under a 60 s timeout (sanitizer builds included).
-class KeyedMutex : public testing::Test {
+class KeyedMutex : public ::testing::Test {
  protected:
   test_timeout timeout_{60s};
 };

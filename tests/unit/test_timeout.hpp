@@ -33,7 +33,7 @@ class test_timeout {
 
  private:
   static std::string current_test_name() {
-    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
     return info != nullptr ? std::string(info->test_suite_name()) + "." + info->name() : "test";
   }
   std::string name_;

@@ -20,18 +20,15 @@
 // round and cannot fail spuriously (a weak CAS's failure path could reach 0 while the
 // owner still drains). Both are lockfree_ownership's (detail/ownership.hpp).
 //
-// Nested sends: a thread that wins an actor while it is already draining one (inside a
-// handler) does not recurse: it appends the actor to its per-thread run queue
-// (detail/run_queue.hpp), drained after the current actor, as are the coroutines resumed
-// by `async_ask` and the keyed mutex's granted waiters. The won message travels with the
-// actor in the thread's carry slot (no node, no mailbox push) when the slot is free and
-// the message fits it; else it goes in front of the mailbox through the owner's end (no
-// atomic). The slot is free again once that actor's turn starts, so a forwarding chain
-// carries every hop and a fan-out carries its first send.
+// Nested sends: a thread that wins an actor while draining one (inside a handler) does not
+// recurse: the actor joins its run queue (detail/run_queue.hpp), drained after the current
+// one. The won message travels in the thread's carry slot (no node, no push) when the slot
+// is free and the message fits it; else it goes in front of the mailbox through the owner's
+// end (no atomic). The slot is free again once that actor's turn starts, so a forwarding
+// chain carries every hop and a fan-out carries its first send.
 #pragma once
 
 #include <atomic>
-#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -47,6 +44,7 @@
 #include "handoff/detail/ownership.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/detail/run_queue.hpp"
+#include "handoff/detail/test_driver.hpp"
 #include "handoff/detail/tls_model.hpp"
 
 namespace handoff::detail {
@@ -59,15 +57,6 @@ class actor_base;
 struct message : mailbox_node {
   using invoke_fn = bool (*)(message*, actor_base*, bool run);
   invoke_fn invoke = nullptr;
-};
-
-// A coroutine resumed from the run queue (async_ask's answer).
-struct resumable : task {
-  resumable() noexcept { run = &resume_handle; }
-  std::coroutine_handle<> handle;
-
- private:
-  static void resume_handle(task* t) noexcept { static_cast<resumable*>(t)->handle.resume(); }
 };
 
 // The source named when a handler's exception has no hook to go to.
@@ -122,7 +111,10 @@ class actor_base : public runnable {
  protected:
   using admission = lockfree_ownership::admission;
 
-  actor_base() noexcept = default;
+  actor_base() noexcept {
+    if (tls.driver != nullptr) [[unlikely]]
+      tls.driver->actor_created(this);  // a test scheduler names actors by creation
+  }
   // Both throw std::invalid_argument for a budget without an executor or a negative time.
   explicit actor_base(actor_options options);
   explicit actor_base(std::shared_ptr<const actor_options> options);
@@ -297,6 +289,8 @@ class actor_base : public runnable {
   // run the run queue.
   void drain_now(std::uint64_t ran, std::int64_t turn_start = 0) noexcept;
 
+  // ask() under a test scheduler: `m` (counted as `a`) is an event; waits until ready(answer).
+  void ask_driven(message* m, admission a, test_driver::ready_fn ready, const void* answer);
   // Called before counting an ask(): throws std::system_error(resource_deadlock_would_occur)
   // if this thread is draining this actor, where waiting for the answer could never end.
   void check_not_draining() const;
@@ -367,7 +361,8 @@ class actor_base : public runnable {
     unsigned idle_spins;      // consecutive `waiting` steps
     bool budgeted;
     bool bounded;  // give back room after every message
-    bool limited;  // budgeted || bounded: one test per step for both
+    bool stepped;  // under a test scheduler: one message per turn (each an event)
+    bool limited;  // any of the three: one test per step for all
   };
   [[nodiscard]] drain_cursor start_turn(std::uint64_t ran, std::int64_t turn_start, drain_frame& frame) const noexcept;
   drain_status drain_step(drain_cursor& c) noexcept;

@@ -3,11 +3,14 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "handoff/detail/entry_cache.hpp"
 #include "handoff/detail/lock_entry.hpp"
 #include "handoff/detail/lock_shard.hpp"
+#include "handoff/detail/report.hpp"
 
 namespace handoff::detail {
 
@@ -21,6 +24,18 @@ struct keyed_entry final : lock_entry {
   // entry already saves the allocation on the uncontended path). The function's address
   // identifies the key type (entry_cache::destroy).
   static void destroy(lock_entry* e) noexcept { delete static_cast<keyed_entry*>(e); }
+
+  // The key as a test scheduler's trace shows it: quoted text, a number, or "(key)".
+  static std::string describe(const lock_entry* e) {
+    const Key& k = static_cast<const keyed_entry*>(e)->key;
+    if constexpr (std::is_convertible_v<const Key&, std::string_view>) {
+      return '"' + key_excerpt(std::string_view(k)) + '"';
+    } else if constexpr (std::is_arithmetic_v<Key>) {
+      return std::to_string(k);
+    } else {
+      return "(key)";
+    }
+  }
 
   // Whether an idle entry may stay cached for its thread (detail/entry_cache.hpp): only if
   // reusing it is possible (Key copy-assignable) and its key is small: at most

@@ -67,6 +67,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/entry_cache.hpp"
@@ -74,6 +76,7 @@
 #include "handoff/detail/lock_shard.hpp"
 #include "handoff/detail/lock_stats.hpp"
 #include "handoff/detail/node_pool.hpp"
+#include "handoff/detail/test_driver.hpp"
 #include "handoff/detail/wait_mode.hpp"
 #include "handoff/metrics.hpp"
 
@@ -94,7 +97,10 @@ class lock_table {
  public:
   using destroy_fn = destroy_entry_fn;
   using keep_fn = entry_keep_fn;
-  lock_table(destroy_fn destroy, keep_fn keep);
+  using describe_fn = std::string (*)(const lock_entry*);  // the key, as a trace shows it
+  // Made under a test scheduler (handoff/testing.hpp), the table runs on its virtual clock
+  // and every request goes through it (see detail/test_driver.hpp).
+  lock_table(destroy_fn destroy, keep_fn keep, describe_fn describe = nullptr);
   // Terminates with a message if a key still has live state (a guard or a waiter outlived
   // the mutex): continuing would leave them pointing into freed memory. Joins the timer
   // and completion threads first.
@@ -170,6 +176,10 @@ class lock_table {
     manual_now_.store(start, std::memory_order_relaxed);  // read by now(): same thread, before use
   }
   void advance_manual_clock(std::int64_t to);
+  // The earliest deadline the manual clock's timer holds; no_deadline: none.
+  [[nodiscard]] std::int64_t next_deadline() noexcept;
+  // The key of e as a test scheduler's trace shows it.
+  [[nodiscard]] std::string describe(const lock_entry* e) const;
 
   // The current thread's identity for deadlock detection (never 0): the address of its
   // scheduler state, an initial-exec TLS access.
@@ -177,9 +187,9 @@ class lock_table {
 
   // With s locked and e in the table: the uncontended lock, inline (part of the protocol
   // in lib/keyed/lock_protocol.cpp). Holds the key and unlocks s if e is free and no lease is
-  // asked for; else leaves both to acquire().
-  [[nodiscard]] static bool try_acquire_fast(lock_shard& s, lock_entry* e, grant& g) noexcept {
-    if (!e->own.try_take()) return false;
+  // asked for; else leaves both to acquire() (always, under a test scheduler).
+  [[nodiscard]] bool try_acquire_fast(lock_shard& s, lock_entry* e, grant& g) const noexcept {
+    if (driver_ != nullptr || !e->own.try_take()) return false;
     g = {e, ++e->token, 0};
     e->holder_thread.store(this_thread_id(), std::memory_order_relaxed);
     s.lock.unlock();
@@ -221,21 +231,35 @@ class lock_table {
   void recycle(lock_entry* e) noexcept;
   // The lease timer took a key from its holder.
   void note_lease_expiry() noexcept;
+  // Under a test scheduler: the wait of a queued blocking request (wait_for_turn's part),
+  // and an async request that found e free, granted through an event (false: w queued).
+  std::uint32_t wait_driven(lock_entry* e, waiter* w, std::int64_t deadline);
+  bool grant_driven(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) noexcept;
+  // An async request queued under a test scheduler: kept (with a reference) so that the
+  // table's destructor can give up the ones never granted (a deadlock) instead of leaving
+  // them queued.
+  void keep_driven(waiter* w) noexcept;
+  void abandon_driven() noexcept;
 
-  // All set at construction, except the timer (once, through timer_once_).
-  unsigned shard_shift_;  // 64 - shard_bits
+  // All set at construction, except the timer (once, through timer_once_). The first
+  // three are read by every lock: one cache line with the table's address.
+  unsigned shard_shift_;                    // 64 - shard_bits
+  bool manual_clock_ = false;               // see use_manual_clock()
+  std::atomic<bool> timer_started_{false};  // release in timer(); pairs with timer_if_started()
   std::unique_ptr<lock_shard[]> shards_;
+  test_driver* driver_;  // the test scheduler this table was made under; nullptr: none
   destroy_fn destroy_;
   keep_fn keep_;
-  bool manual_clock_ = false;                // see use_manual_clock()
+  describe_fn describe_;
   std::int64_t fair_after_ = 0;              // ns; 0: fifo (see use_fairness())
   std::atomic<std::int64_t> manual_now_{0};  // relaxed: the manual clock has one thread
   std::once_flag timer_once_;
   std::unique_ptr<lease_timer> timer_;
-  std::atomic<bool> timer_started_{false};  // release in timer(); pairs with timer_if_started()
   // Statistics: set by observe() before use, read on slow paths only.
   metrics_sink* sink_ = nullptr;
   wait_recorder* recorder_ = nullptr;
+  // See keep_driven(); touched only by the one running thread of the test scheduler.
+  std::vector<waiter*> driven_waiters_;
   lock_counters counters_;  // its own cache line
 };
 

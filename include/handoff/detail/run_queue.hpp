@@ -28,6 +28,7 @@
 // pointers tell the kinds apart).
 #pragma once
 
+#include <coroutine>
 #include <cstdint>
 
 #include "handoff/detail/tls_model.hpp"
@@ -46,7 +47,15 @@ struct runnable {
   std::uintptr_t ready_next = 0;  // queue link; touched only by the thread whose queue holds it
 };
 
+// A coroutine resumed from the run queue (async_ask's answer).
+struct resumable : task {
+  resumable() noexcept { run = &resume_handle; }
+  std::coroutine_handle<> handle;
+  static void resume_handle(task* t) noexcept { static_cast<resumable*>(t)->handle.resume(); }
+};
+
 struct drain_frame;
+class test_driver;
 
 // Runs r, just popped from this thread's queue, with tls.top == parent (the current frame;
 // nullptr at top level); `more`: other entries wait behind it. False: r went on elsewhere
@@ -84,6 +93,9 @@ struct thread_state {
   // in, then wakes the next blocked sender if room_owed (lib/actor/mailbox_room.cpp).
   const void* room_held;
   bool room_owed;
+  // The handoff::testing::scheduler this thread runs under (detail/test_driver.hpp);
+  // nullptr: none, everything runs as documented.
+  test_driver* driver;
 };
 HANDOFF_TLS_MODEL extern constinit thread_local thread_state tls;
 
@@ -116,6 +128,12 @@ inline void push_later(std::uintptr_t entry, std::uintptr_t* link) noexcept {
 // under a sentinel frame so that what it makes runnable queues. False when the queue is
 // empty.
 bool run_next(drain_frame* parent) noexcept;
+
+// For a test scheduler (handoff/testing.hpp), which picks the order itself: takes the
+// next entry off this thread's queue without running it (0: empty), and runs one entry
+// under `parent` as run_next() would have.
+std::uintptr_t pop_entry() noexcept;
+void run_entry(std::uintptr_t entry, drain_frame* parent) noexcept;
 
 // Runs the queue until it is empty. Top level only (tls.top == nullptr).
 void run_queued() noexcept;

@@ -1,0 +1,372 @@
+// handoff::testing (testing.hpp): the deterministic scheduler's contract, one test per
+// promise, and explore's seeds, replay and failure reports. The example programs with
+// planted bugs are in testing_examples_test.cpp.
+#include <gtest/gtest.h>
+
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // designated actor_options
+
+#include <handoff/actor.hpp>
+#include <handoff/keyed_mutex.hpp>
+#include <handoff/testing.hpp>
+#include <handoff/thread_pool.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+#include "test_timeout.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using handoff::test::fire_and_forget;
+using handoff::test::test_timeout;
+using handoff::testing::event_kind;
+using handoff::testing::scheduler;
+
+std::vector<event_kind> kinds(const scheduler& s) {
+  std::vector<event_kind> out;
+  for (const auto& e : s.pending()) out.push_back(e.kind);
+  return out;
+}
+
+TEST(TestingScheduler, QueuesASendAsAnEventInsteadOfRunningIt) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::actor<int> a{0};
+  a.post([](int& x) { x = 1; });
+  ASSERT_EQ(s.pending().size(), 1U);
+  EXPECT_EQ(s.pending()[0].kind, event_kind::actor);
+  EXPECT_EQ(s.pending()[0].subject, "actor 1");
+  EXPECT_TRUE(s.run_one());
+  EXPECT_FALSE(s.run_one());
+  EXPECT_EQ(a.ask([](int& x) { return x; }).get(), 1);
+}
+
+TEST(TestingScheduler, RunsOneMessagePerEventSoThatActorsInterleave) {
+  test_timeout limit(60s);
+  scheduler s;
+  std::vector<int> log;
+  handoff::actor<int> a{0};
+  handoff::actor<int> b{0};
+  a.post([&](int&) { log.push_back(1); });
+  a.post([&](int&) { log.push_back(2); });
+  b.post([&](int&) { log.push_back(3); });
+  EXPECT_EQ(s.run_all(), 3U);
+  // FIFO by when each became runnable: a's first message, b, then a's second.
+  EXPECT_EQ(log, (std::vector<int>{1, 3, 2}));
+  EXPECT_EQ(s.trace(), "1. actor 1\n2. actor 2\n3. actor 1\n");
+}
+
+TEST(TestingScheduler, RunsEventsOnItsOwnThreadsOneAtATime) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::actor<int> a{0};
+  std::thread::id ran_on;
+  a.post([&](int&) { ran_on = std::this_thread::get_id(); });
+  s.run_all();
+  EXPECT_NE(ran_on, std::thread::id{});
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+TEST(TestingScheduler, AnsweringAnAskFromTheTestRunsEventsUntilTheAnswerIsThere) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::actor<int> a{41};
+  handoff::actor<int> other{0};
+  other.post([](int&) {});
+  EXPECT_EQ(a.ask([](int& x) { return x + 1; }).get(), 42);
+  EXPECT_EQ(s.trace(), "1. actor 2\n2. actor 1\n");  // the older event first
+}
+
+TEST(TestingScheduler, ParksAnAskInsideAHandlerWhileTheTargetRuns) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::actor<int> target{5};
+  handoff::actor<int> asker{0};
+  asker.post([&](int& got) { got = target.ask([](int& x) { return x; }).get(); });
+  s.run_all();
+  EXPECT_EQ(asker.ask([](int& x) { return x; }).get(), 5);
+  EXPECT_EQ(s.trace(), "1. actor 2\n2. actor 1\n3. resume actor 2: ask\n4. actor 2\n");
+}
+
+fire_and_forget read_into(handoff::actor<int>& a, int& got) {
+  got = co_await a.async_ask([](int& x) { return x; });
+}
+
+TEST(TestingScheduler, ResumesAnAsyncAskAsACoroutineEvent) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::actor<int> a{7};
+  int got = 0;
+  read_into(a, got);
+  EXPECT_EQ(kinds(s), (std::vector<event_kind>{event_kind::actor}));
+  EXPECT_TRUE(s.run_one());
+  EXPECT_EQ(kinds(s), (std::vector<event_kind>{event_kind::coroutine}));
+  EXPECT_EQ(got, 0);
+  s.run_all();
+  EXPECT_EQ(got, 7);
+}
+
+TEST(TestingScheduler, TurnsAThreadPoolJobIntoAnEvent) {
+  test_timeout limit(60s);
+  handoff::thread_pool pool(2);
+  scheduler s;
+  bool ran = false;
+  pool.execute([&] { ran = true; });
+  EXPECT_EQ(kinds(s), (std::vector<event_kind>{event_kind::job}));
+  EXPECT_FALSE(ran);
+  s.run_all();
+  EXPECT_TRUE(ran);
+}
+
+TEST(TestingScheduler, ContinuesABudgetedActorThroughAnEventNotItsExecutor) {
+  test_timeout limit(60s);
+  handoff::thread_pool pool(1);
+  scheduler s;
+  handoff::actor<int> a(handoff::actor_options{.executor = pool, .max_messages = 1}, 0);
+  std::vector<std::thread::id> on;
+  for (int i = 0; i < 3; ++i) a.post([&](int&) { on.push_back(std::this_thread::get_id()); });
+  EXPECT_EQ(s.run_all(), 3U);
+  ASSERT_EQ(on.size(), 3U);
+  EXPECT_EQ(s.trace(), "1. actor 1\n2. actor 1\n3. actor 1\n");
+}
+
+TEST(TestingScheduler, AdvanceFiresALeaseAtItsVirtualDeadlineAndNotBefore) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::keyed_mutex<> m;
+  auto g = m.lock("k", handoff::lease{1s});
+  s.advance(999ms);
+  EXPECT_FALSE(g.expired());
+  s.advance(1ms);
+  EXPECT_TRUE(g.expired());
+  EXPECT_EQ(s.now(), 1s);
+}
+
+TEST(TestingScheduler, TimesOutAWaitOnlyWhenVirtualTimePasses) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::keyed_mutex<> m;
+  handoff::actor<int> a{0};
+  auto held = m.lock("k");
+  bool owned = true;
+  a.post([&](int&) { owned = m.try_lock_for("k", 5s).owns_lock(); });
+  s.run_until([&] { return s.blocked() == 1; });  // its request parked: the key is held
+  auto p = s.pending();
+  ASSERT_EQ(p.size(), 1U);
+  EXPECT_EQ(p[0].kind, event_kind::time);
+  EXPECT_EQ(p[0].subject, "+5000 ms (at 5000 ms)");
+  s.run_all();
+  EXPECT_FALSE(owned);
+  EXPECT_EQ(s.now(), 5s);
+}
+
+TEST(TestingScheduler, GrantsAParkedBlockingLockWhenTheTestUnlocks) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::keyed_mutex<> m;
+  handoff::actor<int> a{0};
+  auto held = m.lock("k");
+  bool got = false;
+  a.post([&](int&) { got = m.lock("k").owns_lock(); });
+  s.run_all();
+  EXPECT_EQ(s.blocked(), 1U);
+  EXPECT_FALSE(got);
+  held.unlock();
+  auto p = s.pending();
+  ASSERT_EQ(p.size(), 1U);
+  EXPECT_EQ(p[0].kind, event_kind::resume);
+  EXPECT_EQ(p[0].subject, "actor 1: lock \"k\"");
+  s.run_all();
+  EXPECT_TRUE(got);
+  EXPECT_EQ(m.size(), 0U);
+}
+
+TEST(TestingScheduler, GrantsAnAsyncLockThroughAnEventEvenWhenTheKeyIsFree) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::keyed_mutex<> m;
+  bool got = false;
+  m.lock_async("k", [&](handoff::key_guard g) { got = g.owns_lock(); });
+  auto p = s.pending();
+  ASSERT_EQ(p.size(), 1U);
+  EXPECT_EQ(p[0].kind, event_kind::grant);
+  EXPECT_EQ(p[0].subject, "key \"k\": granted");
+  EXPECT_FALSE(got);
+  s.run_all();
+  EXPECT_TRUE(got);
+}
+
+TEST(TestingScheduler, WaitsForRoomInAFullMailboxThroughTheScheduler) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::actor<int> a(handoff::actor_options{.capacity = 1}, 0);
+  a.post([](int& x) { ++x; });
+  a.post([](int& x) { ++x; });  // full: runs the first message to make room
+  EXPECT_EQ(a.ask([](int& x) { return x; }).get(), 2);
+}
+
+TEST(TestingScheduler, FailsTheRunOnAHandlerExceptionThatNoHookTakes) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::actor<int> a{0};
+  a.post([](int&) { throw std::runtime_error("boom"); });
+  EXPECT_THROW(s.run_all(), std::runtime_error);
+  EXPECT_TRUE(s.failed());
+  EXPECT_EQ(s.trace(), "1. actor 1\nfailed: exception thrown by an actor handler: boom\n");
+}
+
+TEST(TestingScheduler, FailsTheRunOnACheckInsideAHandler) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::actor<int> a{0};
+  a.post([](int& x) { handoff::testing::check(x == 1, "x is 1"); });
+  EXPECT_THROW(s.run_all(), handoff::testing::check_failed);
+  EXPECT_EQ(s.trace(), "1. actor 1\nfailed: check failed: x is 1\n");
+}
+
+TEST(TestingScheduler, ReportsADeadlockWhenTheTestWaitsForWhatNoEventCanDo) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::keyed_mutex<> m;
+  handoff::actor<int> a{0};
+  auto held = m.lock("k");
+  a.post([&](int&) { auto g = m.lock("k"); });
+  EXPECT_THROW((void)a.ask([](int& x) { return x; }).get(), handoff::testing::deadlock);
+  EXPECT_NE(s.trace().find("failed: deadlock: the test waits in ask"), std::string::npos) << s.trace();
+  EXPECT_NE(s.trace().find("actor 1: lock \"k\""), std::string::npos) << s.trace();
+}
+
+TEST(TestingScheduler, RunsPendingMessagesWhenAnActorIsDestroyed) {
+  test_timeout limit(60s);
+  scheduler s;
+  int ran = 0;
+  {
+    handoff::actor<int> a{0};
+    a.post([&](int&) { ++ran; });
+    a.post([&](int&) { ++ran; });
+  }
+  EXPECT_EQ(ran, 2);
+}
+
+TEST(TestingScheduler, GivesTheThreadBackWhenItEnds) {
+  test_timeout limit(60s);
+  {
+    scheduler s;
+    handoff::actor<int> a{0};
+    a.post([](int&) {});
+  }
+  handoff::actor<int> a{0};
+  std::thread::id ran_on;
+  a.post([&](int&) { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(ran_on, std::this_thread::get_id());  // runs inline again, as without a scheduler
+}
+
+TEST(TestingScheduler, RefusesASecondSchedulerOnTheSameThread) {
+  scheduler s;
+  EXPECT_THROW(scheduler{}, std::logic_error);
+}
+
+// --- explore ---
+
+// Two actors add to a shared counter through a read, an ask (where another event may run)
+// and a write: an order exists that loses an update.
+void racy_counter(scheduler& s) {
+  int shared = 0;
+  handoff::actor<int> pricing{1};
+  handoff::actor<int> a{0};
+  handoff::actor<int> b{0};
+  for (auto* w : {&a, &b}) {
+    w->post([&](int&) {
+      const int seen = shared;
+      const int step = pricing.ask([](int& p) { return p; }).get();
+      shared = seen + step;
+    });
+  }
+  s.run_all();
+  handoff::testing::check(shared == 2, "an update was lost");
+}
+
+TEST(TestingExplore, StopsAtTheFirstFailingRunAndReplaysItsTraceByteForByte) {
+  test_timeout limit(120s);
+  const auto found = handoff::testing::explore(racy_counter);
+  ASSERT_TRUE(found.failed);
+  EXPECT_GE(found.runs, 1U);
+  EXPECT_NE(found.trace.find("failed: check failed: an update was lost"), std::string::npos) << found.trace;
+  const auto again = handoff::testing::explore(racy_counter, {.replay = found.seed});
+  EXPECT_TRUE(again.failed);
+  EXPECT_EQ(again.runs, 1U);
+  EXPECT_EQ(again.seed, found.seed);
+  EXPECT_EQ(again.trace, found.trace);
+}
+
+TEST(TestingExplore, RunsEveryRunOfACorrectProgram) {
+  test_timeout limit(120s);
+  const auto r = handoff::testing::explore(
+      [](scheduler& s) {
+        handoff::actor<int> counter{0};
+        handoff::actor<int> a{0};
+        handoff::actor<int> b{0};
+        for (auto* w : {&a, &b}) w->post([&](int&) { counter.post([](int& c) { ++c; }); });
+        s.run_all();
+        handoff::testing::check(counter.ask([](int& c) { return c; }).get() == 2, "both counted");
+      },
+      {.runs = 50});
+  EXPECT_FALSE(r.failed) << r.trace;
+  EXPECT_EQ(r.runs, 50U);
+}
+
+TEST(TestingExplore, ExploresOrdersAPlainSchedulerNeverTries) {
+  test_timeout limit(120s);
+  // FIFO runs b's message before the time event: only a preemption lets the lease run out.
+  auto body = [](scheduler& s) {
+    handoff::keyed_mutex<> m;
+    auto g = m.lock("k", handoff::lease{1s});
+    handoff::actor<int> a{0};
+    a.post([&](int&) { handoff::testing::check(!g.expired(), "the lease ran out first"); });
+    s.run_all();
+  };
+  {
+    scheduler s;
+    body(s);
+    EXPECT_FALSE(s.failed());
+  }
+  EXPECT_TRUE(handoff::testing::explore(body).failed);
+}
+
+TEST(TestingExplore, TakesItsSeedFromTheEnvironmentWhenSet) {
+  test_timeout limit(120s);
+  auto body = [](scheduler& s) { racy_counter(s); };
+  const auto from_options = handoff::testing::explore(body, {.seed = 99});
+  ::setenv("HANDOFF_TEST_SEED", "99", 1);
+  const auto from_env = handoff::testing::explore(body, {.seed = 1234});
+  ::unsetenv("HANDOFF_TEST_SEED");
+  EXPECT_EQ(from_env.seed, from_options.seed);
+  EXPECT_EQ(from_env.trace, from_options.trace);
+}
+
+TEST(TestingExplore, FailsARunThatLeavesACallWaiting) {
+  test_timeout limit(120s);
+  const auto r = handoff::testing::explore(
+      [](scheduler& s) {
+        handoff::keyed_mutex<> m;
+        handoff::actor<int> a{0};
+        handoff::actor<int> b{0};
+        a.post([&](int&) {
+          auto g = m.lock("k");
+          b.ask([](int&) { return 0; }).get();
+        });
+        b.post([&](int&) { auto g = m.lock("k"); });
+        s.run_all();
+      },
+      {.runs = 20});
+  ASSERT_TRUE(r.failed);
+  EXPECT_NE(r.trace.find("failed: deadlock"), std::string::npos) << r.trace;
+}
+
+}  // namespace
