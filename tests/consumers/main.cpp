@@ -4,6 +4,7 @@
 // carry C++20). Exit code 0 means every answer was right.
 #include <handoff/actor.hpp>
 #include <handoff/keyed_mutex.hpp>
+#include <handoff/testing.hpp>
 
 #include <cstdio>
 #include <string>
@@ -66,6 +67,15 @@ int main() {
   expect(second == 7, "with_lock() returns the result of f");
   expect(m.lock("key:0").token() > first, "fencing tokens grow");
   expect(m.size() == 0, "no key state is left once every guard is gone");
+
+  // The test scheduler ships with the library: a post under it waits for the test.
+  {
+    handoff::testing::scheduler s;
+    handoff::actor<int> a{0};
+    a.post([](int& x) { x = 1; });
+    expect(s.pending().size() == 1, "under a test scheduler a post is an event, not run");
+    expect(s.run_all() == 1 && a.ask([](int& x) { return x; }).get() == 1, "run_all() runs it");
+  }
 
   if (failures != 0) return 1;
   std::puts("handoff consumer: ok");

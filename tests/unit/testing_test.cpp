@@ -187,6 +187,44 @@ TEST(TestingScheduler, GrantsAParkedBlockingLockWhenTheTestUnlocks) {
   EXPECT_EQ(m.size(), 0U);
 }
 
+struct holder {
+  handoff::key_guard g;
+};
+
+TEST(TestingScheduler, RunsEventsWhileTheTestItselfWaitsForAKey) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::keyed_mutex<> m;
+  handoff::actor<holder> a;
+  bool held = false;
+  bool unlocked = false;
+  a.post([&](holder& h) {
+    h.g = m.lock("k");
+    held = true;
+  });
+  a.post([&](holder& h) {
+    h.g.unlock();
+    unlocked = true;
+  });
+  ASSERT_TRUE(s.run_until([&] { return held; }));
+  EXPECT_FALSE(unlocked);
+  EXPECT_TRUE(m.lock("k").owns_lock());  // held by a: runs a's next message, which unlocks
+  EXPECT_TRUE(unlocked);
+  EXPECT_EQ(s.now(), 0s);
+}
+
+TEST(TestingScheduler, EndsTheTestsOwnTimedWaitOnTheVirtualClock) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::keyed_mutex<> m;
+  handoff::actor<holder> a;
+  a.post([&](holder& h) { h.g = m.lock("k"); });  // kept until a is destroyed
+  s.run_all();
+  EXPECT_FALSE(m.try_lock_for("k", 3s).owns_lock());
+  EXPECT_EQ(s.now(), 3s);
+  EXPECT_NE(s.trace().find("time +3000 ms (at 3000 ms)"), std::string::npos) << s.trace();
+}
+
 TEST(TestingScheduler, GrantsAnAsyncLockThroughAnEventEvenWhenTheKeyIsFree) {
   test_timeout limit(60s);
   scheduler s;
