@@ -22,6 +22,18 @@ std::uintptr_t* link_of(std::uintptr_t e) noexcept {
   return &reinterpret_cast<task*>(e)->next;  // NOLINT(performance-no-int-to-ptr): untagged: a task
 }
 
+// The next entry, `now` first, off the queue (0: both lists empty).
+[[gnu::always_inline]] inline std::uintptr_t pop_front() noexcept {
+  std::uintptr_t e = tls.now;
+  if (e != 0) {
+    tls.now = *link_of(e);
+  } else if ((e = tls.later) != 0) {
+    tls.later = *link_of(e);
+    if (tls.later == 0) tls.tail = nullptr;
+  }
+  return e;
+}
+
 // The streak is spent (or `now` is empty): the next entry comes from `later` if anything
 // waits there; else the front of `now` (which may be a conversation that keeps re-queueing
 // itself there) goes behind the rest. 0 when both lists are empty.
@@ -32,14 +44,7 @@ std::uintptr_t* link_of(std::uintptr_t e) noexcept {
     tls.now = *link_of(e);
     push_later(e, link_of(e));
   }
-  std::uintptr_t e = tls.now;
-  if (e != 0) {
-    tls.now = *link_of(e);
-  } else if ((e = tls.later) != 0) {
-    tls.later = *link_of(e);
-    if (tls.later == 0) tls.tail = nullptr;
-  }
-  return e;
+  return pop_front();
 }
 
 // run_next()'s body, inlined into run_queued(): the loop a forwarding chain goes round
@@ -78,15 +83,8 @@ std::uintptr_t* link_of(std::uintptr_t e) noexcept {
 bool run_next(drain_frame* parent) noexcept { return pop_and_run(parent); }
 
 std::uintptr_t pop_entry() noexcept {
-  std::uintptr_t e = tls.now;
-  if (e != 0) {
-    tls.now = *link_of(e);
-  } else if ((e = tls.later) != 0) {
-    tls.later = *link_of(e);
-    if (tls.later == 0) tls.tail = nullptr;
-  }
-  tls.insert = nullptr;  // it may point into the entry just taken
-  return e;
+  tls.insert = nullptr;  // it may point into the entry taken
+  return pop_front();
 }
 
 void run_entry(std::uintptr_t entry, drain_frame* parent) noexcept {

@@ -62,6 +62,22 @@ TEST(TestingScheduler, RunsOneMessagePerEventSoThatActorsInterleave) {
   EXPECT_EQ(s.trace(), "1. actor 1\n2. actor 2\n3. actor 1\n");
 }
 
+TEST(TestingScheduler, QueuesADeferredSendAsAnEvent) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::actor<int> a{0};
+  std::vector<int> log;
+  a.post([&](int&, handoff::actor<int>& self) {
+    log.push_back(1);
+    self.defer([&](int&) { log.push_back(3); });  // after what is already queued
+  });
+  handoff::actor<int> b{0};
+  b.post([&](int&) { log.push_back(2); });
+  EXPECT_EQ(s.run_all(), 3U);
+  EXPECT_EQ(log, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(s.trace(), "1. actor 1\n2. actor 2\n3. actor 1\n");
+}
+
 TEST(TestingScheduler, RunsEventsOnItsOwnThreadsOneAtATime) {
   test_timeout limit(60s);
   scheduler s;
