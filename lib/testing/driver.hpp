@@ -100,7 +100,8 @@ class scheduler::impl final : public detail::test_driver {
   [[nodiscard]] std::vector<candidate> candidates();
   [[nodiscard]] event describe(const candidate& c) const;
   [[nodiscard]] std::int64_t next_deadline() const;
-  void pass_time_to(std::int64_t t);
+  [[nodiscard]] std::int64_t tables_deadline() const;  // the earliest of the tables' timers
+  void pass_time_to(std::int64_t to);
   void run_in_context(std::uintptr_t entry, std::string subject);
   void resume(context& c);
   bool home_wait(ready_fn ready, const void* arg, std::int64_t deadline, std::string_view what, bool may_throw);
@@ -108,7 +109,8 @@ class scheduler::impl final : public detail::test_driver {
   std::string parked_list() const;  // for a deadlock's message
   void finish();                    // explore: after the body
   void fail_with(std::string_view why, std::exception_ptr e) noexcept;
-  void rethrow_failure();  // once, to the test
+  void rethrow_failure();     // once, to the test
+  void throw_failure_once();  // failed and not thrown yet: the parked calls give up, then rethrow
 
   // --- any running thread ---
   void collect();  // this thread's run queue -> queued_
@@ -123,7 +125,6 @@ class scheduler::impl final : public detail::test_driver {
   friend class scheduler;
   friend struct explorer;
 
-  std::thread::id home_;
   detail::drain_frame home_frame_{nullptr, nullptr, 0};
   std::vector<queued> queued_;
   std::vector<std::unique_ptr<context>> contexts_;

@@ -64,6 +64,12 @@ void impl::rethrow_failure() {
   std::rethrow_exception(failure_);
 }
 
+void impl::throw_failure_once() {
+  if (!failed_ || thrown_) return;
+  abort_parked();  // the calls still waiting give up before the test unwinds
+  rethrow_failure();
+}
+
 std::string_view to_string(event_kind k) noexcept {
   switch (k) {
     case event_kind::actor:
@@ -104,15 +110,9 @@ scheduler::~scheduler() = default;
 
 bool scheduler::run_one() {
   impl& m = *impl_;
-  if (m.failed_ && !m.thrown_) {
-    m.abort_parked();
-    m.rethrow_failure();
-  }
+  m.throw_failure_once();
   const bool ran = m.step();
-  if (m.failed_ && !m.thrown_) {
-    m.abort_parked();  // the calls still waiting give up before the test unwinds
-    m.rethrow_failure();
-  }
+  m.throw_failure_once();
   return ran;
 }
 
@@ -134,8 +134,7 @@ void scheduler::advance(std::chrono::nanoseconds d) {
   impl& m = *impl_;
   const std::int64_t target = detail::add_saturating(m.now_, d.count());
   for (;;) {
-    std::int64_t next = detail::no_deadline;
-    for (detail::lock_table* t : m.tables_) next = std::min(next, t->next_deadline());
+    const std::int64_t next = m.tables_deadline();
     if (next > target) break;
     m.pass_time_to(next);  // one deadline at a time, in order, across the tables
   }

@@ -50,8 +50,7 @@ void leave() noexcept {
 
 }  // namespace
 
-impl::impl(std::uint64_t seed, unsigned preemptions)
-    : home_(std::this_thread::get_id()), rng_(seed), preemptions_(preemptions) {
+impl::impl(std::uint64_t seed, unsigned preemptions) : rng_(seed), preemptions_(preemptions) {
   if (detail::tls.driver != nullptr || detail::tls.top != nullptr) {
     throw std::logic_error("handoff::testing::scheduler: this thread already runs a scheduler or a handler");
   }
@@ -134,9 +133,14 @@ void impl::collect() {
   for (std::uintptr_t e; (e = detail::pop_entry()) != 0;) queued_.push_back({e, seq_++, name_entry(e)});
 }
 
-std::int64_t impl::next_deadline() const {
+std::int64_t impl::tables_deadline() const {
   std::int64_t t = detail::no_deadline;
   for (detail::lock_table* table : tables_) t = std::min(t, table->next_deadline());
+  return t;
+}
+
+std::int64_t impl::next_deadline() const {
+  std::int64_t t = tables_deadline();
   for (const auto& c : contexts_) {
     if (c->parked && c->deadline > now_ && !c->ready(c->arg)) t = std::min(t, c->deadline);
   }
@@ -199,9 +203,9 @@ bool impl::step() {
   return true;
 }
 
-void impl::pass_time_to(std::int64_t t) {
-  now_ = std::max(now_, t);
-  for (detail::lock_table* t : tables_) t->advance_manual_clock(now_);  // what they complete queues
+void impl::pass_time_to(std::int64_t to) {
+  now_ = std::max(now_, to);
+  for (detail::lock_table* table : tables_) table->advance_manual_clock(now_);  // what they complete queues
 }
 
 void impl::run_in_context(std::uintptr_t entry, std::string subject) {
