@@ -26,7 +26,8 @@
 // handled, divided by the messages: time per message, all processes together
 // (items_per_second: messages per second). Counters: p50_us, p99_us of the end-to-end
 // latency, from the post (or RPUSH) call to the handler's start, on the machine's
-// monotonic clock, which every process shares.
+// monotonic clock, which every process shares; server_cpu_us, the redis-server's CPU time
+// (user + system, from INFO cpu) per message over the timed part of the run.
 //
 // Caveat: loopback. Server, senders, workers and proxy share the machine's cores.
 #include <benchmark/benchmark.h>
@@ -130,6 +131,28 @@ long long command(int port, const char* cmd) {
   return v;
 }
 
+// used_cpu_user + used_cpu_sys of the server, in us (INFO reports seconds); -1 on failure.
+double server_cpu_us(int port) {
+  redisContext* c = redisConnect("127.0.0.1", port);
+  double total = -1;
+  if (c != nullptr && c->err == 0) {
+    if (auto* r = static_cast<redisReply*>(redisCommand(c, "INFO cpu"))) {
+      if (r->type == REDIS_REPLY_STRING) {
+        const std::string info(r->str, r->len);
+        total = 0;
+        for (const std::string field : {"used_cpu_user:", "used_cpu_sys:"}) {
+          const auto at = info.find("\n" + field);
+          if (at != std::string::npos) total += std::strtod(info.c_str() + at + 1 + field.size(), nullptr);
+        }
+        total *= 1e6;
+      }
+      freeReplyObject(r);
+    }
+  }
+  if (c != nullptr) redisFree(c);
+  return total;
+}
+
 // Forks the senders (make_sender(p) runs in process p), times the run, reports. The run
 // ends when the last message's handler started; the senders stay up until every actor on
 // `port` was released (a handler records before its dequeue), then the data set is flushed.
@@ -151,12 +174,14 @@ void run_processes(benchmark::State& state, int port, std::int64_t total, MakeSe
   while (a.ready.load() < senders && a.failed.load() == 0 && std::chrono::steady_clock::now() < limit) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  const double cpu0 = server_cpu_us(port);
   const std::int64_t t0 = now_ns();
   a.go.store(1);
   while (a.handled.load() < total && a.failed.load() == 0 && std::chrono::steady_clock::now() < limit) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   const std::int64_t t1 = now_ns();
+  const double cpu1 = server_cpu_us(port);
   const bool done = a.handled.load() == total;
   while (done && command(port, "ZCARD handoff:actors:pending") != 0 && std::chrono::steady_clock::now() < limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -173,6 +198,7 @@ void run_processes(benchmark::State& state, int port, std::int64_t total, MakeSe
     return;
   }
   state.SetIterationTime(static_cast<double>(t1 - t0) / 1e9 / static_cast<double>(total));
+  if (cpu0 >= 0 && cpu1 >= 0) state.counters["server_cpu_us"] = (cpu1 - cpu0) / static_cast<double>(total);
 }
 
 void report(benchmark::State& state, std::int64_t total) {
