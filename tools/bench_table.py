@@ -225,8 +225,9 @@ REDIS_NOTE = ("handoff::redis::keyed_mutex against the polling lock of redis-plu
               "See bench/redis_bench.cpp and docs/redis.md.")
 
 RACTOR_PREFIX = "ractor_"
-RACTOR_NOTE = ("handoff::redis::actor_system (handoff_redis: the sender that finds an actor idle drains it, "
-               "a one-thread executor per process takes budget hand-ons) against a worker thread per key "
+RACTOR_NOTE = ("handoff::redis::actor_system (handoff_redis: the sender that finds an actor idle runs its "
+               "own message; a one-thread executor per process sends the dequeues, several in one round "
+               "trip, and runs what follows) against a worker thread per key "
                "blocked in BLPOP on the key's list, senders RPUSH (worker_blpop), and the in-process "
                "handoff::actor (handoff_inprocess: 4 threads, no Redis). 4 sender processes (fork), trivial "
                "handlers. ractor_1key: 2000 messages per sender to one key; ractor_64keys: over 64 keys; "
@@ -234,7 +235,8 @@ RACTOR_NOTE = ("handoff::redis::actor_system (handoff_redis: the sender that fin
                "_rtt0.5ms: 400 per sender through a proxy delaying each direction by 250 us. Time is "
                "wall-clock per message, all processes together (ops/s = messages per second); p50_us, "
                "p99_us = end-to-end latency from the post (RPUSH) call to the handler, on the shared "
-               "monotonic clock. The unpaced rows saturate the system: their latency is mostly queueing. "
+               "monotonic clock; server_cpu_us = the redis-server's CPU time per message. The unpaced rows "
+               "saturate the system: their latency is mostly queueing. "
                "Each workload runs once per repetition. See bench/redis_actor_bench.cpp and "
                "docs/redis_actor.md.")
 

@@ -12,7 +12,10 @@
 // server (each step one Lua script; lib/redis/actor/scripts.hpp gives the data layout):
 //   post:    count += 1 and append the message, atomically; the post that finds no live
 //            owner (count 0 -> 1) becomes the owner and drains on the caller's thread: at
-//            once at top level, after the current work inside a handler or callback.
+//            once at top level, after the current work inside a handler or callback. With
+//            an executor, that drain runs only the post's own message; its dequeue (and
+//            the rest of the drain) goes to the executor, in one round trip with the
+//            other actors' dequeues waiting there.
 //   drain:   peek a batch from the head (each delivery count + 1), run the handlers in
 //            order, then dequeue those that returned with the next peek (at-least-once:
 //            a message is removed only after its handler returned); with the mailbox
@@ -127,16 +130,21 @@ struct actor_options {
   // Renewed every third of it while the owner drains. A handler must return within it.
   // Sent to the server in whole milliseconds (rounded up; at most 2^42 ms, "never").
   handoff::lease lease{std::chrono::seconds(5)};
-  // Where a budget hand-on continues in this process (still owned: no other process can
-  // take it meanwhile). Empty: the actor is announced and a sweeping process continues it
-  // (unlike an in-process actor, a budget without an executor is accepted). The executor
-  // must outlive the actor_system's last job (each holds the system's state).
+  // Where an owner's work continues in this process (still owned: no other process can
+  // take it meanwhile): a budget hand-on, and the dequeue of a post's own message and the
+  // rest of that drain (see post()). Those steps are sent together: one executor job sends
+  // every step waiting, in one round trip, runs the next batch of each actor that has more
+  // messages, and sends their steps in the next round. Empty: a post's owner drains on its
+  // own thread, and a budget hand-on announces the actor so that a sweeping process
+  // continues it (unlike an in-process actor, a budget without an executor is accepted).
+  // The executor must outlive the actor_system's last job (each holds the system's state).
   executor_ref executor{};
   // Budget of one drain turn on one thread: after this many messages (0: no message
   // budget) or this much time (0: no time budget), the owner hands the actor on instead of
   // holding its caller longer. With both 0 a drain runs until the mailbox is empty.
-  // Defaults 64 messages and 50 ms (in-process: 0, 0): a post that wins the actor drains on
-  // the caller's thread, and other processes' messages should not hold it for long.
+  // Defaults 64 messages and 50 ms (in-process: 0, 0): without an executor a post that
+  // wins the actor drains on the caller's thread, and other processes' messages should not
+  // hold it for long. On the executor's rounds the message budget also caps each batch.
   std::uint32_t max_messages = 64;
   std::chrono::nanoseconds max_time{std::chrono::milliseconds(50)};  // negative: std::invalid_argument
   // The most messages an owner takes from the mailbox in one round trip, runs in order,
@@ -189,20 +197,25 @@ class actor_system {
 
   // Thread-safe. Appends `body` to `key`'s mailbox (keys and bodies are any bytes); one
   // round trip. If no process owns the actor, the caller becomes its owner. At top level
-  // (the thread runs nothing of the library) it drains the actor here, running handlers
-  // (its own message's and others') until the mailbox is empty or the budget is spent:
-  // post may block that long. Inside work of the library on this thread (an in-process
-  // actor's handler, a keyed-mutex callback, a coroutine the library resumed, a Redis
-  // handler) it never drains there: the drain continues on the executor if there is one,
-  // else on this thread's run queue, after the current work returns (docs/runtime.md),
-  // and post returns after the one round trip. A post for a key this
-  // process has no handler for announces the actor for a sweeper. Each handler runs as
-  // work of the library: what it makes runnable on this thread (an in-process send, a
-  // keyed grant, another Redis actor won) runs after it returns. Returns the message's
-  // id. Allocates. Throws handoff::mailbox_full when the mailbox holds `capacity` messages
-  // (nothing posted), std::invalid_argument for a body over max_message_bytes, error on Redis
-  // failure (the message may or may not be queued). Errors while draining (after the
-  // message was queued) go to on_error, not to the caller.
+  // (the thread runs nothing of the library) it drains the actor here. Without an
+  // executor, that runs handlers (its own message's and others') until the mailbox is
+  // empty or the budget is spent: post may block that long. With an executor it runs only
+  // its own message's handler and returns: the message's dequeue and the actor's release
+  // (or its next messages) follow on the executor, so for a moment after post returns the
+  // message still counts in pending() and the actor stays owned (and renewed); a crash
+  // then re-runs it, flagged, like any message not yet dequeued. Inside work of the
+  // library on this thread (an in-process actor's handler, a keyed-mutex callback, a
+  // coroutine the library resumed, a Redis handler) it never drains there: the drain
+  // continues on the executor if there is one, else on this thread's run queue, after the
+  // current work returns (docs/runtime.md), and post returns after the one round trip. A
+  // post for a key this process has no handler for announces the actor for a sweeper.
+  // Each handler runs as work of the library: what it makes runnable on this thread (an
+  // in-process send, a keyed grant, another Redis actor won) runs after it returns.
+  // Returns the message's id. Allocates. Throws handoff::mailbox_full when the mailbox
+  // holds `capacity` messages (nothing posted), std::invalid_argument for a body over
+  // max_message_bytes, error on Redis failure (the message may or may not be queued).
+  // Errors while draining (after the message was queued) go to on_error, not to the
+  // caller.
   std::string post(std::string_view key, std::string_view body);
 
   // As post(), but returns std::nullopt instead of throwing handoff::mailbox_full.

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "../common/connection.hpp"
 #include "../common/format.hpp"
@@ -104,8 +105,32 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
     std::string_view id, body, last_id, state;
   };
   // Owner only: drains `n`'s actor under `token` (actor_system.hpp's protocol), starting
-  // with `first` if given; reports every failure to on_error.
-  void drain(const actor_names& n, const std::string& token, const first_delivery* first = nullptr) noexcept;
+  // with `first` if given (then, with an executor, only `first` runs here and its step is
+  // deferred: defer_step), or with the batch of `resumed`, a step's reply of status 1, else
+  // with a peek; reports every failure to on_error.
+  void drain(const actor_names& n, const std::string& token, const first_delivery* first = nullptr,
+             const std::shared_ptr<reply>& resumed = nullptr, bool defer = false) noexcept;
+  // A step's reply: its status (0 released, 1 a batch to run, 2 handed on; the script's
+  // replies in scripts.hpp), with `x` set to the messages removed this round. Reports the
+  // dead letters it made. Throws error for an error reply, a lost ownership (-1) or a
+  // reply of another shape.
+  long long settle(const actor_names& n, const redisReply& r, std::string& x) const;
+  // A step left by a post's owner (drain): the step script's call (the number of keys,
+  // the keys, the arguments).
+  struct deferred_step {
+    actor_names n;
+    std::string token;
+    std::vector<std::string> call;
+  };
+  // Queues `s` for run_steps, which an executor job runs (one job at a time, queued by the
+  // step that finds none queued). Keeps `s.token` registered with the renewer until its
+  // reply is settled. If the executor refuses the job, reports it for every step waiting
+  // and drops them (their leases run out; a post or a sweeper takes the actors over).
+  void defer_step(deferred_step s);
+  // Sends every deferred step in one write, then settles each reply: an actor with more
+  // messages (status 1) or handed on (2) continues on the executor (queue_drain). Loops
+  // until no step is left.
+  void run_steps() noexcept;
   // The one place that decides where an owner continues its actor: on the executor (if
   // any) when `prefer_executor` (the sweeper) or when this thread runs work of the library
   // now (a handler, a callback, a resumed coroutine); otherwise drain_on_this_thread().
@@ -114,9 +139,9 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
                       const first_delivery* first = nullptr);
   // At top level: drain() now. Inside work of the library: a task on this thread's run
   // queue that drains after that work returns (never nested in it). Reports failures.
-  void drain_on_this_thread(const actor_names& n, const std::string& token,
-                            const first_delivery* first = nullptr) noexcept;
-  void queue_drain(const actor_names& n, const std::string& token);
+  void drain_on_this_thread(const actor_names& n, const std::string& token, const first_delivery* first = nullptr,
+                            std::shared_ptr<reply> resumed = nullptr) noexcept;
+  void queue_drain(const actor_names& n, const std::string& token, std::shared_ptr<reply> resumed = nullptr);
   [[nodiscard]] std::shared_ptr<const actor_system::handler> find(std::string_view key) const;
   void report(std::string_view key, const std::exception_ptr& e) const noexcept;
   [[nodiscard]] std::string next_id() {
@@ -148,6 +173,14 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   // continuation queued on the executor holds one of its own until it runs (so a token
   // may appear twice for a moment: erase one entry, never all).
   std::multimap<std::string, std::string, std::less<>> draining;
+  // The steps posts' owners deferred (defer_step), not sent yet; guarded by steps_mu.
+  std::mutex steps_mu;
+  std::vector<deferred_step> steps;
+  bool steps_queued = false;  // guarded by steps_mu: a run_steps job is queued or running
+  // Guarded by steps_mu: the thread in run_steps now, and whether a run_steps job ran
+  // inline inside its execute() (then the running one goes on with the next round).
+  std::thread::id steps_runner;
+  bool steps_nested = false;
   void register_drain(const std::string& token, const std::string& key);
   void unregister_drain(const std::string& token) noexcept;
 

@@ -25,18 +25,19 @@ namespace {
 // the core (so it may outlive the facade, as an executor job does) and what the drain
 // needs, keeps its registration with the renewer while it waits, and frees itself.
 struct drain_task : handoff::detail::task {
-  drain_task(std::shared_ptr<actor_core> c, actor_names names, std::string t)
-      : core(std::move(c)), n(std::move(names)), token(std::move(t)) {
+  drain_task(std::shared_ptr<actor_core> c, actor_names names, std::string t, std::shared_ptr<reply> r)
+      : core(std::move(c)), n(std::move(names)), token(std::move(t)), resumed(std::move(r)) {
     run = &run_drain;
   }
   static void run_drain(handoff::detail::task* t) noexcept {
     const std::unique_ptr<drain_task> self(static_cast<drain_task*>(t));
     self->core->unregister_drain(self->token);
-    self->core->drain(self->n, self->token);  // reports its failures to on_error
+    self->core->drain(self->n, self->token, nullptr, self->resumed);  // reports its failures
   }
   std::shared_ptr<actor_core> core;
   actor_names n;
   std::string token;
+  std::shared_ptr<reply> resumed;
 };
 
 void check(const actor_options& a) {
@@ -103,8 +104,10 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   const std::string what = describe("post to", key);
   reply r = [&] {
     auto c = connections.take();
-    return c->eval(post_script, {n.count, n.mailbox, n.owner, pending_key, n.delivered, n.state},
-                   {element, bound, id, lease_px, can_own ? "1" : "0", key, nested ? "0" : "1"}, what);
+    return c->eval(
+        post_script, {n.count, n.mailbox, n.owner, pending_key, n.delivered, n.state},
+        {element, bound, id, lease_px, can_own ? "1" : "0", key, nested ? "0" : "1", a.remember_handled ? "1" : "0"},
+        what);
   }();
   // The token of an owner that won by posting is its message's id.
   if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_INTEGER &&
@@ -130,11 +133,11 @@ void actor_core::continue_owned(const actor_names& n, const std::string& token, 
   }
 }
 
-void actor_core::drain_on_this_thread(const actor_names& n, const std::string& token,
-                                      const first_delivery* first) noexcept {
-  if (!inside_work()) return drain(n, token, first);
+void actor_core::drain_on_this_thread(const actor_names& n, const std::string& token, const first_delivery* first,
+                                      std::shared_ptr<reply> resumed) noexcept {
+  if (!inside_work()) return drain(n, token, first, resumed, first != nullptr && a.executor);
   try {
-    auto t = std::make_unique<drain_task>(shared_from_this(), n, token);
+    auto t = std::make_unique<drain_task>(shared_from_this(), n, token, std::move(resumed));
     // Registered before it is queued, so that the renewer keeps the lease while it waits.
     register_drain(token, n.key);
     handoff::detail::schedule(t.release());  // runs after the current work, on this thread
@@ -145,13 +148,14 @@ void actor_core::drain_on_this_thread(const actor_names& n, const std::string& t
   }
 }
 
-void actor_core::queue_drain(const actor_names& n, const std::string& token) {
+void actor_core::queue_drain(const actor_names& n, const std::string& token, std::shared_ptr<reply> resumed) {
   // Registered before it is queued, so that the renewer keeps the lease while it waits.
   register_drain(token, n.key);
   try {
-    handoff::execute(a.executor, [self = shared_from_this(), n, token] {
+    handoff::execute(a.executor, [self = shared_from_this(), n, token, resumed = std::move(resumed)]() mutable {
       self->unregister_drain(token);
-      self->drain_on_this_thread(n, token);  // an executor that runs jobs inline: after the work
+      // An executor that runs jobs inline: after the work.
+      self->drain_on_this_thread(n, token, nullptr, std::move(resumed));
     });
   } catch (...) {
     unregister_drain(token);  // the lease runs out and a sweeper takes the actor over

@@ -1,9 +1,12 @@
 // handoff::redis::actor_system: the owner's drain loop (actor_core.hpp): batches peeked,
-// run in order and dequeued by the step script (scripts.hpp).
+// run in order and dequeued by the step script (scripts.hpp); and the steps a post's owner
+// leaves to the executor, sent together (run_steps).
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "actor_core.hpp"
@@ -33,9 +36,37 @@ class handler_frame {
   handoff::detail::drain_frame frame_;
 };
 
+// A step's reply that peeked a batch (status 1) has at least this many elements: status,
+// x, dead letters, the state's id and value, then an element and its delivery count each.
+constexpr std::size_t batch_reply_min = 7;
+constexpr std::size_t batch_from = 5;
+
 }  // namespace
 
-void actor_core::drain(const actor_names& n, const std::string& token, const first_delivery* first) noexcept {
+long long actor_core::settle(const actor_names& n, const redisReply& r, std::string& x) const {
+  const std::string what = describe("drain of", n.key);
+  if (r.type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + what + ": " + std::string(r.str, r.len));
+  if (r.type != REDIS_REPLY_ARRAY || r.elements < 3 || r.element[0]->type != REDIS_REPLY_INTEGER) {
+    unexpected(what);
+  }
+  const long long status = r.element[0]->integer;
+  x = std::to_string(r.element[1]->integer);
+  if (const long long dead = r.element[2]->integer; dead > 0) {
+    std::string why = "handoff::redis: " + what + ": ";
+    why += std::to_string(dead);
+    why += " message(s) moved to the dead letters after ";
+    why += attempts;
+    why += " deliveries";
+    report(n.key, std::make_exception_ptr(error(why)));
+  }
+  if (status == -1) throw error("handoff::redis: " + what + ": ownership lost (lease ran out) before the dequeue");
+  if (status == 1 && (r.elements < batch_reply_min || (r.elements - batch_from) % 2 != 0)) unexpected(what);
+  if (status < 0 || status > 2) unexpected(what);
+  return status;
+}
+
+void actor_core::drain(const actor_names& n, const std::string& token, const first_delivery* first,
+                       const std::shared_ptr<reply>& resumed, bool defer) noexcept {
   struct registration {
     actor_core& core;
     const std::string& token;
@@ -67,10 +98,25 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
     std::string_view state;
     std::string new_state;
     bool has_state = false;
+    // The batch a status-1 step reply (settle()) delivered, into r.
+    const auto take_batch = [&] {
+      last_id = text(*r->element[3]);
+      state = text(*r->element[4]);
+      new_state.clear();
+      has_state = false;
+      for (std::size_t i = batch_from; i < r->elements; i += 2) {
+        const auto [id, body] = split(text(*r->element[i]), what);
+        batch.push_back({id, body, static_cast<std::uint32_t>(r->element[i + 1]->integer)});
+      }
+    };
     if (first != nullptr) {  // the post that won the actor delivered its own message
       batch.push_back({first->id, first->body, 1});
       last_id = first->last_id;
       state = first->state;
+    } else if (resumed != nullptr) {  // a deferred step peeked the next batch (run_steps)
+      r = std::move(*resumed);
+      x = std::to_string(r->element[1]->integer);
+      take_batch();
     }
     std::uint32_t ran = 0;
     const auto budget_spent = [&] {
@@ -113,52 +159,159 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
       const std::uint32_t size =
           a.max_messages == 0 ? a.batch : std::min(a.batch, a.max_messages - std::min(ran, a.max_messages));
       const std::size_t started = handled + (threw ? 1 : 0);
-      const std::string_view first_id = handled != 0 ? batch.front().id : std::string_view();
-      const std::string_view last_handled = handled != 0 ? batch[handled - 1].id : std::string_view();
-      reply next = [&] {
+      std::vector<std::string> call{"7",
+                                    n.count,
+                                    n.mailbox,
+                                    n.owner,
+                                    n.delivered,
+                                    pending_key,
+                                    n.dead,
+                                    n.state,
+                                    token,
+                                    lease_px,
+                                    std::to_string(handled),
+                                    std::string(handled != 0 ? batch.front().id : std::string_view()),
+                                    std::string(handled != 0 ? batch[handled - 1].id : std::string_view()),
+                                    x,
+                                    mode,
+                                    attempts,
+                                    a.remember_handled ? "1" : "0",
+                                    has_state ? "1" : "0",
+                                    new_state,
+                                    n.key,
+                                    std::to_string(size),
+                                    threw ? "1" : "0",
+                                    std::to_string(batch.size() - started)};
+      if (defer) {
+        // The batch ran: the step goes to the executor with the other actors' (one round
+        // trip for all), and a post's caller returns now.
+        defer_step({n, token, std::move(call)});
+        return;
+      }
+      std::vector<reply> next = [&] {
+        std::vector<std::vector<std::string>> calls;
+        calls.push_back(std::move(call));
         auto c = connections.take();
-        return c->eval(step_script, {n.count, n.mailbox, n.owner, n.delivered, pending_key, n.dead, n.state},
-                       {token, lease_px, std::to_string(handled), first_id, last_handled, x, mode, attempts,
-                        a.remember_handled ? "1" : "0", has_state ? "1" : "0", new_state, n.key, std::to_string(size),
-                        threw ? "1" : "0", std::to_string(batch.size() - started)},
-                       what);
+        return c->eval_each(step_script, calls, what);
       }();
       batch.clear();
-      r = std::move(next);
-      if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) {
-        unexpected(what);
-      }
-      const long long status = r->element[0]->integer;
-      x = std::to_string(r->element[1]->integer);
-      if (const long long dead = r->element[2]->integer; dead > 0) {
-        std::string why = "handoff::redis: " + what + ": ";
-        why += std::to_string(dead);
-        why += " message(s) moved to the dead letters after ";
-        why += attempts;
-        why += " deliveries";
-        report(n.key, std::make_exception_ptr(error(why)));
-      }
-      if (status == -1) {
-        throw error("handoff::redis: " + what + ": ownership lost (lease ran out) before the dequeue");
-      }
+      r = std::move(next.front());
+      const long long status = settle(n, *r, x);
       if (status == 0) return;
       if (status == 2) {
         if (a.executor) queue_drain(n, token);
         return;
       }
-      if (status != 1 || r->elements < 7 || (r->elements - 5) % 2 != 0) unexpected(what);
-      last_id = text(*r->element[3]);
-      state = text(*r->element[4]);
-      new_state.clear();
-      has_state = false;
-      for (std::size_t i = 5; i < r->elements; i += 2) {
-        const auto [id, body] = split(text(*r->element[i]), what);
-        batch.push_back({id, body, static_cast<std::uint32_t>(r->element[i + 1]->integer)});
-      }
+      take_batch();
     }
   } catch (...) {
     // The actor stays owned until its lease runs out; then a post or a sweeper takes over.
     report(n.key, std::current_exception());
+  }
+}
+
+void actor_core::defer_step(deferred_step s) {
+  // Registered until its reply is settled, so that the renewer keeps the lease meanwhile.
+  register_drain(s.token, s.n.key);
+  bool start = false;
+  {
+    const std::lock_guard<std::mutex> lock(steps_mu);
+    steps.push_back(std::move(s));
+    start = !steps_queued;
+    steps_queued = true;
+  }
+  if (!start) return;  // the queued run_steps job takes it
+  try {
+    handoff::execute(a.executor, [self = shared_from_this()] { self->run_steps(); });
+  } catch (...) {
+    // The executor refused the job (out of memory, say). Nobody will send the steps
+    // waiting: their actors stay owned until their leases run out, as after any failure
+    // of a drain; then a post or a sweeper takes them over and runs their messages again.
+    std::vector<deferred_step> dropped;
+    {
+      const std::lock_guard<std::mutex> lock(steps_mu);
+      dropped.swap(steps);
+      steps_queued = false;
+    }
+    for (const deferred_step& d : dropped) {
+      report(d.n.key, std::current_exception());
+      unregister_drain(d.token);
+    }
+  }
+}
+
+void actor_core::run_steps() noexcept {
+  // An executor may run a job inline, inside execute(): the next round's job would then
+  // nest a frame per round. The nested call only tells this one to go on instead.
+  const std::thread::id self = std::this_thread::get_id();
+  {
+    const std::lock_guard<std::mutex> lock(steps_mu);
+    if (steps_runner == self) {
+      steps_nested = true;
+      return;
+    }
+    steps_runner = self;
+  }
+  struct done {
+    actor_core& core;
+    explicit done(actor_core& c) : core(c) {}
+    done(const done&) = delete;
+    done& operator=(const done&) = delete;
+    ~done() {
+      const std::lock_guard<std::mutex> lock(core.steps_mu);
+      // A pool may have started the next round's job on another thread already.
+      if (core.steps_runner == std::this_thread::get_id()) core.steps_runner = std::thread::id();
+    }
+  } const end(*this);
+  for (;;) {
+    std::vector<deferred_step> sent;
+    {
+      const std::lock_guard<std::mutex> lock(steps_mu);
+      if (steps.empty()) {
+        steps_queued = false;
+        return;
+      }
+      sent.swap(steps);
+    }
+    // One round: every step in one write; then every actor with more messages runs its
+    // next batch here and defers its next step to the next round.
+    std::vector<reply> replies;
+    try {
+      std::vector<std::vector<std::string>> calls;
+      calls.reserve(sent.size());
+      for (deferred_step& s : sent) calls.push_back(std::move(s.call));
+      auto c = connections.take();
+      replies = c->eval_each(step_script, calls, "steps of the actors' posts");
+    } catch (...) {
+      // Each actor stays owned until its lease runs out; then a post or a sweeper takes over.
+      for (const deferred_step& s : sent) report(s.n.key, std::current_exception());
+    }
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      const deferred_step& s = sent[i];
+      try {
+        std::string x;
+        const long long status = settle(s.n, *replies[i], x);
+        if (status == 2) queue_drain(s.n, s.token);
+        if (status == 1) drain(s.n, s.token, nullptr, std::make_shared<reply>(std::move(replies[i])), true);
+      } catch (...) {
+        report(s.n.key, std::current_exception());
+      }
+    }
+    for (const deferred_step& s : sent) unregister_drain(s.token);
+    {
+      // Another round as a job of its own, so that the executor's other jobs run between.
+      const std::lock_guard<std::mutex> lock(steps_mu);
+      if (steps.empty()) {
+        steps_queued = false;
+        return;
+      }
+    }
+    try {
+      handoff::execute(a.executor, [core = shared_from_this()] { core->run_steps(); });
+      const std::lock_guard<std::mutex> lock(steps_mu);
+      if (!std::exchange(steps_nested, false)) return;  // queued: it runs after this job
+    } catch (...) {  // NOLINT(bugprone-empty-catch): refused: the next round runs here
+    }
   }
 }
 

@@ -36,24 +36,32 @@ namespace handoff::redis::detail::actor_scripts {
 
 // Helpers of every actor script, after lua::now_ms (see source()), which only the steps
 // that need the server clock call (a post queued behind an owner reads no clock): the id
-// of an element ("<id> <body>"); and own(), the one place that gives an
-// owner its lease: the owner key holds `token` for `lease` ms, and the actor is due for a
-// sweep in the pending set when that lease ends.
+// of an element ("<id> <body>"); due(), which makes the actor due for a sweep in the
+// pending set when a lease of `lease` ms from now ends; and own(), the one place that gives
+// an owner its lease: the owner key holds `token` for `lease` ms, and due() (the post's
+// SET NX is own() in one call with the check that nobody owns the actor).
 inline constexpr const char* prelude = R"lua(
 local function id_of(m) return string.sub(m, 1, string.find(m, ' ', 1, true) - 1) end
+local function due(pending, actor, lease)
+  redis.call('ZADD', pending, now_ms() + tonumber(lease), actor)
+end
 local function own(owner, pending, actor, token, lease)
   redis.call('SET', owner, token, 'PX', lease)
-  redis.call('ZADD', pending, now_ms() + tonumber(lease), actor)
+  due(pending, actor, lease)
 end
 )lua";
 
 // KEYS: count, mailbox, owner, pending, delivered, state. ARGV: element, mailbox bound ('': none), token
 // (the message's id), lease ms, '1' if this process may own the actor ('0': announce it
 // instead), the actor key, '1' if the caller drains at once (then a message that finds the
-// mailbox empty is delivered by this reply: no peek).
+// mailbox empty is delivered by this reply: no peek), '1' to read the state
+// (remember_handled; else the reply's state is empty).
 // -1: the mailbox is full (nothing changed); 0: queued behind an owner (or announced);
 // 1: queued, and the caller owns the actor now; {2, state id, state value}: the caller
 // owns the actor and its message is the head, delivered for the first time.
+// Every redis.call costs the server about as much as a plain command, so the common
+// paths make as few as they can: an idle actor's post makes six (INCR, RPUSH, SET NX,
+// TIME, ZADD, HSET).
 inline constexpr const char* post = R"lua(
 local n = redis.call('INCR', KEYS[1])
 local len = redis.call('RPUSH', KEYS[2], ARGV[1]) - 1
@@ -63,18 +71,19 @@ if ARGV[2] ~= '' and len >= tonumber(ARGV[2]) then
   if n == 1 then redis.call('DEL', KEYS[1]) else redis.call('DECR', KEYS[1]) end
   return -1
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
 if ARGV[5] ~= '1' then
-  redis.call('ZADD', KEYS[4], now_ms(), ARGV[6])
+  if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('ZADD', KEYS[4], now_ms(), ARGV[6]) end
   return 0
 end
--- n == 1: the 0 -> 1 hand-off. n > 1 with no owner: the last owner's lease ran out (its
--- unreleased messages are still counted) or it announced the actor: take it over, and
--- count what the mailbox holds.
+if not redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[4]) then return 0 end
+-- The caller owns the actor now. n == 1: the 0 -> 1 hand-off. n > 1 with no owner: the
+-- last owner's lease ran out (its unreleased messages are still counted) or it announced
+-- the actor: a takeover, which counts what the mailbox holds.
 if n ~= len + 1 then redis.call('SET', KEYS[1], len + 1) end
-own(KEYS[3], KEYS[4], ARGV[6], ARGV[3], ARGV[4])
+due(KEYS[4], ARGV[6], ARGV[4])
 if ARGV[7] ~= '1' or len ~= 0 then return 1 end
 redis.call('HSET', KEYS[5], ARGV[3], 1)
+if ARGV[8] ~= '1' then return {2, '', ''} end
 local s = redis.call('HMGET', KEYS[6], 'id', 'value')
 return {2, s[1] or '', s[2] or ''}
 )lua";
@@ -91,18 +100,34 @@ return {2, s[1] or '', s[2] or ''}
 // changed); 0 released; 2 handed on (x subtracted; 'keep': still owned, lease renewed;
 // 'announce': owner deleted, sweepers see it now); 1 messages to handle, followed by the
 // state's id and value, then each message's element and delivery count, in order.
+// The step that dequeues an idle actor's one message and releases it makes six
+// redis.calls (GET, LPOP, LINDEX, DECRBY, DEL, ZREM): the release's DEL drops the
+// dequeued messages' delivery counts with the hash, so HDEL runs only when it does not.
 inline constexpr const char* step = R"lua(
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then return {-1, 0, 0} end
 local x = tonumber(ARGV[6])
 local k = tonumber(ARGV[3])
 local unrun = tonumber(ARGV[15])
+local ids = nil  -- the dequeued messages' ids, whose delivery counts are still in the hash
 if k > 0 then
-  local handled = redis.call('LRANGE', KEYS[2], 0, k - 1)
-  if #handled == k and id_of(handled[1]) == ARGV[4] and id_of(handled[k]) == ARGV[5] then
-    local ids = {}
+  local handled = nil
+  if k == 1 then
+    local m = redis.call('LPOP', KEYS[2])
+    if m and id_of(m) == ARGV[4] then
+      handled = {m}
+    elseif m then
+      redis.call('LPUSH', KEYS[2], m)
+    end
+  else
+    local got = redis.call('LRANGE', KEYS[2], 0, k - 1)
+    if #got == k and id_of(got[1]) == ARGV[4] and id_of(got[k]) == ARGV[5] then
+      redis.call('LTRIM', KEYS[2], k, -1)
+      handled = got
+    end
+  end
+  if handled then
+    ids = {}
     for i, m in ipairs(handled) do ids[i] = id_of(m) end
-    redis.call('LTRIM', KEYS[2], k, -1)
-    redis.call('HDEL', KEYS[4], unpack(ids))
     x = x + k
     if ARGV[9] == '1' then
       redis.call('HSET', KEYS[7], 'id', ARGV[5])
@@ -131,6 +156,10 @@ while true do
     redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
     redis.call('ZREM', KEYS[5], ARGV[12])
     return {0, 0, dead}
+  end
+  if ids then
+    redis.call('HDEL', KEYS[4], unpack(ids))
+    ids = nil
   end
   if ARGV[7] ~= 'next' then
     if redis.call('DECRBY', KEYS[1], x) <= 0 then

@@ -30,6 +30,11 @@ std::vector<std::string_view> evalsha(const script& s, std::string_view nkeys,
   return argv;
 }
 
+// The reply to an EVALSHA of a script the server does not know (restarted, SCRIPT FLUSH).
+bool forgot(const redisReply& r) {
+  return r.type == REDIS_REPLY_ERROR && std::string_view(r.str, r.len).starts_with("NOSCRIPT");
+}
+
 std::string describe(const redisReply* r) {
   if (r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
     return std::string(r->str, r->len);
@@ -230,7 +235,7 @@ bool connection::supports_reply_skip() {
 }
 
 bool connection::reloaded(const redisReply& r, const script& s, std::string_view what) {
-  if (r.type != REDIS_REPLY_ERROR || !std::string_view(r.str, r.len).starts_with("NOSCRIPT")) return false;
+  if (!forgot(r)) return false;
   command({"SCRIPT", "LOAD", s.source}, what);  // same source, same SHA
   return true;
 }
@@ -248,6 +253,33 @@ reply connection::eval(const script& s, std::initializer_list<std::string_view> 
   if (reloaded(*r, s, what)) r = send(argv, what, timeout_);
   if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
   return r;
+}
+
+std::vector<reply> connection::eval_each(const script& s, const std::vector<std::vector<std::string>>& calls,
+                                         std::string_view what) {
+  std::vector<reply> out(calls.size());
+  std::vector<std::size_t> todo(calls.size());
+  for (std::size_t i = 0; i < todo.size(); ++i) todo[i] = i;
+  std::vector<std::string_view> argv;
+  // The second pass resends what found the script forgotten; a script forgotten twice in a
+  // row (SCRIPT FLUSH in between) comes back as its NOSCRIPT reply.
+  for (int pass = 0; pass < 2 && !todo.empty(); ++pass) {
+    set_timeout(timeout_, what);
+    for (const std::size_t i : todo) {
+      argv.assign({"EVALSHA", s.sha});
+      argv.insert(argv.end(), calls[i].begin(), calls[i].end());
+      append(argv, what);
+    }
+    flush(what);
+    std::vector<std::size_t> again;
+    for (const std::size_t i : todo) {
+      out[i] = receive(what);
+      if (forgot(*out[i])) again.push_back(i);
+    }
+    if (!again.empty() && pass == 0) reloaded(*out[again.front()], s, what);
+    todo = std::move(again);
+  }
+  return out;
 }
 
 std::vector<reply> connection::read_available() {

@@ -93,6 +93,14 @@ class connection {
   reply eval(const script& s, std::initializer_list<std::string_view> keys,
              std::initializer_list<std::string_view> args, std::string_view what);
 
+  // EVALSHA of s once per call, all in one write (one round trip). Each call is the
+  // number of keys, the keys, then the arguments. Returns the replies in order; an error
+  // reply is returned as it is (it belongs to its call), except NOSCRIPT: the script is
+  // loaded again and those calls resent. Throws error (prefixed by `what`) on I/O failure
+  // or timeout: then which calls ran is unknown.
+  std::vector<reply> eval_each(const script& s, const std::vector<std::vector<std::string>>& calls,
+                               std::string_view what);
+
   // For the subscriber: the socket, and replies read after poll() said it is readable.
   [[nodiscard]] int fd() const noexcept { return ctx_->fd; }
   // Reads what arrived; returns the complete replies. Throws error when the connection failed.
