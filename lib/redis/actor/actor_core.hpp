@@ -127,9 +127,10 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   // reply is settled. If the executor refuses the job, reports it for every step waiting
   // and drops them (their leases run out; a post or a sweeper takes the actors over).
   void defer_step(deferred_step s);
-  // Sends every deferred step in one write, then settles each reply: an actor with more
-  // messages (status 1) or handed on (2) continues on the executor (queue_drain). Loops
-  // until no step is left.
+  // One executor job: rounds of sending every deferred step in one write and settling
+  // the replies. An actor whose step peeked more messages (status 1) runs them here and
+  // defers its next step to the next round, which runs as a job of its own; one handed on
+  // (2) continues on the executor (queue_drain).
   void run_steps() noexcept;
   // The one place that decides where an owner continues its actor: on the executor (if
   // any) when `prefer_executor` (the sweeper) or when this thread runs work of the library
@@ -139,9 +140,9 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
                       const first_delivery* first = nullptr);
   // At top level: drain() now. Inside work of the library: a task on this thread's run
   // queue that drains after that work returns (never nested in it). Reports failures.
-  void drain_on_this_thread(const actor_names& n, const std::string& token, const first_delivery* first = nullptr,
-                            std::shared_ptr<reply> resumed = nullptr) noexcept;
-  void queue_drain(const actor_names& n, const std::string& token, std::shared_ptr<reply> resumed = nullptr);
+  void drain_on_this_thread(const actor_names& n, const std::string& token,
+                            const first_delivery* first = nullptr) noexcept;
+  void queue_drain(const actor_names& n, const std::string& token);
   [[nodiscard]] std::shared_ptr<const actor_system::handler> find(std::string_view key) const;
   void report(std::string_view key, const std::exception_ptr& e) const noexcept;
   [[nodiscard]] std::string next_id() {
@@ -173,14 +174,14 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   // continuation queued on the executor holds one of its own until it runs (so a token
   // may appear twice for a moment: erase one entry, never all).
   std::multimap<std::string, std::string, std::less<>> draining;
-  // The steps posts' owners deferred (defer_step), not sent yet; guarded by steps_mu.
-  std::mutex steps_mu;
-  std::vector<deferred_step> steps;
-  bool steps_queued = false;  // guarded by steps_mu: a run_steps job is queued or running
-  // Guarded by steps_mu: the thread in run_steps now, and whether a run_steps job ran
-  // inline inside its execute() (then the running one goes on with the next round).
-  std::thread::id steps_runner;
-  bool steps_nested = false;
+  // The deferred steps (defer_step, run_steps); every field guarded by `mu`.
+  struct {
+    std::mutex mu;
+    std::vector<deferred_step> waiting;  // not sent yet
+    bool queued = false;                 // a run_steps job is queued or running
+    std::thread::id runner;              // the thread in run_steps now
+    bool nested = false;                 // a run_steps job ran inline inside execute()
+  } steps;
   void register_drain(const std::string& token, const std::string& key);
   void unregister_drain(const std::string& token) noexcept;
 

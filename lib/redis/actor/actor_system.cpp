@@ -25,19 +25,18 @@ namespace {
 // the core (so it may outlive the facade, as an executor job does) and what the drain
 // needs, keeps its registration with the renewer while it waits, and frees itself.
 struct drain_task : handoff::detail::task {
-  drain_task(std::shared_ptr<actor_core> c, actor_names names, std::string t, std::shared_ptr<reply> r)
-      : core(std::move(c)), n(std::move(names)), token(std::move(t)), resumed(std::move(r)) {
+  drain_task(std::shared_ptr<actor_core> c, actor_names names, std::string t)
+      : core(std::move(c)), n(std::move(names)), token(std::move(t)) {
     run = &run_drain;
   }
   static void run_drain(handoff::detail::task* t) noexcept {
     const std::unique_ptr<drain_task> self(static_cast<drain_task*>(t));
     self->core->unregister_drain(self->token);
-    self->core->drain(self->n, self->token, nullptr, self->resumed);  // reports its failures
+    self->core->drain(self->n, self->token);  // reports its failures to on_error
   }
   std::shared_ptr<actor_core> core;
   actor_names n;
   std::string token;
-  std::shared_ptr<reply> resumed;
 };
 
 void check(const actor_options& a) {
@@ -133,11 +132,11 @@ void actor_core::continue_owned(const actor_names& n, const std::string& token, 
   }
 }
 
-void actor_core::drain_on_this_thread(const actor_names& n, const std::string& token, const first_delivery* first,
-                                      std::shared_ptr<reply> resumed) noexcept {
-  if (!inside_work()) return drain(n, token, first, resumed, first != nullptr && a.executor);
+void actor_core::drain_on_this_thread(const actor_names& n, const std::string& token,
+                                      const first_delivery* first) noexcept {
+  if (!inside_work()) return drain(n, token, first, nullptr, first != nullptr && a.executor);
   try {
-    auto t = std::make_unique<drain_task>(shared_from_this(), n, token, std::move(resumed));
+    auto t = std::make_unique<drain_task>(shared_from_this(), n, token);
     // Registered before it is queued, so that the renewer keeps the lease while it waits.
     register_drain(token, n.key);
     handoff::detail::schedule(t.release());  // runs after the current work, on this thread
@@ -148,14 +147,13 @@ void actor_core::drain_on_this_thread(const actor_names& n, const std::string& t
   }
 }
 
-void actor_core::queue_drain(const actor_names& n, const std::string& token, std::shared_ptr<reply> resumed) {
+void actor_core::queue_drain(const actor_names& n, const std::string& token) {
   // Registered before it is queued, so that the renewer keeps the lease while it waits.
   register_drain(token, n.key);
   try {
-    handoff::execute(a.executor, [self = shared_from_this(), n, token, resumed = std::move(resumed)]() mutable {
+    handoff::execute(a.executor, [self = shared_from_this(), n, token] {
       self->unregister_drain(token);
-      // An executor that runs jobs inline: after the work.
-      self->drain_on_this_thread(n, token, nullptr, std::move(resumed));
+      self->drain_on_this_thread(n, token);  // an executor that runs jobs inline: after the work
     });
   } catch (...) {
     unregister_drain(token);  // the lease runs out and a sweeper takes the actor over

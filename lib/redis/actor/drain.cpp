@@ -215,10 +215,10 @@ void actor_core::defer_step(deferred_step s) {
   register_drain(s.token, s.n.key);
   bool start = false;
   {
-    const std::lock_guard<std::mutex> lock(steps_mu);
-    steps.push_back(std::move(s));
-    start = !steps_queued;
-    steps_queued = true;
+    const std::lock_guard<std::mutex> lock(steps.mu);
+    steps.waiting.push_back(std::move(s));
+    start = !steps.queued;
+    steps.queued = true;
   }
   if (!start) return;  // the queued run_steps job takes it
   try {
@@ -229,9 +229,9 @@ void actor_core::defer_step(deferred_step s) {
     // of a drain; then a post or a sweeper takes them over and runs their messages again.
     std::vector<deferred_step> dropped;
     {
-      const std::lock_guard<std::mutex> lock(steps_mu);
-      dropped.swap(steps);
-      steps_queued = false;
+      const std::lock_guard<std::mutex> lock(steps.mu);
+      dropped.swap(steps.waiting);
+      steps.queued = false;
     }
     for (const deferred_step& d : dropped) {
       report(d.n.key, std::current_exception());
@@ -245,12 +245,12 @@ void actor_core::run_steps() noexcept {
   // nest a frame per round. The nested call only tells this one to go on instead.
   const std::thread::id self = std::this_thread::get_id();
   {
-    const std::lock_guard<std::mutex> lock(steps_mu);
-    if (steps_runner == self) {
-      steps_nested = true;
+    const std::lock_guard<std::mutex> lock(steps.mu);
+    if (steps.runner == self) {
+      steps.nested = true;
       return;
     }
-    steps_runner = self;
+    steps.runner = self;
   }
   struct done {
     actor_core& core;
@@ -258,20 +258,20 @@ void actor_core::run_steps() noexcept {
     done(const done&) = delete;
     done& operator=(const done&) = delete;
     ~done() {
-      const std::lock_guard<std::mutex> lock(core.steps_mu);
+      const std::lock_guard<std::mutex> lock(core.steps.mu);
       // A pool may have started the next round's job on another thread already.
-      if (core.steps_runner == std::this_thread::get_id()) core.steps_runner = std::thread::id();
+      if (core.steps.runner == std::this_thread::get_id()) core.steps.runner = std::thread::id();
     }
   } const end(*this);
   for (;;) {
     std::vector<deferred_step> sent;
     {
-      const std::lock_guard<std::mutex> lock(steps_mu);
-      if (steps.empty()) {
-        steps_queued = false;
+      const std::lock_guard<std::mutex> lock(steps.mu);
+      if (steps.waiting.empty()) {
+        steps.queued = false;
         return;
       }
-      sent.swap(steps);
+      sent.swap(steps.waiting);
     }
     // One round: every step in one write; then every actor with more messages runs its
     // next batch here and defers its next step to the next round.
@@ -300,16 +300,16 @@ void actor_core::run_steps() noexcept {
     for (const deferred_step& s : sent) unregister_drain(s.token);
     {
       // Another round as a job of its own, so that the executor's other jobs run between.
-      const std::lock_guard<std::mutex> lock(steps_mu);
-      if (steps.empty()) {
-        steps_queued = false;
+      const std::lock_guard<std::mutex> lock(steps.mu);
+      if (steps.waiting.empty()) {
+        steps.queued = false;
         return;
       }
     }
     try {
       handoff::execute(a.executor, [core = shared_from_this()] { core->run_steps(); });
-      const std::lock_guard<std::mutex> lock(steps_mu);
-      if (!std::exchange(steps_nested, false)) return;  // queued: it runs after this job
+      const std::lock_guard<std::mutex> lock(steps.mu);
+      if (!std::exchange(steps.nested, false)) return;  // queued: it runs after this job
     } catch (...) {  // NOLINT(bugprone-empty-catch): refused: the next round runs here
     }
   }
