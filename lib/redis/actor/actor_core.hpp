@@ -111,10 +111,9 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   void drain(const actor_names& n, const std::string& token, const first_delivery* first = nullptr,
              const std::shared_ptr<reply>& resumed = nullptr, bool defer = false) noexcept;
   // A step's reply: its status (0 released, 1 a batch to run, 2 handed on; the script's
-  // replies in scripts.hpp), with `x` set to the messages removed this round. Reports the
-  // dead letters it made. Throws error for an error reply, a lost ownership (-1) or a
-  // reply of another shape.
-  long long settle(const actor_names& n, const redisReply& r, std::string& x) const;
+  // replies in scripts.hpp). Reports the dead letters it made. Throws error for an error
+  // reply, a lost ownership (-1) or a reply of another shape.
+  long long settle(const actor_names& n, const redisReply& r) const;
   // A step left by a post's owner (drain): the step script's call (the number of keys,
   // the keys, the arguments).
   struct deferred_step {

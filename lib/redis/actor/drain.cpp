@@ -43,14 +43,13 @@ constexpr std::size_t batch_from = 5;
 
 }  // namespace
 
-long long actor_core::settle(const actor_names& n, const redisReply& r, std::string& x) const {
+long long actor_core::settle(const actor_names& n, const redisReply& r) const {
   const std::string what = describe("drain of", n.key);
   if (r.type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + what + ": " + std::string(r.str, r.len));
   if (r.type != REDIS_REPLY_ARRAY || r.elements < 3 || r.element[0]->type != REDIS_REPLY_INTEGER) {
     unexpected(what);
   }
   const long long status = r.element[0]->integer;
-  x = std::to_string(r.element[1]->integer);
   if (const long long dead = r.element[2]->integer; dead > 0) {
     std::string why = "handoff::redis: " + what + ": ";
     why += std::to_string(dead);
@@ -98,8 +97,10 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
     std::string_view state;
     std::string new_state;
     bool has_state = false;
-    // The batch a status-1 step reply (settle()) delivered, into r.
+    // The batch a status-1 step reply (settle()) delivered, into r, and the messages
+    // removed this round so far.
     const auto take_batch = [&] {
+      x = std::to_string(r->element[1]->integer);
       last_id = text(*r->element[3]);
       state = text(*r->element[4]);
       new_state.clear();
@@ -115,7 +116,6 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
       state = first->state;
     } else if (resumed != nullptr) {  // a deferred step peeked the next batch (run_steps)
       r = std::move(*resumed);
-      x = std::to_string(r->element[1]->integer);
       take_batch();
     }
     std::uint32_t ran = 0;
@@ -196,7 +196,7 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
       }();
       batch.clear();
       r = std::move(next.front());
-      const long long status = settle(n, *r, x);
+      const long long status = settle(n, *r);
       if (status == 0) return;
       if (status == 2) {
         if (a.executor) queue_drain(n, token);
@@ -289,8 +289,7 @@ void actor_core::run_steps() noexcept {
     for (std::size_t i = 0; i < replies.size(); ++i) {
       const deferred_step& s = sent[i];
       try {
-        std::string x;
-        const long long status = settle(s.n, *replies[i], x);
+        const long long status = settle(s.n, *replies[i]);
         if (status == 2) queue_drain(s.n, s.token);
         if (status == 1) drain(s.n, s.token, nullptr, std::make_shared<reply>(std::move(replies[i])), true);
       } catch (...) {
