@@ -101,6 +101,26 @@ class redis_server {
     start();
   }
 
+  // A port the kernel reports free on 127.0.0.1 (bind to port 0, read it back, close); a
+  // second port of a server (--tls-port) takes one from here.
+  static int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) throw std::runtime_error(errno_text("redis_server: socket"));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof addr;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      const std::string why = errno_text("redis_server: bind/getsockname");
+      ::close(fd);
+      throw std::runtime_error(why);
+    }
+    ::close(fd);
+    return ntohs(addr.sin_port);
+  }
+
  private:
   static std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -122,25 +142,6 @@ class redis_server {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
     dir_.clear();
-  }
-
-  // A port the kernel reports free on 127.0.0.1 (bind to port 0, read it back, close).
-  static int free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) throw std::runtime_error(errno_text("redis_server: socket"));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    socklen_t len = sizeof addr;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      const std::string why = errno_text("redis_server: bind/getsockname");
-      ::close(fd);
-      throw std::runtime_error(why);
-    }
-    ::close(fd);
-    return ntohs(addr.sin_port);
   }
 
   std::string log_tail() const {

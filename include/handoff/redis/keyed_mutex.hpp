@@ -1,6 +1,7 @@
 // handoff::redis::keyed_mutex: the keyed mutex across processes, through one Redis server
-// (hiredis). Same guard API as handoff::keyed_mutex: lock, try_lock, try_lock_for/until,
-// leases, extend, expired/check, fencing tokens, with_lock, lock_all, co_await async_lock.
+// (over TCP, a Unix socket or TLS). Same guard API as handoff::keyed_mutex: lock, try_lock,
+// try_lock_for/until, leases, extend, expired/check, fencing tokens, with_lock, lock_all,
+// co_await async_lock.
 //
 //   handoff::redis::keyed_mutex m({.host = "127.0.0.1", .port = 6379});
 //   auto g = m.lock("player:42");                      // held until unlock; watchdog-renewed
@@ -50,13 +51,13 @@
 // clock, conservatively; fencing tokens are what a downstream store can rely on).
 //
 // Errors: every Redis failure (connect, timeout, server error, lost connection) throws
-// handoff::redis::error with the server's or hiredis's message (keys in messages are cut
-// to their first 64 bytes); a dropped connection never raises SIGPIPE. The failure bound
-// is per step, not per call: a call that fails returns within its wait plus two
+// handoff::redis::error with the server's, the socket's or TLS's message (keys in messages
+// are cut to their first 64 bytes); a dropped connection never raises SIGPIPE. The failure
+// bound is per step, not per call: a call that fails returns within its wait plus two
 // command_timeouts (an attempt, and the cancel of a queued request), plus, when it must
-// open a connection, connect_timeout and one command_timeout each for AUTH and SELECT,
-// plus up to one command_timeout waiting for a pooled connection when all pool_size are
-// busy. A guard's destructor never throws.
+// open a connection, connect_timeout (the connect, a TLS handshake and AUTH or a PING) and
+// one command_timeout for SELECT, plus up to one command_timeout waiting for a pooled
+// connection when all pool_size are busy. A guard's destructor never throws.
 //
 // Keys: lock name K of options::prefix P maps to the Redis keys P + "{" + E(K) + "}:lock"
 // (":queue", ":waiters", ":fence"), where E escapes '{' as "\x01(", '}' as "\x01)" and

@@ -1,5 +1,5 @@
 // handoff::redis's shared vocabulary: the error every Redis failure is reported as, and the
-// options of a connection to the server (address, credentials, timeouts, key prefix),
+// options of a connection to the server (address, credentials, TLS, timeouts, key prefix),
 // shared by keyed_mutex, fenced_store and versioned_store.
 #pragma once
 
@@ -13,7 +13,8 @@
 
 namespace handoff::redis {
 
-// A Redis failure: the message says what was being done and what Redis or hiredis said.
+// A Redis failure: the message says what was being done and what Redis, the socket or TLS
+// said.
 class error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -27,6 +28,18 @@ enum class eviction_check : std::uint8_t {
   refuse,  // throw error (also when the policy cannot be read)
   warn,    // print a warning to stderr and go on
   allow,   // do not check
+};
+
+// TLS to the server (a Redis started with --tls-port). The server's certificate is always
+// verified: against ca_file, and its name against server_name.
+struct tls_options {
+  bool enabled = false;
+  std::string ca_file{};      // PEM file of the CAs to trust; empty: the system's default CAs
+  std::string cert_file{};    // client certificate (PEM, chain), for a server that asks for
+                              // one (tls-auth-clients); needs key_file
+  std::string key_file{};     // the client certificate's private key (PEM, not encrypted)
+  std::string server_name{};  // the DNS name or IP address the certificate must name (and the
+                              // name sent by SNI); empty: options::host
 };
 
 struct options {
@@ -52,6 +65,8 @@ struct options {
   // lost notifications, re-checks, lock waits); nullptr: the process-wide sink. Not owned:
   // it must outlive the mutex.
   metrics_sink* metrics = nullptr;
+  // TLS: off by default. Not with unix_socket (Redis serves TLS on TCP only).
+  tls_options tls{};
 };
 
 }  // namespace handoff::redis

@@ -3,22 +3,13 @@
 #include "counters.hpp"
 
 #include <poll.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 
-#include <cerrno>
-#include <cstring>
+#include <new>
 #include <string>
-#include <system_error>
 #include <utility>
 
 namespace handoff::redis::detail {
 namespace {
-
-timeval to_timeval(std::chrono::milliseconds ms) {
-  return {.tv_sec = static_cast<time_t>(ms.count() / 1000),
-          .tv_usec = static_cast<suseconds_t>(ms.count() % 1000 * 1000)};
-}
 
 // EVALSHA's arguments; nkeys (the number of keys, as text) must outlive them.
 std::vector<std::string_view> evalsha(const script& s, std::string_view nkeys,
@@ -45,60 +36,73 @@ std::string describe(const redisReply* r) {
 }  // namespace
 
 connection::connection(const options& o, client_counters* counters)
-    : timeout_(o.command_timeout), socket_timeout_(o.command_timeout), counters_(counters) {
-  const timeval connect_tv = to_timeval(o.connect_timeout);
-  ctx_ = o.unix_socket.empty() ? redisConnectWithTimeout(o.host.c_str(), o.port, connect_tv)
-                               : redisConnectUnixWithTimeout(o.unix_socket.c_str(), connect_tv);
+    : timeout_(o.command_timeout), io_timeout_(o.command_timeout) {
   const std::string where = o.unix_socket.empty() ? o.host + ":" + std::to_string(o.port) : o.unix_socket;
-  if (ctx_ == nullptr) throw error("handoff::redis: connect to " + where + ": out of memory");
-  if (ctx_->err != 0) {
-    std::string msg = "handoff::redis: connect to " + where + ": " + ctx_->errstr;
-    redisFree(std::exchange(ctx_, nullptr));
-    throw error(msg);
-  }
+  const deadline by = std::chrono::steady_clock::now() + o.connect_timeout;
   try {
-    if (redisSetTimeout(ctx_, to_timeval(o.command_timeout)) != REDIS_OK) fail("set timeout on " + where);
-    if (o.unix_socket.empty()) redisEnableKeepAlive(ctx_);
-    if (!o.password.empty()) {
-      if (o.username.empty()) {
-        command({"AUTH", o.password}, "AUTH");
-      } else {
-        command({"AUTH", o.username, o.password}, "AUTH");
-      }
+    stream_ = stream::open(o, by);
+  } catch (const io_error& e) {
+    throw error("handoff::redis: connect to " + where + ": " + e.what());
+  }
+  reader_.reset(redisReaderCreate());
+  if (reader_ == nullptr) throw std::bad_alloc();
+  greet(o, where, by);
+  if (o.database != 0) command({"SELECT", std::to_string(o.database)}, "SELECT");
+  counters_ = counters;  // from here: connecting is not a round trip of the caller's
+}
+
+connection::~connection() = default;
+
+void connection::greet(const options& o, const std::string& where, deadline by) {
+  std::vector<std::string_view> first{"PING"};
+  if (!o.password.empty()) {
+    first = o.username.empty() ? std::vector<std::string_view>{"AUTH", o.password}
+                               : std::vector<std::string_view>{"AUTH", o.username, o.password};
+  }
+  const std::string what = "connect to " + where + ": " + std::string(first.front());
+  io_timeout_ = std::chrono::ceil<std::chrono::milliseconds>(by - std::chrono::steady_clock::now());
+  try {
+    const reply r = send(first, what, io_timeout_);
+    if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + what + ": " + describe(r.get()));
+  } catch (const error& e) {
+    // A server that drops the connection at its first command: over plain TCP, most often
+    // a TLS port; over TLS, a server that refused the client's certificate (or its lack of
+    // one) once the handshake was done, which TLS 1.3 reports only then.
+    const std::string_view text = e.what();
+    if (text.ends_with("connection closed by the server") || text.ends_with("reset by peer")) {
+      throw error(std::string(text) + (o.tls.enabled ? " (refused the client certificate? see options::tls.cert_file)"
+                                                     : " (a TLS port? see options::tls)"));
     }
-    if (o.database != 0) command({"SELECT", std::to_string(o.database)}, "SELECT");
-  } catch (...) {
-    redisFree(std::exchange(ctx_, nullptr));
     throw;
   }
+  io_timeout_ = timeout_;
 }
 
-connection::~connection() {
-  if (ctx_ != nullptr) redisFree(ctx_);
+bool connection::stale() noexcept {
+  if (broken_) return true;
+  pollfd p{.fd = stream_->fd(), .events = POLLIN, .revents = 0};
+  if (poll(&p, 1, 0) == 0) return false;
+  try {
+    // Unasked bytes or a closed socket: stale. Nothing decrypted (a TLS session ticket): not.
+    char buf[512];
+    if (stream_->read_ready(buf, sizeof buf) == 0) return false;
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a failed read is what this reports
+  }
+  broken_ = true;
+  return true;
 }
 
-bool connection::stale() const noexcept {
-  if (broken()) return true;
-  pollfd p{.fd = ctx_->fd, .events = POLLIN, .revents = 0};
-  return poll(&p, 1, 0) != 0;
-}
-
-void connection::fail(std::string_view what) const {
+void connection::fail(std::string_view what, std::string_view why) {
+  broken_ = true;  // never reuse a connection after a failure
   std::string msg = "handoff::redis: ";
   msg += what;
   msg += ": ";
-  if (ctx_ == nullptr) {
-    msg += "not connected";
-  } else if (ctx_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-    msg += "timed out";
-  } else {
-    msg += ctx_->errstr[0] != '\0' ? ctx_->errstr : "connection lost";
-  }
+  msg += why;
   throw error(msg);
 }
 
 void connection::append(const std::vector<std::string_view>& args, std::string_view what) {
-  if (broken()) fail(what);
+  if (broken_) fail(what, "connection lost");
   std::vector<const char*> argv;
   std::vector<std::size_t> lens;
   argv.reserve(args.size());
@@ -107,67 +111,56 @@ void connection::append(const std::vector<std::string_view>& args, std::string_v
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
-    if (ctx_->err == 0) ctx_->err = REDIS_ERR_OTHER;  // never reuse a connection after a failure
-    fail(what);
-  }
+  char* cmd = nullptr;
+  const int n = redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()), argv.data(), lens.data());
+  if (n < 0 || cmd == nullptr) fail(what, "out of memory");
+  out_.append(cmd, static_cast<std::size_t>(n));
+  redisFreeCommand(cmd);
 }
 
-reply connection::receive(std::string_view what) {
+reply connection::parsed(std::string_view what) {
   void* raw = nullptr;
-  if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
-    if (ctx_->err == 0) ctx_->err = REDIS_ERR_OTHER;
-    fail(what);
+  if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) {
+    fail(what, std::string("protocol error: ") + reader_->errstr);
   }
   return reply(static_cast<redisReply*>(raw));
 }
 
+reply connection::receive(std::string_view what) {
+  const deadline by = due();
+  for (;;) {
+    if (reply r = parsed(what)) return r;
+    char buf[16384];
+    std::size_t n = 0;
+    try {
+      n = stream_->read_some(buf, sizeof buf, by);
+    } catch (const io_error& e) {
+      fail(what, e.what());
+    }
+    if (redisReaderFeed(reader_.get(), buf, n) != REDIS_OK) fail(what, "out of memory");
+  }
+}
+
 reply connection::send(const std::vector<std::string_view>& args, std::string_view what,
                        std::chrono::milliseconds timeout) {
-  set_timeout(timeout, what);
+  set_timeout(timeout);
   append(args, what);
   flush(what);
   return receive(what);
 }
 
 void connection::flush(std::string_view what) {
-  // hiredis writes with write(2), which raises SIGPIPE on a connection the server has
-  // closed, and SIGPIPE's default action ends the process. Write its buffer here with
-  // MSG_NOSIGNAL instead: a dropped connection is an error, never the end of the host.
-  const std::size_t length = sdslen(ctx_->obuf);
-  std::size_t written = 0;
-  while (written < length) {
-    const ssize_t n = ::send(ctx_->fd, ctx_->obuf + written, length - written, MSG_NOSIGNAL);
-    if (n >= 0) {
-      written += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (errno == EINTR) continue;
-    const int e = errno;
-    ctx_->err = REDIS_ERR_IO;
-    const std::string why = std::generic_category().message(e);
-    std::strncpy(ctx_->errstr, why.c_str(), sizeof ctx_->errstr - 1);
-    errno = e;  // fail() tells a timeout (EAGAIN) from a lost connection
-    fail(what);
+  try {
+    stream_->write_all(out_, due());
+  } catch (const io_error& e) {
+    fail(what, e.what());
   }
-  // Empty the buffer as sdsclear() does (hiredis' sds.h declares it without C linkage).
-  sdssetlen(ctx_->obuf, 0);
-  ctx_->obuf[0] = '\0';
+  out_.clear();
   if (counters_ != nullptr) counters_->round_trip();  // every round trip writes once, here
 }
 
 reply connection::command(std::initializer_list<std::string_view> args, std::string_view what) {
   return command(args, what, timeout_);
-}
-
-void connection::set_timeout(std::chrono::milliseconds t, std::string_view what) {
-  if (t == socket_timeout_) return;  // a blocking waiter's connection keeps its BLPOP timeout
-  if (broken()) fail(what);
-  if (redisSetTimeout(ctx_, to_timeval(t)) != REDIS_OK) {
-    ctx_->err = REDIS_ERR_OTHER;  // never reuse it with the wrong timeout
-    fail(what);
-  }
-  socket_timeout_ = t;
 }
 
 reply connection::command(std::initializer_list<std::string_view> args, std::string_view what,
@@ -185,7 +178,7 @@ std::pair<reply, reply> connection::eval_then(const script& s, std::initializer_
   const std::vector<std::string_view> eval = evalsha(s, nkeys, keys, args);
   const std::vector<std::string_view> next(then);
   const auto send_both = [&] {
-    set_timeout(timeout, what);
+    set_timeout(timeout);
     append(eval, what);
     append(next, what);
     flush(what);
@@ -209,7 +202,7 @@ reply connection::eval_skipped_then(const script& s, std::initializer_list<std::
                                     std::initializer_list<std::string_view> then, std::string_view what,
                                     std::chrono::milliseconds timeout) {
   const std::string nkeys = std::to_string(keys.size());
-  set_timeout(timeout, what);
+  set_timeout(timeout);
   append({"CLIENT", "REPLY", "SKIP"}, what);
   append(evalsha(s, nkeys, keys, args), what);
   append(std::vector<std::string_view>(then), what);
@@ -221,7 +214,7 @@ reply connection::eval_skipped_then(const script& s, std::initializer_list<std::
 
 bool connection::supports_reply_skip() {
   constexpr std::string_view what = "CLIENT REPLY SKIP";
-  set_timeout(timeout_, what);
+  set_timeout(timeout_);
   // Honoured, it answers nothing and the first PING's PONG is skipped: one PONG comes back.
   // Unknown, it answers an error, then both PINGs answer.
   append({"CLIENT", "REPLY", "SKIP"}, what);
@@ -264,7 +257,7 @@ std::vector<reply> connection::eval_each(const script& s, const std::vector<std:
   // The second pass resends what found the script forgotten; a script forgotten twice in a
   // row (SCRIPT FLUSH in between) comes back as its NOSCRIPT reply.
   for (int pass = 0; pass < 2 && !todo.empty(); ++pass) {
-    set_timeout(timeout_, what);
+    set_timeout(timeout_);
     for (const std::size_t i : todo) {
       argv.assign({"EVALSHA", s.sha});
       argv.insert(argv.end(), calls[i].begin(), calls[i].end());
@@ -283,14 +276,22 @@ std::vector<reply> connection::eval_each(const script& s, const std::vector<std:
 }
 
 std::vector<reply> connection::read_available() {
-  if (broken() || redisBufferRead(ctx_) != REDIS_OK) fail("subscriber read");
-  std::vector<reply> out;
+  constexpr std::string_view what = "subscriber read";
+  if (broken_) fail(what, "connection lost");
   for (;;) {
-    void* raw = nullptr;
-    if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) fail("subscriber read");
-    if (raw == nullptr) return out;
-    out.emplace_back(static_cast<redisReply*>(raw));
+    char buf[16384];
+    std::size_t n = 0;
+    try {
+      n = stream_->read_ready(buf, sizeof buf);
+    } catch (const io_error& e) {
+      fail(what, e.what());
+    }
+    if (n == 0) break;
+    if (redisReaderFeed(reader_.get(), buf, n) != REDIS_OK) fail(what, "out of memory");
   }
+  std::vector<reply> out;
+  while (reply r = parsed(what)) out.push_back(std::move(r));
+  return out;
 }
 
 pool::handle pool::take() {

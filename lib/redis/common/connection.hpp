@@ -3,9 +3,10 @@
 // (names.hpp), counters, leases as PX (lease_ms.hpp), random ids (ids.hpp) and the
 // checks of options and server (options.cpp). It includes nothing of lock/, store/, actor/.
 //
-// hiredis behind handoff::redis: one blocking connection (connect, AUTH, SELECT, commands
-// with a timeout, Lua scripts by SHA) and a small pool of them. Every failure becomes a
-// handoff::redis::error; a connection that failed is never reused.
+// One connection to the server (connect, TLS, AUTH, SELECT, commands with a timeout, Lua
+// scripts by SHA) and a small pool of them. The bytes go over a stream (stream.hpp: TCP or
+// Unix socket, TLS or not); hiredis only formats the commands and parses the replies. Every
+// failure becomes a handoff::redis::error; a connection that failed is never reused.
 #pragma once
 
 #include <hiredis/hiredis.h>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "handoff/redis/options.hpp"
+#include "stream.hpp"
 
 namespace handoff::redis::detail {
 
@@ -40,28 +42,31 @@ struct script {
 
 class connection {
  public:
-  // Connects (TCP or Unix socket), sets the command timeout, AUTH and SELECT as options
-  // say. Throws error. Counts its round trips into `counters` when given.
+  // Connects (TCP or Unix socket, TLS as options::tls says), then AUTH (or a PING, so that
+  // a server that speaks another protocol fails here) and SELECT as options say, all within
+  // options::connect_timeout. Throws error. Counts its round trips after those into
+  // `counters` when given.
   explicit connection(const options& o, client_counters* counters = nullptr);
   ~connection();
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
 
-  // True once an I/O error or timeout happened: the connection must be dropped.
-  [[nodiscard]] bool broken() const noexcept { return ctx_ == nullptr || ctx_->err != 0; }
+  // True once an I/O error, a timeout or a protocol error happened: the connection must be
+  // dropped.
+  [[nodiscard]] bool broken() const noexcept { return broken_; }
 
   // For an idle connection (no reply pending): true if the server closed it or sent
   // something unasked (a restart or a timeout on the server's side). One poll(), no round
-  // trip: a command on such a connection would fail after it may have run.
-  [[nodiscard]] bool stale() const noexcept;
+  // trip: a command on such a connection would fail after it may have run. (Over TLS a
+  // readable socket may carry only a session ticket: that is read, and is not stale.)
+  [[nodiscard]] bool stale() noexcept;
 
   // Sends a command and waits for its reply. Throws error (prefixed by `what`) on I/O
   // failure, timeout or an error reply.
   reply command(std::initializer_list<std::string_view> args, std::string_view what);
 
   // command() with a reply timeout of `timeout` instead of options::command_timeout, for
-  // a blocking command (BLPOP). Every command sets the timeout it needs (a system call only
-  // when it changes).
+  // a blocking command (BLPOP).
   reply command(std::initializer_list<std::string_view> args, std::string_view what, std::chrono::milliseconds timeout);
 
   // EVALSHA of s with `then` sent behind it in the same write (one round trip), waiting
@@ -102,27 +107,42 @@ class connection {
                                std::string_view what);
 
   // For the subscriber: the socket, and replies read after poll() said it is readable.
-  [[nodiscard]] int fd() const noexcept { return ctx_->fd; }
+  [[nodiscard]] int fd() const noexcept { return stream_->fd(); }
   // Reads what arrived; returns the complete replies. Throws error when the connection failed.
   std::vector<reply> read_available();
 
  private:
-  [[noreturn]] void fail(std::string_view what) const;
+  struct reader_free {
+    void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
+  };
+
+  // Marks the connection broken and throws error: "handoff::redis: <what>: <why>".
+  [[noreturn]] void fail(std::string_view what, std::string_view why);
+  // The first command, within the connect deadline; throws error naming `where`.
+  void greet(const options& o, const std::string& where, deadline by);
   // The one NOSCRIPT path of eval and eval_then: if r, the reply to an EVALSHA of s, says
   // the server forgot s (a restarted server, SCRIPT FLUSH), loads s again and returns true:
   // the caller sends once more. Throws error like command() if the load fails.
   bool reloaded(const redisReply& r, const script& s, std::string_view what);
   reply send(const std::vector<std::string_view>& args, std::string_view what, std::chrono::milliseconds timeout);
+  // Formats a command into out_ (sent by flush).
   void append(const std::vector<std::string_view>& args, std::string_view what);
+  // The next reply, read within the current timeout.
   reply receive(std::string_view what);
-  void set_timeout(std::chrono::milliseconds t, std::string_view what);
-  // Writes hiredis' output buffer without raising SIGPIPE; throws error on failure.
+  // The next reply already parsed, or nullptr. Throws error on a protocol error.
+  reply parsed(std::string_view what);
+  void set_timeout(std::chrono::milliseconds t) noexcept { io_timeout_ = t; }
+  // Writes out_ within the current timeout; throws error on failure.
   void flush(std::string_view what);
+  [[nodiscard]] deadline due() const noexcept { return std::chrono::steady_clock::now() + io_timeout_; }
 
-  redisContext* ctx_ = nullptr;
-  std::chrono::milliseconds timeout_;         // options::command_timeout
-  std::chrono::milliseconds socket_timeout_;  // the one set on the socket now
-  client_counters* counters_;                 // nullptr: not counted
+  std::unique_ptr<stream> stream_;
+  std::unique_ptr<redisReader, reader_free> reader_;  // the replies read and not yet taken
+  std::string out_;                                   // commands formatted, not yet written
+  bool broken_ = false;
+  std::chrono::milliseconds timeout_;     // options::command_timeout
+  std::chrono::milliseconds io_timeout_;  // the wait of each write and each reply now
+  client_counters* counters_ = nullptr;   // nullptr: not counted
 };
 
 // Throws std::invalid_argument for nonsensical options (see keyed_mutex's constructor).

@@ -25,6 +25,12 @@ void validate(const options& o) {
         std::to_string(renew_fraction) + " ms");
   }
   if (o.database < 0) throw std::invalid_argument("handoff::redis::options: database must be >= 0");
+  if (o.tls.enabled && !o.unix_socket.empty()) {
+    throw std::invalid_argument("handoff::redis::options: tls needs host and port (Redis serves TLS on TCP only)");
+  }
+  if (o.tls.cert_file.empty() != o.tls.key_file.empty()) {
+    throw std::invalid_argument("handoff::redis::options: tls.cert_file and tls.key_file go together");
+  }
 }
 
 namespace {
