@@ -22,6 +22,11 @@
 // above to remove one); a record stored with keys of another options::prefix than the
 // locks' is fenced by its own last token only (the lock's counter is not found).
 //
+// On a Redis Cluster (found at construction: any node's host and port will do): each call
+// goes to the primary of its key's hash slot and follows MOVED, ASK, TRYAGAIN and
+// CLUSTERDOWN while slots move, within command_timeout; one pool of pool_size connections
+// per primary. docs/redis.md, "Redis Cluster".
+//
 // Errors: as handoff::redis::keyed_mutex: every Redis failure throws handoff::redis::error
 // (a record name holding another Redis type included), within command_timeout per command
 // (plus connect_timeout when a connection must be opened, and up to one command_timeout

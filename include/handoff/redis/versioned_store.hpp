@@ -19,6 +19,11 @@
 // Not promised: progress for one writer (update gives up after max_attempts conflicts;
 // every conflict means another writer's update went in); records never expire.
 //
+// On a Redis Cluster (found at construction: any node's host and port will do): each call
+// goes to the primary of its key's hash slot and follows MOVED, ASK, TRYAGAIN and
+// CLUSTERDOWN while slots move, within command_timeout; one pool of pool_size connections
+// per primary. docs/redis.md, "Redis Cluster".
+//
 // Errors: as fenced_store.hpp: handoff::redis::error for every Redis failure, within
 // command_timeout per command.
 #pragma once

@@ -61,7 +61,7 @@ actor_core::actor_core(options opts, actor_options ao)
   validate(o);
   check(a);
   connection c(o);  // fails fast on a wrong address or password
-  check_server(c, o, "an evicted mailbox or owner key loses messages or lets two owners in");
+  check_server(c, o, "an evicted mailbox or owner key loses messages or lets two owners in", "actor_system");
   for (script* s : {&post_script, &step_script, &renew_script, &claim_script, &due_script}) c.load(*s);
 }
 

@@ -248,6 +248,26 @@ reply connection::eval(const script& s, std::initializer_list<std::string_view> 
   return r;
 }
 
+reply connection::call(const std::vector<std::string_view>& args, std::string_view what, bool asking) {
+  set_timeout(timeout_);
+  if (asking) append({"ASKING"}, what);
+  append(args, what);
+  flush(what);
+  if (!asking) return receive(what);
+  reply asked = receive(what);
+  reply r = receive(what);
+  return asked->type == REDIS_REPLY_ERROR ? std::move(asked) : std::move(r);
+}
+
+reply connection::eval_call(const script& s, std::initializer_list<std::string_view> keys,
+                            std::initializer_list<std::string_view> args, std::string_view what, bool asking) {
+  const std::string nkeys = std::to_string(keys.size());
+  const std::vector<std::string_view> argv = evalsha(s, nkeys, keys, args);
+  reply r = call(argv, what, asking);
+  if (reloaded(*r, s, what)) r = call(argv, what, asking);
+  return r;
+}
+
 std::vector<reply> connection::eval_each(const script& s, const std::vector<std::vector<std::string>>& calls,
                                          std::string_view what) {
   std::vector<reply> out(calls.size());

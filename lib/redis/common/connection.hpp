@@ -106,6 +106,14 @@ class connection {
   std::vector<reply> eval_each(const script& s, const std::vector<std::vector<std::string>>& calls,
                                std::string_view what);
 
+  // For a router (router.hpp): the reply as it comes, error replies included (a cluster's
+  // MOVED and ASK among them); with `asking`, ASKING goes first, in the same write. eval_call
+  // loads the script again when the server forgot it, as eval() does. Throws error (prefixed
+  // by `what`) on I/O failure or timeout.
+  reply call(const std::vector<std::string_view>& args, std::string_view what, bool asking);
+  reply eval_call(const script& s, std::initializer_list<std::string_view> keys,
+                  std::initializer_list<std::string_view> args, std::string_view what, bool asking);
+
   // For the subscriber: the socket, and replies read after poll() said it is readable.
   [[nodiscard]] int fd() const noexcept { return stream_->fd(); }
   // Reads what arrived; returns the complete replies. Throws error when the connection failed.
@@ -152,7 +160,12 @@ void validate(const options& o);
 // options::if_server_evicts (throws error for refuse, prints a warning for warn; `what`
 // names what an evicted key would break), then claims the prefix for this version's data
 // format (format.hpp): throws error if data of another format is there.
-void check_server(connection& c, const options& o, std::string_view what);
+// `client` names the client for the refusal of a Redis Cluster node, on which it does not run.
+void check_server(connection& c, const options& o, std::string_view what, std::string_view client);
+// The same checks through a router (router.hpp): the eviction policy of every primary, the
+// marker on the node that holds it.
+class router;
+void check_server(router& r, const options& o, std::string_view what);
 
 // Command connections shared by the callers of one keyed_mutex: at most options::pool_size
 // open at once; a caller takes one for one command (or script) and gives it back.

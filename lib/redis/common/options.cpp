@@ -1,6 +1,8 @@
 // Checks of the options and of the server, shared by keyed_mutex, the stores and the actors.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -9,6 +11,7 @@
 #include "format.hpp"
 #include "handoff/detail/report.hpp"
 #include "renewal.hpp"
+#include "router.hpp"
 
 namespace handoff::redis::detail {
 
@@ -72,8 +75,12 @@ void check_eviction(connection& c, const options& o, std::string_view what) {
   std::fprintf(stderr, "handoff::redis: warning: %s\n", problem.c_str());
 }
 
+// A command on the server that holds `key`.
+using keyed_command =
+    std::function<reply(std::string_view key, std::initializer_list<std::string_view> args, std::string_view what)>;
+
 // Claims o.prefix for data_format: sets the marker if absent, refuses another format.
-void claim_format(connection& c, const options& o) {
+void claim_format(const keyed_command& command, const options& o) {
   const std::string marker = o.prefix + std::string(format_marker);
   const std::string what = "data format of the prefix " + handoff::detail::key_excerpt(o.prefix);
   const auto refuse = [&](std::string_view found) {
@@ -83,25 +90,42 @@ void claim_format(connection& c, const options& o) {
                 "version's processes and let their actors drain, or give this version another prefix");
   };
   for (;;) {
-    const reply r = c.command({"GET", marker}, what);
+    const reply r = command(marker, {"GET", marker}, what);
     if (r->type == REDIS_REPLY_STRING) {
       if (std::string_view(r->str, r->len) != data_format) refuse(std::string_view(r->str, r->len));
       return;
     }
     // No marker. Actors of format 1, written before the marker existed, keep their pending
     // set while any of them has messages.
-    const reply old = c.command({"EXISTS", o.prefix + std::string(actor_pending_set)}, what);
+    const std::string pending = o.prefix + std::string(actor_pending_set);
+    const reply old = command(pending, {"EXISTS", pending}, what);
     if (old->type == REDIS_REPLY_INTEGER && old->integer != 0) refuse("1 (before format markers)");
-    const reply set = c.command({"SET", marker, std::string(data_format), "NX"}, what);
+    const reply set = command(marker, {"SET", marker, data_format, "NX"}, what);
     if (set->type == REDIS_REPLY_STATUS) return;  // ours; else another client set it first: read it
   }
 }
 
 }  // namespace
 
-void check_server(connection& c, const options& o, std::string_view what) {
+void check_server(connection& c, const options& o, std::string_view what, std::string_view client) {
+  const reply info = c.command({"INFO", "cluster"}, "INFO cluster");
+  if (std::string_view(info->str != nullptr ? info->str : "", info->len).find("cluster_enabled:1") !=
+      std::string_view::npos) {
+    throw error("handoff::redis: " + std::string(client) +
+                " does not run on Redis Cluster yet (fenced_store and versioned_store do); the server at " + o.host +
+                ":" + std::to_string(o.port) + " is a cluster node");
+  }
   check_eviction(c, o, what);
-  claim_format(c, o);
+  claim_format([&](std::string_view, std::initializer_list<std::string_view> args,
+                   std::string_view doing) { return c.command(args, doing); },
+               o);
+}
+
+void check_server(router& r, const options& o, std::string_view what) {
+  r.each_primary([&](connection& c) { check_eviction(c, o, what); });
+  claim_format([&](std::string_view key, std::initializer_list<std::string_view> args,
+                   std::string_view doing) { return r.command(key, args, doing); },
+               o);
 }
 
 }  // namespace handoff::redis::detail

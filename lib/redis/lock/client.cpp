@@ -21,7 +21,7 @@ options validated(options o) {
 }  // namespace
 
 client::client(options opts) : o(validated(std::move(opts))) {
-  check_server(background_.conn(), o, "a held lock could be evicted and granted twice");
+  check_server(background_.conn(), o, "a held lock could be evicted and granted twice", "keyed_mutex");
   commands.load(background_.conn());
   async_.connect_subscriber();
 }

@@ -7,6 +7,7 @@
 
 #include "../common/connection.hpp"
 #include "../common/names.hpp"
+#include "../common/router.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/redis/fenced_store.hpp"
 #include "handoff/redis/versioned_store.hpp"
@@ -14,18 +15,24 @@
 
 namespace handoff::redis::detail {
 
-// What both stores share: the options, the connection pool and the scripts.
+// What both stores share: the options, the servers (one, or a cluster's primaries) and the
+// scripts.
 struct store_core {
-  store_core(options opts, std::string_view what) : o(std::move(opts)), connections(o, o.pool_size) {
+  store_core(options opts, std::string_view what) : o(validated(std::move(opts))), servers(o) {
+    check_server(servers, o, what);
+    servers.each_primary([&](connection& c) {
+      c.load(fenced_write);
+      c.load(compare_and_set);
+    });
+  }
+
+  static options validated(options o) {
     validate(o);
-    connection c(o);  // fails fast on a wrong address or password
-    check_server(c, o, what);
-    c.load(fenced_write);
-    c.load(compare_and_set);
+    return o;
   }
 
   const options o;
-  pool connections;  // after o, which it refers to
+  router servers;  // after o, which it refers to
   // Loaded once by the constructor, then only read.
   script fenced_write{scripts::fenced_write, {}};
   script compare_and_set{scripts::compare_and_set, {}};
@@ -67,10 +74,7 @@ std::uint64_t number(const redisReply& r, std::string_view what) {
 // HMGET name field value: the record's number and value.
 std::pair<std::uint64_t, std::string> read_record(store_core& core, const std::string& name, const char* field,
                                                   std::string_view what) {
-  reply r = [&] {
-    auto c = core.connections.take();
-    return c->command({"HMGET", name, field, "value"}, what);
-  }();
+  const reply r = core.servers.command(name, {"HMGET", name, field, "value"}, what);
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) unexpected(what);
   const std::uint64_t n = number(*r->element[0], what);
   return {n, std::string(text(*r->element[1], what))};
@@ -94,10 +98,7 @@ bool fenced_store::write(std::string_view key, std::string_view value, std::uint
   const std::string record = detail::key_name(core_->o.prefix, key, "fenced");
   const std::string fence = detail::key_name(core_->o.prefix, key, "fence");
   const std::string t = std::to_string(token);
-  detail::reply r = [&] {
-    auto c = core_->connections.take();
-    return c->eval(core_->fenced_write, {record, fence}, {t, value}, what);
-  }();
+  const detail::reply r = core_->servers.eval(core_->fenced_write, {record, fence}, {t, value}, what);
   if (r->type != REDIS_REPLY_INTEGER) detail::unexpected(what);
   return r->integer == 1;
 }
@@ -133,10 +134,7 @@ bool versioned_store::try_set(std::string_view key, std::string value, versioned
   const std::string what = detail::describe("compare_and_set of", key);
   const std::string record = detail::key_name(core_->o.prefix, key, "versioned");
   const std::string expected = std::to_string(current.version);
-  detail::reply r = [&] {
-    auto c = core_->connections.take();
-    return c->eval(core_->compare_and_set, {record}, {expected, value}, what);
-  }();
+  const detail::reply r = core_->servers.eval(core_->compare_and_set, {record}, {expected, value}, what);
   // {1, new version} or {0, current version, current value}.
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
       r->element[1]->type != REDIS_REPLY_INTEGER || r->element[1]->integer < 0) {

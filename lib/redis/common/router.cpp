@@ -1,0 +1,223 @@
+#include "router.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace handoff::redis::detail {
+namespace {
+
+// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), Redis Cluster's key hash.
+constexpr std::array<std::uint16_t, 256> crc16_table = [] {
+  std::array<std::uint16_t, 256> t{};
+  for (unsigned i = 0; i < 256; ++i) {
+    unsigned crc = i << 8;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc & 0x8000) != 0 ? (crc << 1) ^ 0x1021 : crc << 1;
+    t[i] = static_cast<std::uint16_t>(crc);
+  }
+  return t;
+}();
+
+std::uint16_t crc16(std::string_view bytes) noexcept {
+  unsigned crc = 0;
+  for (const char c : bytes) {
+    crc = ((crc << 8) ^ crc16_table[((crc >> 8) ^ static_cast<unsigned char>(c)) & 0xff]) & 0xffff;
+  }
+  return static_cast<std::uint16_t>(crc);
+}
+
+// "host:port" of a MOVED or ASK reply ("MOVED 3999 127.0.0.1:6381"): its third word.
+std::string_view redirect_address(std::string_view error) {
+  const std::size_t first = error.find(' ');
+  const std::size_t second = first == std::string_view::npos ? first : error.find(' ', first + 1);
+  return second == std::string_view::npos ? std::string_view{} : error.substr(second + 1);
+}
+
+std::string_view text(const redisReply& r) { return {r.str != nullptr ? r.str : "", r.str != nullptr ? r.len : 0}; }
+
+[[noreturn]] void error_reply(std::string_view what, const redisReply& r) {
+  throw error("handoff::redis: " + std::string(what) + ": " + std::string(text(r)));
+}
+
+// MOVED this many times for one command (each after reading the map again): a map that
+// does not settle, given up on rather than followed for ever.
+constexpr int max_moves = 16;
+// TRYAGAIN and CLUSTERDOWN: a migration's multi-key step or an election takes about this long.
+constexpr auto retry_pause = std::chrono::milliseconds(20);
+
+}  // namespace
+
+std::uint16_t hash_slot(std::string_view key) noexcept {
+  if (const std::size_t open = key.find('{'); open != std::string_view::npos) {
+    const std::size_t close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
+  }
+  return static_cast<std::uint16_t>(crc16(key) % cluster_slots);
+}
+
+router::node::node(options base, std::string host, int port, client_counters* counters)
+    : o(std::move(base)), connections(o, o.pool_size, counters) {
+  o.host = std::move(host);
+  o.port = port;
+  o.unix_socket.clear();
+}
+
+router::router(const options& o, client_counters* counters) : o_(o), counters_(counters) {
+  connection first(o);  // fails fast on a wrong address or password
+  const reply info = first.command({"INFO", "cluster"}, "INFO cluster");
+  clustered_ = text(*info).find("cluster_enabled:1") != std::string_view::npos;
+  if (!clustered_) {
+    auto n = std::make_unique<node>(o, o.host, o.port, counters);
+    n->o.unix_socket = o.unix_socket;
+    single_ = n.get();
+    nodes_.emplace(std::string(), std::move(n));
+    return;
+  }
+  if (!o.unix_socket.empty()) {
+    throw error("handoff::redis: " + o.unix_socket + " is a Redis Cluster node: give its host and port instead");
+  }
+  const std::unique_lock lock(mu_);
+  read_map(first, "CLUSTER SLOTS");
+}
+
+void router::read_map(connection& c, std::string_view what) {
+  const reply r = c.command({"CLUSTER", "SLOTS"}, what);
+  if (r->type != REDIS_REPLY_ARRAY) error_reply(what, *r);
+  slots_.fill(nullptr);
+  // Each entry: [first slot, last slot, [host, port, id, ...] of the primary, replicas...].
+  for (std::size_t i = 0; i < r->elements; ++i) {
+    const redisReply& range = *r->element[i];
+    if (range.type != REDIS_REPLY_ARRAY || range.elements < 3 || range.element[2]->type != REDIS_REPLY_ARRAY ||
+        range.element[2]->elements < 2) {
+      throw error("handoff::redis: " + std::string(what) + ": unexpected reply");
+    }
+    const redisReply& primary = *range.element[2];
+    std::string host(text(*primary.element[0]));
+    if (host.empty()) host = o_.host;  // a node that does not know its own address: the one asked
+    const std::string address = host + ":" + std::to_string(primary.element[1]->integer);
+    auto it = nodes_.find(address);
+    if (it == nodes_.end()) {
+      it = nodes_
+               .emplace(address,
+                        std::make_unique<node>(o_, host, static_cast<int>(primary.element[1]->integer), counters_))
+               .first;
+    }
+    const auto first = static_cast<std::size_t>(range.element[0]->integer);
+    const auto last = static_cast<std::size_t>(range.element[1]->integer);
+    for (std::size_t s = first; s <= last && s < cluster_slots; ++s) slots_[s] = it->second.get();
+  }
+}
+
+router::node& router::node_at(std::string_view address) {
+  const std::unique_lock lock(mu_);
+  auto it = nodes_.find(address);
+  if (it != nodes_.end()) return *it->second;
+  const std::size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) throw error("handoff::redis: bad node address " + std::string(address));
+  const int port = std::stoi(std::string(address.substr(colon + 1)));
+  return *nodes_
+              .emplace(std::string(address),
+                       std::make_unique<node>(o_, std::string(address.substr(0, colon)), port, counters_))
+              .first->second;
+}
+
+void router::refresh(std::string_view what) {
+  const std::unique_lock lock(mu_);
+  std::string why = "no node known";
+  for (auto& [address, n] : nodes_) {
+    try {
+      auto c = n->connections.take();
+      read_map(*c, what);
+      return;
+    } catch (const error& e) {
+      why = e.what();
+    }
+  }
+  throw error("handoff::redis: " + std::string(what) + ": cannot read the slot map: " + why);
+}
+
+reply router::run(std::string_view key, std::string_view what, const request& r) {
+  if (!clustered_) {
+    auto c = single_->connections.take();
+    return r(*c, false);
+  }
+  const std::uint16_t slot = hash_slot(key);
+  const auto give_up = std::chrono::steady_clock::now() + o_.command_timeout;
+  node* asked = nullptr;  // an ASK redirect's node, for the next try only
+  int moves = 0;
+  for (;;) {
+    node* target = asked;
+    if (target == nullptr) {
+      const std::shared_lock lock(mu_);
+      target = slots_[slot];
+    }
+    if (target == nullptr) refresh(what);
+    if (target == nullptr) {
+      const std::shared_lock lock(mu_);
+      target = slots_[slot];
+      if (target == nullptr) throw error("handoff::redis: " + std::string(what) + ": no node serves its slot");
+    }
+    reply out = [&] {
+      auto c = target->connections.take();
+      return r(*c, asked != nullptr);
+    }();
+    asked = nullptr;
+    if (out->type != REDIS_REPLY_ERROR) return out;
+    const std::string_view e = text(*out);
+    const bool moved = e.starts_with("MOVED ");
+    if (moved && ++moves > max_moves) {
+      throw error("handoff::redis: " + std::string(what) + ": moved " + std::to_string(max_moves) +
+                  " times, last: " + std::string(e));
+    }
+    if (moved) {
+      refresh(what);
+    } else if (e.starts_with("ASK ")) {  // the target answers, or says TRYAGAIN: never ASK again
+      asked = &node_at(redirect_address(e));
+    } else if (e.starts_with("TRYAGAIN") || e.starts_with("CLUSTERDOWN")) {
+      if (std::chrono::steady_clock::now() + retry_pause > give_up) error_reply(what, *out);
+      std::this_thread::sleep_for(retry_pause);
+    } else {
+      return out;  // the command's own error: the caller's to report
+    }
+  }
+}
+
+reply router::command(std::string_view key, std::initializer_list<std::string_view> args, std::string_view what) {
+  const std::vector<std::string_view> argv(args);
+  reply r = run(key, what, [&](connection& c, bool asking) { return c.call(argv, what, asking); });
+  if (r->type == REDIS_REPLY_ERROR) error_reply(what, *r);
+  return r;
+}
+
+reply router::eval(const script& s, std::initializer_list<std::string_view> keys,
+                   std::initializer_list<std::string_view> args, std::string_view what) {
+  reply r =
+      run(*keys.begin(), what, [&](connection& c, bool asking) { return c.eval_call(s, keys, args, what, asking); });
+  if (r->type == REDIS_REPLY_ERROR) error_reply(what, *r);
+  return r;
+}
+
+void router::each_primary(const std::function<void(connection&)>& f) {
+  std::vector<node*> primaries;
+  {
+    const std::shared_lock lock(mu_);
+    if (!clustered_) {
+      primaries.push_back(single_);
+    } else {
+      for (node* n : slots_) {
+        if (n != nullptr && (primaries.empty() || primaries.back() != n)) primaries.push_back(n);
+      }
+    }
+  }
+  std::sort(primaries.begin(), primaries.end());
+  primaries.erase(std::unique(primaries.begin(), primaries.end()), primaries.end());
+  for (node* n : primaries) {
+    auto c = n->connections.take();
+    f(*c);
+  }
+}
+
+}  // namespace handoff::redis::detail

@@ -1,0 +1,86 @@
+// Which server runs a command: the one server of options::host/port, or, on a Redis Cluster,
+// the primary that serves the command's hash slot. A router finds out which at
+// construction (INFO cluster on the configured server) and keeps a connection pool per
+// node (options::pool_size each).
+//
+// On a cluster it keeps the slot map (CLUSTER SLOTS) and follows the cluster's answers:
+//   MOVED slot addr      the slot lives elsewhere now: the map is read again, and the
+//                        command goes to the new node;
+//   ASK slot addr        the slot is migrating and this key has moved: ASKING, then the
+//                        command, once, on that node (the map does not change);
+//   TRYAGAIN, CLUSTERDOWN  a multi-key command mid-migration, or a cluster without a
+//                        majority: tried again every 20 ms until options::command_timeout.
+// Every key one command touches must be in one slot (the key names' hash tags see to it).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "connection.hpp"
+
+namespace handoff::redis::detail {
+
+inline constexpr std::size_t cluster_slots = 16384;
+
+// Redis Cluster's hash slot of a key: CRC16 (XMODEM) of its hash tag (the bytes between
+// its first '{' and the first '}' after it, when that is not empty) or of the whole key.
+[[nodiscard]] std::uint16_t hash_slot(std::string_view key) noexcept;
+
+class router {
+ public:
+  // Connects to options::host/port (or unix_socket), which may be a cluster node. Throws
+  // error. Counts round trips into `counters` when given.
+  explicit router(const options& o, client_counters* counters = nullptr);
+  ~router() = default;
+  router(const router&) = delete;
+  router& operator=(const router&) = delete;
+  router(router&&) = delete;
+  router& operator=(router&&) = delete;
+
+  // Thread-safe. Whether the server is a Redis Cluster.
+  [[nodiscard]] bool clustered() const noexcept { return clustered_; }
+
+  // Thread-safe. The command, on the node serving `key` (any key name it touches). Throws
+  // error for an error reply, I/O failure or timeout, prefixed by `what`.
+  reply command(std::string_view key, std::initializer_list<std::string_view> args, std::string_view what);
+  // Thread-safe. EVALSHA of s, as connection::eval, on the node serving keys[0].
+  reply eval(const script& s, std::initializer_list<std::string_view> keys,
+             std::initializer_list<std::string_view> args, std::string_view what);
+
+  // Thread-safe. f on a connection to every primary (the one server when not clustered).
+  void each_primary(const std::function<void(connection&)>& f);
+
+ private:
+  struct node {
+    node(options base, std::string host, int port, client_counters* counters);
+    options o;  // base options with this node's address
+    pool connections;
+  };
+  // One request: returns its reply, error replies included.
+  using request = std::function<reply(connection&, bool asking)>;
+
+  reply run(std::string_view key, std::string_view what, const request& r);
+  // The node at "host:port", created on first use. Takes mu_ exclusively.
+  node& node_at(std::string_view address);
+  // Reads the slot map again from any known node. Throws error when none answers.
+  void refresh(std::string_view what);
+  void read_map(connection& c, std::string_view what);
+
+  const options& o_;
+  client_counters* const counters_;
+  bool clustered_ = false;
+  std::shared_mutex mu_;
+  std::map<std::string, std::unique_ptr<node>, std::less<>> nodes_;  // guarded by mu_; never shrinks
+  std::array<node*, cluster_slots> slots_{};                         // guarded by mu_; nullptr: unserved
+  node* single_ = nullptr;                                           // not clustered: the one server (set once)
+};
+
+}  // namespace handoff::redis::detail

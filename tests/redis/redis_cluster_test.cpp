@@ -1,0 +1,149 @@
+// handoff::redis on a Redis Cluster (redis_cluster.hpp, started once for the whole binary):
+// the hash slots, the stores over every primary, a resharding followed through ASK and
+// MOVED, and the clients that do not run on a cluster yet refusing it clearly.
+#include <handoff/redis/actor_system.hpp>
+#include <handoff/redis/fenced_store.hpp>
+#include <handoff/redis/keyed_mutex.hpp>
+#include <handoff/redis/versioned_store.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../../lib/redis/common/router.hpp"
+#include "redis_cluster.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace hr = handoff::redis;
+using handoff::test::raw_redis;
+using handoff::test::redis_cluster;
+
+redis_cluster& cluster() {
+  static redis_cluster c;  // one per binary: the suite runs as one ctest
+  return c;
+}
+
+hr::options on_cluster() {
+  hr::options o;
+  o.port = cluster().seed_port();
+  o.command_timeout = 2s;
+  return o;
+}
+
+// A user key whose record, "handoff:{<key>}:fenced", hashes to `slot`.
+std::string key_in_slot(int slot, const std::string& stem) {
+  for (int i = 0;; ++i) {
+    const std::string k = stem + std::to_string(i);
+    if (handoff::redis::detail::hash_slot("{" + k + "}") == slot) return k;
+  }
+}
+
+TEST(RedisCluster, hash_slots_match_the_servers_keyslot_hash_tags_included) {
+  raw_redis r(cluster().seed_port());
+  const std::vector<std::string> keys{"",
+                                      "foo",
+                                      "bar",
+                                      "{user1000}.following",
+                                      "{user1000}.followers",
+                                      "foo{}{bar}",
+                                      "foo{{bar}}zap",
+                                      "foo{bar}{zap}",
+                                      "{",
+                                      "}",
+                                      "{}",
+                                      "handoff:{player:42}:lock",
+                                      "a\x01(b",
+                                      std::string("nul\0key", 7)};
+  for (const std::string& k : keys) {
+    EXPECT_EQ(static_cast<long long>(handoff::redis::detail::hash_slot(k)), r.integer({"CLUSTER", "KEYSLOT", k})) << k;
+  }
+  for (int i = 0; i < 2000; ++i) {
+    const std::string k = "key:" + std::to_string(i * 7919);
+    ASSERT_EQ(static_cast<long long>(handoff::redis::detail::hash_slot(k)), r.integer({"CLUSTER", "KEYSLOT", k})) << k;
+  }
+}
+
+TEST(RedisCluster, stores_spread_their_records_over_every_primary_and_keep_their_guarantees) {
+  hr::fenced_store fenced(on_cluster());
+  hr::versioned_store versioned(on_cluster());
+  for (int i = 0; i < 60; ++i) {
+    const std::string k = "account:" + std::to_string(i);
+    ASSERT_TRUE(fenced.write(k, "v" + std::to_string(i), 10));
+    EXPECT_FALSE(fenced.write(k, "stale", 9));
+    ASSERT_TRUE(versioned.compare_and_set(k, 0, "first"));
+    EXPECT_FALSE(versioned.compare_and_set(k, 0, "again"));
+  }
+  for (int i = 0; i < 60; ++i) {
+    const std::string k = "account:" + std::to_string(i);
+    EXPECT_EQ(fenced.read(k).value, "v" + std::to_string(i));
+    EXPECT_EQ(fenced.read(k).token, 10U);
+    EXPECT_EQ(versioned.read(k).version, 1U);
+  }
+  for (const int port : cluster().primaries()) {
+    EXPECT_GT(raw_redis(port).integer({"DBSIZE"}), 10) << "the primary at port " << port << " holds few records";
+  }
+}
+
+TEST(RedisCluster, a_resharding_is_followed_through_ask_tryagain_and_moved_without_losing_a_record) {
+  hr::fenced_store fenced(on_cluster());
+  hr::versioned_store versioned(on_cluster());
+  const int slot = handoff::redis::detail::hash_slot("{moving}");
+  const int from = cluster().primary_of(slot);
+  int to = 0;
+  for (const int p : cluster().primaries()) {
+    if (p != from) to = p;
+  }
+  ASSERT_TRUE(fenced.write("moving", "before", 5));
+
+  // The target imports the slot: the source still serves the keys it has, and sends a key
+  // it does not have to the target (ASK).
+  cluster().migrate(slot, to, redis_cluster::step::importing);
+  EXPECT_EQ(fenced.read("moving").value, "before");
+  const std::string fresh = key_in_slot(slot, "fresh");
+  ASSERT_TRUE(versioned.compare_and_set(fresh, 0, "new"));
+  raw_redis target(to);
+  target.command({"ASKING"});
+  EXPECT_EQ(target.integer({"EXISTS", "handoff:{" + fresh + "}:versioned"}), 1) << "the new record went to the target";
+  EXPECT_EQ(raw_redis(from).integer({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), 1)
+      << "the source holds the old record only";
+
+  // Every key has moved: the source answers ASK for each. A fenced write (its record and
+  // the fence counter, which does not exist) gets TRYAGAIN from the target until the slot
+  // is the target's, then MOVED from the source.
+  cluster().migrate(slot, to, redis_cluster::step::keys_moved);
+  EXPECT_EQ(fenced.read("moving").value, "before");
+  std::future<bool> during = std::async(std::launch::async, [&] { return fenced.write("moving", "during", 6); });
+  EXPECT_EQ(during.wait_for(300ms), std::future_status::timeout) << "a write mid-migration waits for its end";
+  cluster().migrate(slot, to, redis_cluster::step::done);
+  EXPECT_TRUE(during.get());
+  EXPECT_EQ(cluster().primary_of(slot), to);
+  EXPECT_EQ(fenced.read("moving").value, "during");
+  EXPECT_FALSE(fenced.write("moving", "stale", 5)) << "the token survived the move";
+  EXPECT_EQ(versioned.read(fresh).value, "new");
+}
+
+TEST(RedisCluster, the_lock_and_the_actors_refuse_a_cluster_with_a_clear_error) {
+  try {
+    hr::keyed_mutex m(on_cluster());
+    ADD_FAILURE() << "keyed_mutex accepted a cluster";
+  } catch (const hr::error& e) {
+    EXPECT_NE(std::string(e.what()).find("keyed_mutex does not run on Redis Cluster yet"), std::string::npos)
+        << e.what();
+  }
+  try {
+    hr::actor_system a(on_cluster());
+    ADD_FAILURE() << "actor_system accepted a cluster";
+  } catch (const hr::error& e) {
+    EXPECT_NE(std::string(e.what()).find("actor_system does not run on Redis Cluster yet"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
