@@ -89,6 +89,9 @@ TEST(RedisCluster, stores_spread_their_records_over_every_primary_and_keep_their
   for (const int port : cluster().primaries()) {
     EXPECT_GT(raw_redis(port).integer({"DBSIZE"}), 10) << "the primary at port " << port << " holds few records";
   }
+  // Not yet: the empty key's names have an empty hash tag, so its two keys are in two slots.
+  EXPECT_THROW((void)fenced.write("", "v", 1), hr::error);
+  EXPECT_TRUE(versioned.compare_and_set("", 0, "one key, one slot"));
 }
 
 TEST(RedisCluster, a_resharding_is_followed_through_ask_tryagain_and_moved_without_losing_a_record) {
@@ -129,6 +132,59 @@ TEST(RedisCluster, a_resharding_is_followed_through_ask_tryagain_and_moved_witho
   EXPECT_EQ(versioned.read(fresh).value, "new");
 }
 
+TEST(RedisCluster, seed_nodes_are_tried_in_order_until_one_answers) {
+  hr::options o;
+  o.port = 1;  // not used: the seeds are
+  o.connect_timeout = 300ms;
+  o.cluster_seeds = {"127.0.0.1:1", "127.0.0.1:" + std::to_string(cluster().seed_port())};
+  hr::fenced_store fenced(o);
+  EXPECT_TRUE(fenced.write("seeded", "v", 1));
+  EXPECT_EQ(fenced.read("seeded").value, "v");
+}
+
+TEST(RedisCluster, bad_seeds_fail_clearly) {
+  hr::options o;
+  o.connect_timeout = 300ms;
+  o.cluster_seeds = {"127.0.0.1:1", "127.0.0.1:2"};
+  try {
+    hr::fenced_store s(o);
+    ADD_FAILURE() << "no seed answered, yet the store was made";
+  } catch (const hr::error& e) {
+    const std::string why = e.what();
+    EXPECT_NE(why.find("no cluster seed answered"), std::string::npos) << why;
+    EXPECT_NE(why.find("127.0.0.1:2"), std::string::npos) << why;
+  }
+  handoff::test::redis_server plain;
+  o.cluster_seeds = {"127.0.0.1:" + std::to_string(plain.port())};
+  try {
+    hr::versioned_store s(o);
+    ADD_FAILURE() << "a plain server was taken for a cluster seed";
+  } catch (const hr::error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a Redis Cluster node"), std::string::npos) << e.what();
+  }
+  for (const char* bad : {"localhost", "127.0.0.1:", ":6379", "127.0.0.1:0", "127.0.0.1:70000", "h:12x"}) {
+    o.cluster_seeds = {bad};
+    EXPECT_THROW(hr::fenced_store{o}, std::invalid_argument) << bad;
+  }
+}
+
+TEST(RedisCluster, an_acl_user_and_password_are_used_on_every_node) {
+  for (const int port : cluster().primaries()) {
+    raw_redis(port).command({"ACL", "SETUSER", "app", "on", ">app-secret", "~*", "&*", "+@all"});
+  }
+  hr::options o = on_cluster();
+  o.username = "app";
+  o.password = "wrong";
+  EXPECT_THROW(hr::fenced_store{o}, hr::error);
+  o.password = "app-secret";
+  hr::fenced_store fenced(o);
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(fenced.write("acl:" + std::to_string(i), "v", 1));
+  for (const int port : cluster().primaries()) {
+    EXPECT_NE(raw_redis(port).string({"CLIENT", "LIST"}).find("user=app"), std::string::npos)
+        << "no connection of user app on the primary at port " << port;
+  }
+}
+
 TEST(RedisCluster, the_lock_and_the_actors_refuse_a_cluster_with_a_clear_error) {
   try {
     hr::keyed_mutex m(on_cluster());
@@ -144,6 +200,10 @@ TEST(RedisCluster, the_lock_and_the_actors_refuse_a_cluster_with_a_clear_error) 
     EXPECT_NE(std::string(e.what()).find("actor_system does not run on Redis Cluster yet"), std::string::npos)
         << e.what();
   }
+  hr::options seeded;
+  seeded.cluster_seeds = {"127.0.0.1:" + std::to_string(cluster().seed_port())};
+  EXPECT_THROW(hr::keyed_mutex{seeded}, hr::error);
+  EXPECT_THROW(hr::actor_system{seeded}, hr::error);
 }
 
 }  // namespace

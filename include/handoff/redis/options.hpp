@@ -1,6 +1,7 @@
 // handoff::redis's shared vocabulary: the error every Redis failure is reported as, and the
-// options of a connection to the server (address, credentials, TLS, timeouts, key prefix),
-// shared by keyed_mutex, fenced_store and versioned_store.
+// options of a connection to the server (address or cluster seeds, credentials, TLS,
+// timeouts, key prefix), shared by keyed_mutex, fenced_store, versioned_store and
+// actor_system.
 #pragma once
 
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "handoff/metrics.hpp"
 
@@ -67,6 +69,11 @@ struct options {
   metrics_sink* metrics = nullptr;
   // TLS: off by default. Not with unix_socket (Redis serves TLS on TCP only).
   tls_options tls{};
+  // Nodes of a Redis Cluster to start from, "host:port" each, tried in order until one
+  // answers; each must be a cluster node. Empty: host and port, which may be the one server
+  // or any node of a cluster (found out at construction). Only fenced_store and
+  // versioned_store run on a cluster so far.
+  std::vector<std::string> cluster_seeds{};
 };
 
 }  // namespace handoff::redis

@@ -59,6 +59,7 @@ actor_core::actor_core(options opts, actor_options ao)
       claim_script{actor_scripts::source(actor_scripts::claim), {}},
       due_script{actor_scripts::source(actor_scripts::due), {}}, id_(random_hex128()) {
   validate(o);
+  refuse_cluster_seeds(o, "actor_system");
   check(a);
   connection c(o);  // fails fast on a wrong address or password
   check_server(c, o, "an evicted mailbox or owner key loses messages or lets two owners in", "actor_system");

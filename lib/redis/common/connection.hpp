@@ -155,6 +155,10 @@ class connection {
 
 // Throws std::invalid_argument for nonsensical options (see keyed_mutex's constructor).
 void validate(const options& o);
+// The message of a client that does not run on Redis Cluster yet, and its refusal of
+// options::cluster_seeds (throws error when they are set).
+std::string not_on_cluster(std::string_view client);
+void refuse_cluster_seeds(const options& o, std::string_view client);
 
 // The checks every client makes of the server before using it: applies
 // options::if_server_evicts (throws error for refuse, prints a warning for warn; `what`

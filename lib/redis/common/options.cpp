@@ -1,5 +1,6 @@
 // Checks of the options and of the server, shared by keyed_mutex, the stores and the actors.
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <functional>
 #include <initializer_list>
@@ -34,6 +35,24 @@ void validate(const options& o) {
   if (o.tls.cert_file.empty() != o.tls.key_file.empty()) {
     throw std::invalid_argument("handoff::redis::options: tls.cert_file and tls.key_file go together");
   }
+  for (const std::string& seed : o.cluster_seeds) {
+    const std::size_t colon = seed.rfind(':');
+    int port = 0;
+    const char* end = seed.data() + seed.size();
+    if (colon == std::string::npos || colon == 0 || std::from_chars(seed.data() + colon + 1, end, port).ptr != end ||
+        port <= 0 || port > 65535) {
+      throw std::invalid_argument("handoff::redis::options: cluster seed '" + seed + "' is not host:port");
+    }
+  }
+}
+
+std::string not_on_cluster(std::string_view client) {
+  return "handoff::redis: " + std::string(client) +
+         " does not run on Redis Cluster yet (fenced_store and versioned_store do)";
+}
+
+void refuse_cluster_seeds(const options& o, std::string_view client) {
+  if (!o.cluster_seeds.empty()) throw error(not_on_cluster(client) + "; options::cluster_seeds is set");
 }
 
 namespace {
@@ -111,9 +130,8 @@ void check_server(connection& c, const options& o, std::string_view what, std::s
   const reply info = c.command({"INFO", "cluster"}, "INFO cluster");
   if (std::string_view(info->str != nullptr ? info->str : "", info->len).find("cluster_enabled:1") !=
       std::string_view::npos) {
-    throw error("handoff::redis: " + std::string(client) +
-                " does not run on Redis Cluster yet (fenced_store and versioned_store do); the server at " + o.host +
-                ":" + std::to_string(o.port) + " is a cluster node");
+    throw error(not_on_cluster(client) + "; the server at " + o.host + ":" + std::to_string(o.port) +
+                " is a cluster node");
   }
   check_eviction(c, o, what);
   claim_format([&](std::string_view, std::initializer_list<std::string_view> args,

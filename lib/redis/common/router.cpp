@@ -66,24 +66,53 @@ router::node::node(options base, std::string host, int port, client_counters* co
 }
 
 router::router(const options& o, client_counters* counters) : o_(o), counters_(counters) {
-  connection first(o);  // fails fast on a wrong address or password
-  const reply info = first.command({"INFO", "cluster"}, "INFO cluster");
-  clustered_ = text(*info).find("cluster_enabled:1") != std::string_view::npos;
-  if (!clustered_) {
-    auto n = std::make_unique<node>(o, o.host, o.port, counters);
-    n->o.unix_socket = o.unix_socket;
-    single_ = n.get();
-    nodes_.emplace(std::string(), std::move(n));
+  if (o.cluster_seeds.empty()) {
+    connection first(o);  // fails fast on a wrong address or password
+    if (!is_cluster_node(first)) {
+      auto n = std::make_unique<node>(o, o.host, o.port, counters);
+      n->o.unix_socket = o.unix_socket;
+      single_ = n.get();
+      nodes_.emplace(std::string(), std::move(n));
+      return;
+    }
+    if (!o.unix_socket.empty()) {
+      throw error("handoff::redis: " + o.unix_socket + " is a Redis Cluster node: give its host and port instead");
+    }
+    clustered_ = true;
+    const std::unique_lock lock(mu_);
+    read_map(first, o.host, "CLUSTER SLOTS");
     return;
   }
-  if (!o.unix_socket.empty()) {
-    throw error("handoff::redis: " + o.unix_socket + " is a Redis Cluster node: give its host and port instead");
+  std::string why;
+  for (const std::string& seed : o.cluster_seeds) {  // validate() checked each is host:port
+    const std::size_t colon = seed.rfind(':');
+    options at = o;
+    at.host = seed.substr(0, colon);
+    at.port = std::stoi(seed.substr(colon + 1));
+    at.unix_socket.clear();
+    std::unique_ptr<connection> c;
+    try {
+      c = std::make_unique<connection>(at);
+    } catch (const error& e) {
+      why += why.empty() ? "" : "; ";
+      why += e.what();
+      continue;
+    }
+    if (!is_cluster_node(*c)) throw error("handoff::redis: the cluster seed " + seed + " is not a Redis Cluster node");
+    clustered_ = true;
+    const std::unique_lock lock(mu_);
+    read_map(*c, at.host, "CLUSTER SLOTS");
+    return;
   }
-  const std::unique_lock lock(mu_);
-  read_map(first, "CLUSTER SLOTS");
+  throw error("handoff::redis: no cluster seed answered: " + why);
 }
 
-void router::read_map(connection& c, std::string_view what) {
+bool router::is_cluster_node(connection& c) {
+  const reply info = c.command({"INFO", "cluster"}, "INFO cluster");
+  return text(*info).find("cluster_enabled:1") != std::string_view::npos;
+}
+
+void router::read_map(connection& c, const std::string& asked, std::string_view what) {
   const reply r = c.command({"CLUSTER", "SLOTS"}, what);
   if (r->type != REDIS_REPLY_ARRAY) error_reply(what, *r);
   slots_.fill(nullptr);
@@ -96,7 +125,7 @@ void router::read_map(connection& c, std::string_view what) {
     }
     const redisReply& primary = *range.element[2];
     std::string host(text(*primary.element[0]));
-    if (host.empty()) host = o_.host;  // a node that does not know its own address: the one asked
+    if (host.empty()) host = asked;  // a node that does not know its own address: the one asked
     const std::string address = host + ":" + std::to_string(primary.element[1]->integer);
     auto it = nodes_.find(address);
     if (it == nodes_.end()) {
@@ -130,7 +159,7 @@ void router::refresh(std::string_view what) {
   for (auto& [address, n] : nodes_) {
     try {
       auto c = n->connections.take();
-      read_map(*c, what);
+      read_map(*c, n->o.host, what);
       return;
     } catch (const error& e) {
       why = e.what();

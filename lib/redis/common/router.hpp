@@ -1,7 +1,8 @@
 // Which server runs a command: the one server of options::host/port, or, on a Redis Cluster,
 // the primary that serves the command's hash slot. A router finds out which at
-// construction (INFO cluster on the configured server) and keeps a connection pool per
-// node (options::pool_size each).
+// construction (INFO cluster on the configured server, or on the first of
+// options::cluster_seeds that answers) and keeps a connection pool per node
+// (options::pool_size each).
 //
 // On a cluster it keeps the slot map (CLUSTER SLOTS) and follows the cluster's answers:
 //   MOVED slot addr      the slot lives elsewhere now: the map is read again, and the
@@ -36,8 +37,9 @@ inline constexpr std::size_t cluster_slots = 16384;
 
 class router {
  public:
-  // Connects to options::host/port (or unix_socket), which may be a cluster node. Throws
-  // error. Counts round trips into `counters` when given.
+  // Connects to options::host/port (or unix_socket), which may be a cluster node, or to the
+  // first of options::cluster_seeds that answers, which must be one. Throws error. Counts
+  // round trips into `counters` when given.
   explicit router(const options& o, client_counters* counters = nullptr);
   ~router() = default;
   router(const router&) = delete;
@@ -72,7 +74,9 @@ class router {
   node& node_at(std::string_view address);
   // Reads the slot map again from any known node. Throws error when none answers.
   void refresh(std::string_view what);
-  void read_map(connection& c, std::string_view what);
+  // Reads CLUSTER SLOTS on c; `asked` is c's host, for a node that does not know its own.
+  void read_map(connection& c, const std::string& asked, std::string_view what);
+  static bool is_cluster_node(connection& c);
 
   const options& o_;
   client_counters* const counters_;

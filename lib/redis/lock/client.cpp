@@ -16,6 +16,7 @@ using handoff::detail::now_ns;
 namespace {
 options validated(options o) {
   validate(o);
+  refuse_cluster_seeds(o, "keyed_mutex");
   return o;
 }
 }  // namespace
