@@ -1,6 +1,6 @@
 // handoff::test::redis_cluster: a throwaway Redis Cluster on loopback, for the tests of
 // handoff::redis on a cluster. Six redis_server processes (--cluster-enabled yes,
-// --cluster-node-timeout 1000), joined by `redis-cli --cluster create ... --cluster-replicas
+// --cluster-node-timeout 500), joined by `redis-cli --cluster create ... --cluster-replicas
 // 1`: three primaries with a replica each, about 2-3 s to start. Start one per test binary
 // (a static in the test file), not one per test.
 //
@@ -32,7 +32,7 @@ class redis_cluster {
   redis_cluster() {
     for (int i = 0; i < 6; ++i) {
       nodes_.push_back(std::make_unique<redis_server>(std::vector<std::string>{
-          "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"}));
+          "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "500"}));
     }
     std::vector<std::string> args{"redis-cli", "--cluster", "create"};
     for (const auto& n : nodes_) args.push_back("127.0.0.1:" + std::to_string(n->port()));
@@ -86,6 +86,34 @@ class redis_cluster {
     if (until == step::keys_moved) return;
     const std::string owner = target_id(to);
     for (const int p : primaries()) raw_redis(p).command({"CLUSTER", "SETSLOT", s, "NODE", owner});
+  }
+
+  // The port of a replica of the primary at `port` that holds `key` (READONLY reads), once
+  // one does (at most 5 s): replication is asynchronous.
+  [[nodiscard]] int replica_holding(int port, const std::string& key) const {
+    const std::string id = target_id(port);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    for (;;) {
+      for (const auto& n : nodes_) {
+        if (!n->running() || n->port() == port) continue;
+        raw_redis r(n->port());
+        if (r.string({"INFO", "replication"}).find("master_port:" + std::to_string(port)) == std::string::npos)
+          continue;
+        r.command({"READONLY"});
+        if (r.integer({"EXISTS", key}) == 1) return n->port();
+      }
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("redis_cluster: no replica holds " + key);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // SIGKILL to the node at `port` (a crash); its replica takes over after
+  // --cluster-node-timeout and an election. The cluster is then one replica short.
+  void kill(int port) {
+    for (const auto& n : nodes_) {
+      if (n->port() == port) n->kill();
+    }
   }
 
   static constexpr int cluster_slots = 16384;

@@ -206,4 +206,30 @@ TEST(RedisCluster, the_lock_and_the_actors_refuse_a_cluster_with_a_clear_error) 
   EXPECT_THROW(hr::actor_system{seeded}, hr::error);
 }
 
+// Runs last: it leaves the cluster a replica short.
+TEST(RedisCluster, after_a_primary_is_killed_its_replica_serves_its_records_and_no_call_hangs) {
+  hr::options o = on_cluster();
+  o.command_timeout = 15s;  // failure detection (--cluster-node-timeout 500) and an election: 3-6 s here
+  hr::fenced_store fenced(o);
+  std::string key;  // a key of a primary other than the seed, which the fixture asks
+  for (int i = 0; key.empty(); ++i) {
+    const std::string k = "failover" + std::to_string(i);
+    if (cluster().primary_of(handoff::redis::detail::hash_slot("{" + k + "}")) != cluster().seed_port()) key = k;
+  }
+  const int slot = handoff::redis::detail::hash_slot("{" + key + "}");
+  const int doomed = cluster().primary_of(slot);
+  ASSERT_TRUE(fenced.write(key, "kept", 3));
+  const int replica = cluster().replica_holding(doomed, "handoff:{" + key + "}:fenced");
+
+  cluster().kill(doomed);
+  const auto t0 = handoff::test::steady::now();
+  EXPECT_EQ(fenced.read(key).value, "kept") << "the replica had it before the crash";
+  EXPECT_LT(handoff::test::since(t0), o.command_timeout + 1s);
+  EXPECT_TRUE(handoff::test::eventually([&] { return cluster().primary_of(slot) == replica; }, 5s))
+      << "the seed, which the fixture asks, learns of the failover by gossip";
+  EXPECT_FALSE(fenced.write(key, "stale", 2));
+  EXPECT_TRUE(fenced.write(key, "after", 4));
+  EXPECT_EQ(fenced.read(key).value, "after");
+}
+
 }  // namespace

@@ -24,8 +24,10 @@
 //
 // On a Redis Cluster (found at construction: any node's host and port will do): each call
 // goes to the primary of its key's hash slot and follows MOVED, ASK, TRYAGAIN and
-// CLUSTERDOWN while slots move, within command_timeout; one pool of pool_size connections
-// per primary. docs/redis.md, "Redis Cluster".
+// CLUSTERDOWN while slots move, and a primary that is down until its replica takes over,
+// within command_timeout; one pool of pool_size connections per primary. A write the old
+// primary took but had not replicated is lost in a failover. docs/redis.md, "Redis
+// Cluster".
 //
 // Errors: as handoff::redis::keyed_mutex: every Redis failure throws handoff::redis::error
 // (a record name holding another Redis type included), within command_timeout per command

@@ -189,10 +189,25 @@ reply router::run(std::string_view key, std::string_view what, const request& r)
       target = slots_[slot];
       if (target == nullptr) throw error("handoff::redis: " + std::string(what) + ": no node serves its slot");
     }
-    reply out = [&] {
+    bool connected = false;
+    reply out;
+    try {
       auto c = target->connections.take();
-      return r(*c, asked != nullptr);
-    }();
+      connected = true;
+      out = r(*c, asked != nullptr);
+    } catch (const error&) {
+      // A failure once connected may come after the command ran: reported. No connection to
+      // the node (it died, or is failing over): nothing was sent, so read the map again and
+      // retry, until a replica has taken over or command_timeout is spent.
+      if (connected || std::chrono::steady_clock::now() + retry_pause > give_up) throw;
+      std::this_thread::sleep_for(retry_pause);
+      asked = nullptr;
+      try {
+        refresh(what);
+      } catch (const error&) {  // NOLINT(bugprone-empty-catch): no node answered; the next try reports
+      }
+      continue;
+    }
     asked = nullptr;
     if (out->type != REDIS_REPLY_ERROR) return out;
     const std::string_view e = text(*out);

@@ -10,7 +10,11 @@
 //   ASK slot addr        the slot is migrating and this key has moved: ASKING, then the
 //                        command, once, on that node (the map does not change);
 //   TRYAGAIN, CLUSTERDOWN  a multi-key command mid-migration, or a cluster without a
-//                        majority: tried again every 20 ms until options::command_timeout.
+//                        majority: tried again every 20 ms until options::command_timeout;
+//   no connection        the node is down: the map is read again and the command tried
+//                        again every 20 ms, until a replica took over or command_timeout
+//                        (only when nothing was sent: a failure after that may come after
+//                        the command ran, and is reported).
 // Every key one command touches must be in one slot (the key names' hash tags see to it).
 #pragma once
 
