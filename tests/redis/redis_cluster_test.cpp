@@ -89,9 +89,29 @@ TEST(RedisCluster, stores_spread_their_records_over_every_primary_and_keep_their
   for (const int port : cluster().primaries()) {
     EXPECT_GT(raw_redis(port).integer({"DBSIZE"}), 10) << "the primary at port " << port << " holds few records";
   }
-  // Not yet: the empty key's names have an empty hash tag, so its two keys are in two slots.
-  EXPECT_THROW((void)fenced.write("", "v", 1), hr::error);
+  // The empty key keeps a hash tag of its own on a cluster: its record and fence share a slot.
+  EXPECT_TRUE(fenced.write("", "empty", 2));
+  EXPECT_FALSE(fenced.write("", "stale", 1));
+  EXPECT_EQ(fenced.read("").value, "empty");
+  EXPECT_EQ(fenced.read("\x01").token, 0U) << "the key \"\\x01\" is another key";
   EXPECT_TRUE(versioned.compare_and_set("", 0, "one key, one slot"));
+}
+
+TEST(RedisCluster, a_prefix_that_would_start_the_hash_tag_is_refused_on_a_cluster_only) {
+  hr::options o = on_cluster();
+  for (const char* prefix : {"app{", "{app}:", "a{}:"}) {
+    o.prefix = prefix;
+    EXPECT_THROW(hr::fenced_store{o}, std::invalid_argument) << prefix;
+  }
+  o.prefix = "app}:";  // a '}' alone leaves the key's tag as it is
+  hr::fenced_store fenced(o);
+  EXPECT_TRUE(fenced.write("k", "v", 1));
+  handoff::test::redis_server one;
+  hr::options single;
+  single.port = one.port();
+  single.prefix = "{app}:";
+  hr::fenced_store on_one_server(single);
+  EXPECT_TRUE(on_one_server.write("k", "v", 1));
 }
 
 TEST(RedisCluster, a_resharding_is_followed_through_ask_tryagain_and_moved_without_losing_a_record) {

@@ -6,7 +6,11 @@
 // the key, and escaping is one-to-one ('{' -> "\x01(", '}' -> "\x01)", '\x01' ->
 // "\x01\x01"; every other byte, spaces, newlines, glob characters and NUL included, as it
 // is). Keys without braces or \x01 keep their plain names. The braces make the key Redis
-// Cluster's hash tag: a lock's names and its records would share a slot.
+// Cluster's hash tag, so that all names of one key share a slot. A tag must not be empty
+// (Redis then hashes the whole name), so on a cluster the empty key escapes to "\x01",
+// which no other key escapes to (a lone \x01 byte is "\x01\x01"); one server keeps "".
+// And on a cluster the prefix holds no '{' (router.cpp refuses one), which would start
+// the tag before the key.
 #pragma once
 
 #include <string>
@@ -35,11 +39,12 @@ inline std::string escape_key(std::string_view key) {
   return out;
 }
 
-// prefix + "{" + escaped key + "}:" + kind.
-inline std::string key_name(std::string_view prefix, std::string_view key, std::string_view kind) {
+// prefix + "{" + escaped key + "}:" + kind; `cluster`: names for a Redis Cluster (above).
+inline std::string key_name(std::string_view prefix, std::string_view key, std::string_view kind,
+                            bool cluster = false) {
   std::string name(prefix);
   name += '{';
-  name += escape_key(key);
+  name += cluster && key.empty() ? "\x01" : escape_key(key);
   name += "}:";
   name += kind;
   return name;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -78,6 +79,7 @@ router::router(const options& o, client_counters* counters) : o_(o), counters_(c
     if (!o.unix_socket.empty()) {
       throw error("handoff::redis: " + o.unix_socket + " is a Redis Cluster node: give its host and port instead");
     }
+    refuse_tagged_prefix(o);
     clustered_ = true;
     const std::unique_lock lock(mu_);
     read_map(first, o.host, "CLUSTER SLOTS");
@@ -99,12 +101,21 @@ router::router(const options& o, client_counters* counters) : o_(o), counters_(c
       continue;
     }
     if (!is_cluster_node(*c)) throw error("handoff::redis: the cluster seed " + seed + " is not a Redis Cluster node");
+    refuse_tagged_prefix(o);
     clustered_ = true;
     const std::unique_lock lock(mu_);
     read_map(*c, at.host, "CLUSTER SLOTS");
     return;
   }
   throw error("handoff::redis: no cluster seed answered: " + why);
+}
+
+void router::refuse_tagged_prefix(const options& o) {
+  if (o.prefix.find('{') != std::string::npos) {
+    throw std::invalid_argument(
+        "handoff::redis::options: on a Redis Cluster the prefix must not contain '{': it would "
+        "start every name's hash tag before the key");
+  }
 }
 
 bool router::is_cluster_node(connection& c) {

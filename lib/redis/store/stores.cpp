@@ -31,6 +31,11 @@ struct store_core {
     return o;
   }
 
+  // The Redis name of `key`'s record of `kind` (names.hpp).
+  [[nodiscard]] std::string name(std::string_view key, std::string_view kind) const {
+    return key_name(o.prefix, key, kind, servers.clustered());
+  }
+
   const options o;
   router servers;  // after o, which it refers to
   // Loaded once by the constructor, then only read.
@@ -95,8 +100,8 @@ fenced_store::~fenced_store() = default;
 bool fenced_store::write(std::string_view key, std::string_view value, std::uint64_t token) {
   if (token == 0) throw std::invalid_argument("handoff::redis::fenced_store::write: token 0 (an empty guard's)");
   const std::string what = detail::describe("fenced write of", key);
-  const std::string record = detail::key_name(core_->o.prefix, key, "fenced");
-  const std::string fence = detail::key_name(core_->o.prefix, key, "fence");
+  const std::string record = core_->name(key, "fenced");
+  const std::string fence = core_->name(key, "fence");
   const std::string t = std::to_string(token);
   const detail::reply r = core_->servers.eval(core_->fenced_write, {record, fence}, {t, value}, what);
   if (r->type != REDIS_REPLY_INTEGER) detail::unexpected(what);
@@ -105,7 +110,7 @@ bool fenced_store::write(std::string_view key, std::string_view value, std::uint
 
 fenced_value fenced_store::read(std::string_view key) {
   const std::string what = detail::describe("fenced read of", key);
-  auto [token, value] = detail::read_record(*core_, detail::key_name(core_->o.prefix, key, "fenced"), "token", what);
+  auto [token, value] = detail::read_record(*core_, core_->name(key, "fenced"), "token", what);
   return {std::move(value), token};
 }
 
@@ -120,8 +125,7 @@ versioned_store::~versioned_store() = default;
 
 versioned_value versioned_store::read(std::string_view key) {
   const std::string what = detail::describe("versioned read of", key);
-  auto [version, value] =
-      detail::read_record(*core_, detail::key_name(core_->o.prefix, key, "versioned"), "version", what);
+  auto [version, value] = detail::read_record(*core_, core_->name(key, "versioned"), "version", what);
   return {std::move(value), version};
 }
 
@@ -132,7 +136,7 @@ bool versioned_store::compare_and_set(std::string_view key, std::uint64_t versio
 
 bool versioned_store::try_set(std::string_view key, std::string value, versioned_value& current) {
   const std::string what = detail::describe("compare_and_set of", key);
-  const std::string record = detail::key_name(core_->o.prefix, key, "versioned");
+  const std::string record = core_->name(key, "versioned");
   const std::string expected = std::to_string(current.version);
   const detail::reply r = core_->servers.eval(core_->compare_and_set, {record}, {expected, value}, what);
   // {1, new version} or {0, current version, current value}.
