@@ -176,6 +176,19 @@ bool submit(handoff::redis::versioned_store& addresses, const std::string& order
 }
 // [/snippet]
 
+// [snippet:tls]
+handoff::redis::options tls_to(const std::string& host) {
+  handoff::redis::options o;
+  o.host = host;
+  o.port = 6380;  // the server's --tls-port
+  o.tls.enabled = true;
+  o.tls.ca_file = "/etc/redis/ca.crt";      // empty: the system's CAs
+  o.tls.cert_file = "/etc/app/client.crt";  // only for a server with tls-auth-clients yes
+  o.tls.key_file = "/etc/app/client.key";
+  return o;  // handoff::redis::keyed_mutex locks(tls_to("redis.internal"));
+}
+// [/snippet]
+
 bool unreachable_server_is_an_error() {
   // [snippet:errors]
   handoff::redis::options o;
@@ -295,5 +308,8 @@ int main() {
   }
 
   expect(unreachable_server_is_an_error(), "an unreachable server is a handoff::redis::error, not a hang");
+  const handoff::redis::options tls = tls_to("redis.internal");
+  expect(tls.tls.enabled && tls.host == "redis.internal" && tls.tls.server_name.empty(),
+         "TLS options name the CA and client certificate; the certificate is checked against host");
   return 0;
 }
