@@ -179,7 +179,7 @@ void router::refresh(std::string_view what) {
   throw error("handoff::redis: " + std::string(what) + ": cannot read the slot map: " + why);
 }
 
-reply router::run(std::string_view key, std::string_view what, const request& r) {
+reply router::run(std::string_view key, std::string_view what, bool read_only, const request& r) {
   if (!clustered_) {
     auto c = single_->connections.take();
     return r(*c, false);
@@ -207,10 +207,10 @@ reply router::run(std::string_view key, std::string_view what, const request& r)
       connected = true;
       out = r(*c, asked != nullptr);
     } catch (const error&) {
-      // A failure once connected may come after the command ran: reported. No connection to
-      // the node (it died, or is failing over): nothing was sent, so read the map again and
-      // retry, until a replica has taken over or command_timeout is spent.
-      if (connected || std::chrono::steady_clock::now() + retry_pause > give_up) throw;
+      // No connection to the node (it died, or is failing over), or a connection that broke
+      // under a read: read the map again and retry, until a replica has taken over or
+      // command_timeout is spent. A write that broke once sent may have run: reported.
+      if ((connected && !read_only) || std::chrono::steady_clock::now() + retry_pause > give_up) throw;
       std::this_thread::sleep_for(retry_pause);
       asked = nullptr;
       try {
@@ -242,15 +242,15 @@ reply router::run(std::string_view key, std::string_view what, const request& r)
 
 reply router::command(std::string_view key, std::initializer_list<std::string_view> args, std::string_view what) {
   const std::vector<std::string_view> argv(args);
-  reply r = run(key, what, [&](connection& c, bool asking) { return c.call(argv, what, asking); });
+  reply r = run(key, what, true, [&](connection& c, bool asking) { return c.call(argv, what, asking); });
   if (r->type == REDIS_REPLY_ERROR) error_reply(what, *r);
   return r;
 }
 
 reply router::eval(const script& s, std::initializer_list<std::string_view> keys,
                    std::initializer_list<std::string_view> args, std::string_view what) {
-  reply r =
-      run(*keys.begin(), what, [&](connection& c, bool asking) { return c.eval_call(s, keys, args, what, asking); });
+  reply r = run(*keys.begin(), what, false,
+                [&](connection& c, bool asking) { return c.eval_call(s, keys, args, what, asking); });
   if (r->type == REDIS_REPLY_ERROR) error_reply(what, *r);
   return r;
 }

@@ -12,9 +12,10 @@
 //   TRYAGAIN, CLUSTERDOWN  a multi-key command mid-migration, or a cluster without a
 //                        majority: tried again every 20 ms until options::command_timeout;
 //   no connection        the node is down: the map is read again and the command tried
-//                        again every 20 ms, until a replica took over or command_timeout
-//                        (only when nothing was sent: a failure after that may come after
-//                        the command ran, and is reported).
+//                        again every 20 ms, until a replica took over or command_timeout.
+//                        A connection that breaks once the command is sent is handled the
+//                        same for command() (reads, and writes that repeat to the same
+//                        effect), and reported for eval() (a script may have run).
 // Every key one command touches must be in one slot (the key names' hash tags see to it).
 #pragma once
 
@@ -54,8 +55,9 @@ class router {
   // Thread-safe. Whether the server is a Redis Cluster.
   [[nodiscard]] bool clustered() const noexcept { return clustered_; }
 
-  // Thread-safe. The command, on the node serving `key` (any key name it touches). Throws
-  // error for an error reply, I/O failure or timeout, prefixed by `what`.
+  // Thread-safe. The command, on the node serving `key` (any key name it touches); it must
+  // be one that may run twice (a read, SET NX). Throws error for an error reply, I/O
+  // failure or timeout, prefixed by `what`.
   reply command(std::string_view key, std::initializer_list<std::string_view> args, std::string_view what);
   // Thread-safe. EVALSHA of s, as connection::eval, on the node serving keys[0].
   reply eval(const script& s, std::initializer_list<std::string_view> keys,
@@ -73,7 +75,9 @@ class router {
   // One request: returns its reply, error replies included.
   using request = std::function<reply(connection&, bool asking)>;
 
-  reply run(std::string_view key, std::string_view what, const request& r);
+  // read_only: r may run twice (a read, or a write that repeats to the same effect), so a
+  // connection that breaks under it is retried like one that cannot be opened.
+  reply run(std::string_view key, std::string_view what, bool read_only, const request& r);
   // The node at "host:port", created on first use. Takes mu_ exclusively.
   node& node_at(std::string_view address);
   // Reads the slot map again from any known node. Throws error when none answers.
