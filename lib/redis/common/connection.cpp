@@ -85,7 +85,7 @@ bool connection::stale() noexcept {
   try {
     // Unasked bytes or a closed socket: stale. Nothing decrypted (a TLS session ticket): not.
     char buf[512];
-    if (stream_->read_ready(buf, sizeof buf) == 0) return false;
+    if (stream_->read(buf, sizeof buf, nullptr) == 0) return false;
   } catch (...) {  // NOLINT(bugprone-empty-catch): a failed read is what this reports
   }
   broken_ = true;
@@ -126,18 +126,23 @@ reply connection::parsed(std::string_view what) {
   return reply(static_cast<redisReply*>(raw));
 }
 
+bool connection::fill(std::string_view what, const deadline* by) {
+  char buf[16384];
+  std::size_t n = 0;
+  try {
+    n = stream_->read(buf, sizeof buf, by);
+  } catch (const io_error& e) {
+    fail(what, e.what());
+  }
+  if (n != 0 && redisReaderFeed(reader_.get(), buf, n) != REDIS_OK) fail(what, "out of memory");
+  return n != 0;
+}
+
 reply connection::receive(std::string_view what) {
   const deadline by = due();
   for (;;) {
     if (reply r = parsed(what)) return r;
-    char buf[16384];
-    std::size_t n = 0;
-    try {
-      n = stream_->read_some(buf, sizeof buf, by);
-    } catch (const io_error& e) {
-      fail(what, e.what());
-    }
-    if (redisReaderFeed(reader_.get(), buf, n) != REDIS_OK) fail(what, "out of memory");
+    fill(what, &by);
   }
 }
 
@@ -240,20 +245,17 @@ void connection::load(script& s) {
 
 reply connection::eval(const script& s, std::initializer_list<std::string_view> keys,
                        std::initializer_list<std::string_view> args, std::string_view what) {
-  const std::string nkeys = std::to_string(keys.size());
-  const std::vector<std::string_view> argv = evalsha(s, nkeys, keys, args);
-  reply r = send(argv, what, timeout_);
-  if (reloaded(*r, s, what)) r = send(argv, what, timeout_);
+  reply r = eval_call(s, keys, args, what, false);
   if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
   return r;
 }
 
 reply connection::call(const std::vector<std::string_view>& args, std::string_view what, bool asking) {
+  if (!asking) return send(args, what, timeout_);
   set_timeout(timeout_);
-  if (asking) append({"ASKING"}, what);
+  append({"ASKING"}, what);
   append(args, what);
   flush(what);
-  if (!asking) return receive(what);
   reply asked = receive(what);
   reply r = receive(what);
   return asked->type == REDIS_REPLY_ERROR ? std::move(asked) : std::move(r);
@@ -298,16 +300,7 @@ std::vector<reply> connection::eval_each(const script& s, const std::vector<std:
 std::vector<reply> connection::read_available() {
   constexpr std::string_view what = "subscriber read";
   if (broken_) fail(what, "connection lost");
-  for (;;) {
-    char buf[16384];
-    std::size_t n = 0;
-    try {
-      n = stream_->read_ready(buf, sizeof buf);
-    } catch (const io_error& e) {
-      fail(what, e.what());
-    }
-    if (n == 0) break;
-    if (redisReaderFeed(reader_.get(), buf, n) != REDIS_OK) fail(what, "out of memory");
+  while (fill(what, nullptr)) {
   }
   std::vector<reply> out;
   while (reply r = parsed(what)) out.push_back(std::move(r));

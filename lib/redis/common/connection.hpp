@@ -139,6 +139,9 @@ class connection {
   reply receive(std::string_view what);
   // The next reply already parsed, or nullptr. Throws error on a protocol error.
   reply parsed(std::string_view what);
+  // Reads once from the stream into the reply reader (stream::read: waiting until `by`, or
+  // not at all with nullptr); false when nothing had arrived. Throws error on failure.
+  bool fill(std::string_view what, const deadline* by);
   void set_timeout(std::chrono::milliseconds t) noexcept { io_timeout_ = t; }
   // Writes out_ within the current timeout; throws error on failure.
   void flush(std::string_view what);
@@ -159,6 +162,9 @@ void validate(const options& o);
 // options::cluster_seeds (throws error when they are set).
 std::string not_on_cluster(std::string_view client);
 void refuse_cluster_seeds(const options& o, std::string_view client);
+
+// Whether the server of c is a Redis Cluster node (INFO cluster). Throws error.
+bool is_cluster_node(connection& c);
 
 // The checks every client makes of the server before using it: applies
 // options::if_server_evicts (throws error for refuse, prints a warning for warn; `what`

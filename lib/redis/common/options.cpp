@@ -126,10 +126,13 @@ void claim_format(const keyed_command& command, const options& o) {
 
 }  // namespace
 
-void check_server(connection& c, const options& o, std::string_view what, std::string_view client) {
+bool is_cluster_node(connection& c) {
   const reply info = c.command({"INFO", "cluster"}, "INFO cluster");
-  if (std::string_view(info->str != nullptr ? info->str : "", info->len).find("cluster_enabled:1") !=
-      std::string_view::npos) {
+  return info_field(std::string_view(info->str != nullptr ? info->str : "", info->len), "cluster_enabled") == "1";
+}
+
+void check_server(connection& c, const options& o, std::string_view what, std::string_view client) {
+  if (is_cluster_node(c)) {
     throw error(not_on_cluster(client) + "; the server at " + o.host + ":" + std::to_string(o.port) +
                 " is a cluster node");
   }

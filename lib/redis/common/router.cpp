@@ -118,11 +118,6 @@ void router::refuse_tagged_prefix(const options& o) {
   }
 }
 
-bool router::is_cluster_node(connection& c) {
-  const reply info = c.command({"INFO", "cluster"}, "INFO cluster");
-  return text(*info).find("cluster_enabled:1") != std::string_view::npos;
-}
-
 void router::read_map(connection& c, const std::string& asked, std::string_view what) {
   const reply r = c.command({"CLUSTER", "SLOTS"}, what);
   if (r->type != REDIS_REPLY_ARRAY) error_reply(what, *r);

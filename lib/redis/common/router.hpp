@@ -84,7 +84,6 @@ class router {
   void refresh(std::string_view what);
   // Reads CLUSTER SLOTS on c; `asked` is c's host, for a node that does not know its own.
   void read_map(connection& c, const std::string& asked, std::string_view what);
-  static bool is_cluster_node(connection& c);
   // Throws std::invalid_argument for a prefix that would break the key names' hash tags.
   static void refuse_tagged_prefix(const options& o);
 

@@ -114,8 +114,7 @@ class plain_stream final : public stream {
  public:
   explicit plain_stream(int fd) noexcept : stream(fd) {}
   void write_all(std::string_view bytes, deadline by) override { send_raw(bytes, by); }
-  std::size_t read_some(char* buf, std::size_t cap, deadline by) override { return recv_raw(buf, cap, &by); }
-  std::size_t read_ready(char* buf, std::size_t cap) override { return recv_raw(buf, cap, nullptr); }
+  std::size_t read(char* buf, std::size_t cap, const deadline* by) override { return recv_raw(buf, cap, by); }
 };
 
 // OpenSSL's error queue of this thread, in words, emptied.
@@ -193,8 +192,20 @@ class tls_stream final : public stream {
     send_pending(by);
   }
 
-  std::size_t read_some(char* buf, std::size_t cap, deadline by) override { return read(buf, cap, &by); }
-  std::size_t read_ready(char* buf, std::size_t cap) override { return read(buf, cap, nullptr); }
+  // Decrypted bytes into buf: waits until `by` for a record when `by` is given, else returns
+  // 0 when no whole record has arrived.
+  std::size_t read(char* buf, std::size_t cap, const deadline* by) override {
+    for (;;) {
+      ERR_clear_error();
+      const int rc = SSL_read(ssl_.get(), buf, static_cast<int>(std::min<std::size_t>(cap, 1 << 30)));
+      if (rc > 0) return static_cast<std::size_t>(rc);
+      const int e = SSL_get_error(ssl_.get(), rc);
+      if (e == SSL_ERROR_ZERO_RETURN) throw io_error("connection closed by the server");
+      if (e != SSL_ERROR_WANT_READ) throw io_error("TLS: " + ssl_errors());
+      send_pending(by != nullptr ? *by : std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      if (pull(by) == 0) return 0;
+    }
+  }
 
  private:
   void handshake(deadline by) {
@@ -211,33 +222,21 @@ class tls_stream final : public stream {
         }
         throw io_error("TLS handshake: " + ssl_errors() + " (is it a TLS port?)");
       }
-      char buf[16384];
-      std::size_t n = 0;
       try {
-        n = recv_raw(buf, sizeof buf, &by);
+        pull(&by);
       } catch (const io_error& e) {
         throw io_error(std::string("TLS handshake: ") + e.what() + " (is it a TLS port?)");
       }
-      BIO_write(in_, buf, static_cast<int>(n));
     }
   }
 
-  // Decrypted bytes into buf: waits until `by` for a record when `by` is given, else returns
-  // 0 when no whole record has arrived.
-  std::size_t read(char* buf, std::size_t cap, const deadline* by) {
-    for (;;) {
-      ERR_clear_error();
-      const int rc = SSL_read(ssl_.get(), buf, static_cast<int>(std::min<std::size_t>(cap, 1 << 30)));
-      if (rc > 0) return static_cast<std::size_t>(rc);
-      const int e = SSL_get_error(ssl_.get(), rc);
-      if (e == SSL_ERROR_ZERO_RETURN) throw io_error("connection closed by the server");
-      if (e != SSL_ERROR_WANT_READ) throw io_error("TLS: " + ssl_errors());
-      send_pending(by != nullptr ? *by : std::chrono::steady_clock::now() + std::chrono::seconds(1));
-      char raw[16384];
-      const std::size_t n = recv_raw(raw, sizeof raw, by);
-      if (n == 0) return 0;
-      BIO_write(in_, raw, static_cast<int>(n));
-    }
+  // Bytes from the socket into the in BIO, for OpenSSL to decrypt: as recv_raw, the number
+  // read (0 only without `by`, when nothing has arrived).
+  std::size_t pull(const deadline* by) {
+    char raw[16384];
+    const std::size_t n = recv_raw(raw, sizeof raw, by);
+    if (n != 0) BIO_write(in_, raw, static_cast<int>(n));
+    return n;
   }
 
   // Sends what OpenSSL wrote to the out BIO (records, handshake messages, alerts).

@@ -43,11 +43,10 @@ class stream {
 
   // Writes all of `bytes` before `by`. Throws io_error.
   virtual void write_all(std::string_view bytes, deadline by) = 0;
-  // Reads at least one byte (at most `cap`) before `by`. Throws io_error, also for the
-  // server closing the connection.
-  virtual std::size_t read_some(char* buf, std::size_t cap, deadline by) = 0;
-  // Reads what has arrived, without waiting: 0 when nothing has. Throws io_error.
-  virtual std::size_t read_ready(char* buf, std::size_t cap) = 0;
+  // Reads at most `cap` bytes: with `by`, at least one, waiting until then; with nullptr,
+  // what has arrived, 0 when nothing has. Throws io_error, also for the server closing the
+  // connection.
+  virtual std::size_t read(char* buf, std::size_t cap, const deadline* by) = 0;
 
   // The socket, for poll().
   [[nodiscard]] int fd() const noexcept { return fd_; }
