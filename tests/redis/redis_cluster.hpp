@@ -1,7 +1,8 @@
 // handoff::test::redis_cluster: a throwaway Redis Cluster on loopback, for the tests of
 // handoff::redis on a cluster. Six redis_server processes (--cluster-enabled yes,
 // --cluster-node-timeout 500), joined by `redis-cli --cluster create ... --cluster-replicas
-// 1`: three primaries with a replica each, about 2-3 s to start. Start one per test binary
+// 1`: three primaries with a replica each, about 2-3 s to start (or three primaries alone,
+// for redis_bench). Start one per test binary
 // (a static in the test file), not one per test.
 //
 //   handoff::test::redis_cluster cluster;
@@ -29,14 +30,15 @@ namespace handoff::test {
 
 class redis_cluster {
  public:
-  redis_cluster() {
-    for (int i = 0; i < 6; ++i) {
+  // Three primaries with `replicas` replicas each (a benchmark takes none).
+  explicit redis_cluster(int replicas = 1) {
+    for (int i = 0; i < 3 * (1 + replicas); ++i) {
       nodes_.push_back(std::make_unique<redis_server>(std::vector<std::string>{
           "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "500"}));
     }
     std::vector<std::string> args{"redis-cli", "--cluster", "create"};
     for (const auto& n : nodes_) args.push_back("127.0.0.1:" + std::to_string(n->port()));
-    args.insert(args.end(), {"--cluster-replicas", "1", "--cluster-yes"});
+    args.insert(args.end(), {"--cluster-replicas", std::to_string(replicas), "--cluster-yes"});
     run(args);
     wait_until_ok();
   }
@@ -147,7 +149,7 @@ class redis_cluster {
       for (const auto& n : nodes_) {
         const std::string info = raw_redis(n->port()).string({"CLUSTER", "INFO"});
         ok = ok && info.find("cluster_state:ok") != std::string::npos &&
-             info.find("cluster_known_nodes:6") != std::string::npos;
+             info.find("cluster_known_nodes:" + std::to_string(nodes_.size())) != std::string::npos;
       }
       if (ok) return;
       if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("redis_cluster: not ok within 20 s");

@@ -1,6 +1,6 @@
 // handoff::redis on a Redis Cluster (redis_cluster.hpp, started once for the whole binary):
-// the hash slots, the stores over every primary, a resharding followed through ASK and
-// MOVED, and the clients that do not run on a cluster yet refusing it clearly.
+// the hash slots, the stores and the lock over every primary, a resharding followed through
+// ASK and MOVED, and the actors, which do not run on a cluster yet, refusing it clearly.
 #include <handoff/redis/actor_system.hpp>
 #include <handoff/redis/fenced_store.hpp>
 #include <handoff/redis/keyed_mutex.hpp>
@@ -8,11 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../lib/redis/common/router.hpp"
@@ -205,14 +208,7 @@ TEST(RedisCluster, an_acl_user_and_password_are_used_on_every_node) {
   }
 }
 
-TEST(RedisCluster, the_lock_and_the_actors_refuse_a_cluster_with_a_clear_error) {
-  try {
-    hr::keyed_mutex m(on_cluster());
-    ADD_FAILURE() << "keyed_mutex accepted a cluster";
-  } catch (const hr::error& e) {
-    EXPECT_NE(std::string(e.what()).find("keyed_mutex does not run on Redis Cluster yet"), std::string::npos)
-        << e.what();
-  }
+TEST(RedisCluster, the_actors_refuse_a_cluster_with_a_clear_error) {
   try {
     hr::actor_system a(on_cluster());
     ADD_FAILURE() << "actor_system accepted a cluster";
@@ -222,8 +218,165 @@ TEST(RedisCluster, the_lock_and_the_actors_refuse_a_cluster_with_a_clear_error) 
   }
   hr::options seeded;
   seeded.cluster_seeds = {"127.0.0.1:" + std::to_string(cluster().seed_port())};
-  EXPECT_THROW(hr::keyed_mutex{seeded}, hr::error);
   EXPECT_THROW(hr::actor_system{seeded}, hr::error);
+}
+
+// A key of the lock whose names ("handoff:{<key>}:lock" ...) live on the primary at `port`.
+std::string key_on(int port, const std::string& stem) {
+  for (int i = 0;; ++i) {
+    const std::string k = stem + std::to_string(i);
+    if (cluster().primary_of(hr::detail::hash_slot("{" + k + "}")) == port) return k;
+  }
+}
+
+hr::options lock_options() {
+  hr::options o = on_cluster();
+  o.recheck_interval = 200ms;
+  return o;
+}
+
+TEST(RedisCluster, the_lock_excludes_and_gives_rising_tokens_on_keys_of_every_primary) {
+  constexpr int threads = 3;
+  constexpr int rounds = 15;
+  std::vector<std::unique_ptr<hr::keyed_mutex>> clients;
+  for (int t = 0; t < threads; ++t) clients.push_back(std::make_unique<hr::keyed_mutex>(lock_options()));
+  std::vector<std::string> keys;
+  for (const int port : cluster().primaries()) keys.push_back(key_on(port, "excl"));
+  keys.emplace_back();  // the empty key has a slot of its own
+  struct per_key {
+    int inside = 0;  // written under the lock only
+    int count = 0;
+    std::vector<std::uint64_t> tokens;
+    std::atomic<bool> overlap{false};
+  };
+  std::map<std::string, per_key> state;
+  for (const auto& k : keys) state[k];
+  {
+    std::vector<std::jthread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        for (int i = 0; i < rounds; ++i) {
+          for (const auto& k : keys) {
+            auto g = clients[static_cast<std::size_t>(t)]->lock(k);
+            per_key& s = state.at(k);
+            if (++s.inside != 1) s.overlap = true;
+            ++s.count;
+            s.tokens.push_back(g.token());
+            std::this_thread::sleep_for(100us);
+            --s.inside;
+          }
+        }
+      });
+    }
+  }
+  for (const auto& k : keys) {
+    const per_key& s = state.at(k);
+    EXPECT_FALSE(s.overlap) << "two holders of " << k;
+    EXPECT_EQ(s.count, threads * rounds) << k;
+    for (std::size_t i = 1; i < s.tokens.size(); ++i) ASSERT_LT(s.tokens[i - 1], s.tokens[i]) << k << " grant " << i;
+  }
+  for (const int port : cluster().primaries()) {
+    const std::string k = key_on(port, "excl");
+    EXPECT_EQ(raw_redis(port).integer({"EXISTS", "handoff:{" + k + "}:fence"}), 1) << "the fence of " << k;
+  }
+}
+
+TEST(RedisCluster, the_lock_grants_blocking_and_async_waiters_in_request_order_through_sharded_notices) {
+  for (const int port : cluster().primaries()) {
+    const std::string k = key_on(port, "fifo");
+    hr::keyed_mutex holder(lock_options());
+    hr::options slow = lock_options();
+    slow.recheck_interval = 20s;  // far later than the test's bound: the notices wake them
+    std::vector<std::unique_ptr<hr::keyed_mutex>> clients;
+    for (int i = 0; i < 3; ++i) clients.push_back(std::make_unique<hr::keyed_mutex>(slow));
+    raw_redis node(port);
+    auto g = holder.lock(k);
+    std::mutex mu;
+    std::vector<int> order;
+    std::vector<std::uint64_t> tokens;
+    std::promise<void> async_done;
+    std::vector<std::jthread> blocking;
+    const auto record = [&](int who, const hr::guard& w) {
+      const std::lock_guard lock(mu);
+      order.push_back(who);
+      tokens.push_back(w.token());
+    };
+    blocking.emplace_back([&] { record(0, clients[0]->lock(k)); });
+    ASSERT_TRUE(node.wait_queue_length(k, 1));
+    clients[1]->lock_async(k, [&](hr::guard w, std::exception_ptr e) {
+      EXPECT_EQ(e, nullptr);
+      record(1, w);
+      async_done.set_value();
+    });
+    ASSERT_TRUE(node.wait_queue_length(k, 2));
+    blocking.emplace_back([&] { record(2, clients[2]->lock(k)); });
+    ASSERT_TRUE(node.wait_queue_length(k, 3));
+    const auto t0 = std::chrono::steady_clock::now();
+    g.unlock();
+    blocking.clear();  // joins
+    ASSERT_EQ(async_done.get_future().wait_for(10s), std::future_status::ready);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s) << "a waiter waited for its re-check";
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2})) << "on the primary at port " << port;
+    ASSERT_EQ(tokens.size(), 3U);
+    EXPECT_LT(tokens[0], tokens[1]);
+    EXPECT_LT(tokens[1], tokens[2]);
+    // The async waiter listened on a sharded channel of the lock's slot, on the lock's node.
+    const auto channels = node.strings({"PUBSUB", "SHARDCHANNELS", "handoff:notify:{*"});
+    ASSERT_EQ(channels.size(), 1U) << "on the primary at port " << port;
+    EXPECT_EQ(hr::detail::hash_slot(channels[0]), hr::detail::hash_slot("{" + k + "}"));
+  }
+}
+
+TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_holder_and_its_queue) {
+  hr::keyed_mutex a(lock_options());
+  hr::keyed_mutex b(lock_options());
+  hr::keyed_mutex c(lock_options());
+  const std::string k = key_on(cluster().primaries().front(), "moving-lock");
+  const int slot = hr::detail::hash_slot("{" + k + "}");
+  const int from = cluster().primary_of(slot);
+  int to = 0;
+  for (const int p : cluster().primaries()) {
+    if (p != from) to = p;
+  }
+  auto held = a.lock(k);
+  const std::uint64_t first = held.token();
+  std::promise<hr::guard> async_grant;
+  std::atomic<bool> blocking_granted{false};
+  std::jthread waiter([&] {
+    auto g = b.lock(k);
+    blocking_granted = true;
+    // Held until the async waiter is queued behind it, then passed on.
+    EXPECT_GT(g.token(), first);
+    std::this_thread::sleep_for(300ms);
+  });
+  ASSERT_TRUE(raw_redis(from).wait_queue_length(k, 1));
+
+  // The keys move while held: the lock, its queue, waiters and fence counter.
+  cluster().migrate(slot, to, redis_cluster::step::importing);
+  cluster().migrate(slot, to, redis_cluster::step::keys_moved);
+  EXPECT_FALSE(c.try_lock(k).owns_lock()) << "a try mid-migration finds the key held (through ASK)";
+  cluster().migrate(slot, to, redis_cluster::step::done);
+  ASSERT_EQ(cluster().primary_of(slot), to);
+  EXPECT_FALSE(c.try_lock(k).owns_lock()) << "the holder kept the key across the move";
+  c.lock_async(k, [&](hr::guard g, std::exception_ptr e) {
+    if (e) {
+      async_grant.set_exception(e);
+    } else {
+      async_grant.set_value(std::move(g));
+    }
+  });
+  ASSERT_TRUE(raw_redis(to).wait_queue_length(k, 2)) << "the async waiter queued behind the blocking one";
+  EXPECT_FALSE(blocking_granted.load());
+  held.unlock();  // MOVED: the release goes to the new primary and hands the key on
+  waiter.join();
+  EXPECT_TRUE(blocking_granted.load());
+  auto f = async_grant.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  hr::guard last = f.get();
+  EXPECT_TRUE(last.owns_lock());
+  EXPECT_GT(last.token(), first);
+  last.unlock();
+  EXPECT_TRUE(c.try_lock(k).owns_lock());
 }
 
 // Runs last: it leaves the cluster a replica short.

@@ -501,7 +501,8 @@ class RedisAcquireStep : public testing::Test {
     return o;
   }
   handoff::redis::detail::acquire_step step(std::int64_t lease_ns, std::int64_t deadline) const {
-    return {clock_, "handoff:", "k", "c0:1:w30000:3000:l", lease_ns, deadline};
+    return {clock_, handoff::redis::detail::key_names("handoff:", "k", false), "c0:1:w30000:3000:l", lease_ns,
+            deadline};
   }
 
   const options o_ = opts();

@@ -1,5 +1,5 @@
 // handoff::redis::keyed_mutex: the keyed mutex across processes, through one Redis server
-// (over TCP, a Unix socket or TLS). Same guard API as handoff::keyed_mutex: lock, try_lock,
+// or a Redis Cluster (over TCP, a Unix socket or TLS). Same guard API as handoff::keyed_mutex: lock, try_lock,
 // try_lock_for/until, leases, extend, expired/check, fencing tokens, with_lock, lock_all,
 // co_await async_lock.
 //
@@ -21,12 +21,13 @@
 // DEL or PEXPIRE), cancel (leave the queue). The release hands the key on itself: it sets
 // the lock to the first live waiter's request with that waiter's lease and the next
 // fencing token, and tells the waiter, which is then the holder without a round trip of
-// its own. A blocking waiter waits in BLPOP on its grant list, on a connection of its own
-// (opened on first need, then kept for the next wait); when its client's locks have been
+// its own. A blocking waiter waits in BLPOP on its grant list, on a connection that no
+// command shares (a pool of them, as large as the number of waiters); when its client's locks have been
 // waiting lately, it sends its attempt with the BLPOP and the attempt's reply skipped
 // (CLIENT REPLY SKIP, where the server has it: the list says what the reply would), so
 // that the server writes one reply and the thread wakes once. An async waiter is told on
-// its client's channel, through the mutex's one subscriber connection. A waiter that gives up
+// its client's channel, through the mutex's one subscriber connection (on a cluster, on a
+// sharded channel of the key's slot, through one subscriber per primary). A waiter that gives up
 // while the key is being handed to it passes it on in its cancel. A waiter also re-checks
 // every options::recheck_interval (its heartbeat: a waiter whose process died is skipped
 // after 3 missed intervals) and when the holder's lease runs out.
@@ -46,7 +47,13 @@
 //    of that key, also after the counter expired (an hour after it started) or
 //    the server lost its data: a new counter starts at the server's clock in microseconds.
 //  - Nothing stays on the server for an idle key but its fence counter (one hour).
-// Not promised: safety across a Redis failover or with several independent servers (no
+// On a Redis Cluster (found at construction: any node's host and port, or
+// options::cluster_seeds): each key's names live on the primary of its hash slot, so the
+// guarantees hold per key as on one server; calls follow MOVED, ASK, TRYAGAIN and
+// CLUSTERDOWN within command_timeout, and a blocking waiter whose slot moves waits on the
+// new primary. docs/redis.md, "Redis Cluster".
+// Not promised: safety across a Redis failover (a grant or token the primary had not
+// replicated is lost: two holders for up to a lease) or with several independent servers (no
 // Redlock); that an expired holder notices before it acts (check() looks at the local
 // clock, conservatively; fencing tokens are what a downstream store can rely on).
 //

@@ -71,8 +71,8 @@ struct options {
   tls_options tls{};
   // Nodes of a Redis Cluster to start from, "host:port" each, tried in order until one
   // answers; each must be a cluster node. Empty: host and port, which may be the one server
-  // or any node of a cluster (found out at construction). Only fenced_store and
-  // versioned_store run on a cluster so far.
+  // or any node of a cluster (found out at construction). keyed_mutex, fenced_store and
+  // versioned_store run on a cluster; actor_system does not yet.
   std::vector<std::string> cluster_seeds{};
 };
 

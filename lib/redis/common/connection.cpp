@@ -178,28 +178,38 @@ reply connection::command(std::initializer_list<std::string_view> args, std::str
 std::pair<reply, reply> connection::eval_then(const script& s, std::initializer_list<std::string_view> keys,
                                               std::initializer_list<std::string_view> args,
                                               std::initializer_list<std::string_view> then, std::string_view what,
-                                              std::chrono::milliseconds timeout) {
+                                              std::chrono::milliseconds timeout, bool asking) {
   const std::string nkeys = std::to_string(keys.size());
   const std::vector<std::string_view> eval = evalsha(s, nkeys, keys, args);
   const std::vector<std::string_view> next(then);
   const auto send_both = [&] {
     set_timeout(timeout);
+    if (asking) append({"ASKING"}, what);
     append(eval, what);
     append(next, what);
     flush(what);
+    reply asked = asking ? receive(what) : nullptr;
     std::pair<reply, reply> both;
     both.first = receive(what);
     both.second = receive(what);
+    if (asked != nullptr && asked->type == REDIS_REPLY_ERROR) both.first = std::move(asked);
     return both;
   };
   std::pair<reply, reply> r = send_both();
   if (reloaded(*r.first, s, what)) r = send_both();
-  for (const reply* x : {&r.first, &r.second}) {
-    if ((*x)->type == REDIS_REPLY_ERROR) {
-      throw error("handoff::redis: " + std::string(what) + ": " + describe(x->get()));
-    }
-  }
   return r;
+}
+
+reply connection::read_reply(std::string_view what) {
+  if (broken_) fail(what, "connection lost");
+  set_timeout(timeout_);
+  return receive(what);
+}
+
+void connection::write(std::initializer_list<std::string_view> args, std::string_view what) {
+  set_timeout(timeout_);
+  append(std::vector<std::string_view>(args), what);
+  flush(what);
 }
 
 reply connection::eval_skipped_then(const script& s, std::initializer_list<std::string_view> keys,
@@ -251,8 +261,13 @@ reply connection::eval(const script& s, std::initializer_list<std::string_view> 
 }
 
 reply connection::call(const std::vector<std::string_view>& args, std::string_view what, bool asking) {
-  if (!asking) return send(args, what, timeout_);
-  set_timeout(timeout_);
+  return call(args, what, asking, timeout_);
+}
+
+reply connection::call(const std::vector<std::string_view>& args, std::string_view what, bool asking,
+                       std::chrono::milliseconds timeout) {
+  if (!asking) return send(args, what, timeout);
+  set_timeout(timeout);
   append({"ASKING"}, what);
   append(args, what);
   flush(what);

@@ -70,13 +70,14 @@ class connection {
   reply command(std::initializer_list<std::string_view> args, std::string_view what, std::chrono::milliseconds timeout);
 
   // EVALSHA of s with `then` sent behind it in the same write (one round trip), waiting
-  // `timeout` for the replies; both replies, or error (prefixed by `what`) for an I/O
-  // failure, a timeout or an error reply of either. A script the server forgot is loaded
-  // again and the pair resent.
+  // `timeout` for the replies; both replies as they come, error replies included (with
+  // `asking`, ASKING goes first, for the script only: see call()). A script the server forgot
+  // is loaded again and the pair resent. Throws error (prefixed by `what`) for an I/O
+  // failure or a timeout.
   std::pair<reply, reply> eval_then(const script& s, std::initializer_list<std::string_view> keys,
                                     std::initializer_list<std::string_view> args,
                                     std::initializer_list<std::string_view> then, std::string_view what,
-                                    std::chrono::milliseconds timeout);
+                                    std::chrono::milliseconds timeout, bool asking = false);
 
   // eval_then with CLIENT REPLY SKIP in front: only `then`'s reply comes back, so that the
   // server writes one reply and the caller wakes once. The script's reply is not sent, nor
@@ -111,11 +112,18 @@ class connection {
   // loads the script again when the server forgot it, as eval() does. Throws error (prefixed
   // by `what`) on I/O failure or timeout.
   reply call(const std::vector<std::string_view>& args, std::string_view what, bool asking);
+  // call() waiting `timeout` for the reply instead of options::command_timeout (BLPOP).
+  reply call(const std::vector<std::string_view>& args, std::string_view what, bool asking,
+             std::chrono::milliseconds timeout);
   reply eval_call(const script& s, std::initializer_list<std::string_view> keys,
                   std::initializer_list<std::string_view> args, std::string_view what, bool asking);
 
-  // For the subscriber: the socket, and replies read after poll() said it is readable.
+  // For a subscriber: the socket, a command written without waiting for its reply (which
+  // comes among the messages), and replies read after poll() said it is readable.
   [[nodiscard]] int fd() const noexcept { return stream_->fd(); }
+  void write(std::initializer_list<std::string_view> args, std::string_view what);
+  // The next reply, waiting up to options::command_timeout. Throws error when none comes.
+  reply read_reply(std::string_view what);
   // Reads what arrived; returns the complete replies. Throws error when the connection failed.
   std::vector<reply> read_available();
 

@@ -50,19 +50,11 @@ inline std::string key_name(std::string_view prefix, std::string_view key, std::
   return name;
 }
 
-// The names of one lock.
+// The names of one lock (`cluster`: as key_name's).
 struct key_names {
-  key_names(std::string_view prefix, std::string_view key) {
-    std::string base(prefix);
-    base += '{';
-    base += escape_key(key);
-    base += "}:";
-    prefix_and_key = base;
-    lock = base + "lock";
-    queue = base + "queue";
-    waiters = base + "waiters";
-    fence = base + "fence";
-  }
+  key_names(std::string_view prefix, std::string_view key, bool cluster)
+      : prefix_and_key(key_name(prefix, key, "", cluster)), lock(prefix_and_key + "lock"),
+        queue(prefix_and_key + "queue"), waiters(prefix_and_key + "waiters"), fence(prefix_and_key + "fence") {}
   std::string prefix_and_key;  // prefix + "{" + escaped key + "}:"
   std::string lock, queue, waiters, fence;
 };

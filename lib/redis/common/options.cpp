@@ -48,7 +48,7 @@ void validate(const options& o) {
 
 std::string not_on_cluster(std::string_view client) {
   return "handoff::redis: " + std::string(client) +
-         " does not run on Redis Cluster yet (fenced_store and versioned_store do)";
+         " does not run on Redis Cluster yet (keyed_mutex, fenced_store and versioned_store do)";
 }
 
 void refuse_cluster_seeds(const options& o, std::string_view client) {

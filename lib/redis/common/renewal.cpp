@@ -7,7 +7,7 @@ renewal renew(connection& c, const script& s, std::initializer_list<std::string_
               std::initializer_list<std::string_view> args, std::string_view what) {
   const std::int64_t sent = handoff::detail::now_ns();
   const reply r = c.eval(s, keys, args, what);
-  return {sent, r->type == REDIS_REPLY_INTEGER && r->integer == 1};
+  return renewal_of(sent, *r);
 }
 
 }  // namespace handoff::redis::detail

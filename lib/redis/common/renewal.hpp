@@ -35,6 +35,12 @@ struct renewal {
   }
 };
 
+// What a renewal sent at `sent` found from its script's reply `r` (1: renewed; anything
+// else: not ours).
+inline renewal renewal_of(std::int64_t sent, const redisReply& r) noexcept {
+  return {sent, r.type == REDIS_REPLY_INTEGER && r.integer == 1};
+}
+
 // Sends `s`, a script that renews a token's lease and replies 1, or changes nothing and
 // replies 0 when the token is not the holder's, and reads the reply (anything but 1 is
 // 0). Throws error (prefixed by `what`) when the round trip fails: retry

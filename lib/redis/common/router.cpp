@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -59,8 +60,36 @@ std::uint16_t hash_slot(std::string_view key) noexcept {
   return static_cast<std::uint16_t>(crc16(key) % cluster_slots);
 }
 
+std::string_view slot_tag(std::uint16_t slot) {
+  // The first string, in order of length then of the alphabet below, of each slot: three
+  // characters find all but a few slots, four the rest. Built once, in about a millisecond.
+  static const std::vector<std::string> tags = [] {
+    constexpr std::string_view alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    std::vector<std::string> t(cluster_slots);
+    std::size_t left = cluster_slots;
+    std::string s;
+    for (std::size_t len = 1; left > 0; ++len) {
+      s.assign(len, alphabet[0]);
+      for (;;) {
+        std::string& tag = t[crc16(s) % cluster_slots];
+        if (tag.empty()) {
+          tag = s;
+          if (--left == 0) break;
+        }
+        std::size_t i = len;  // the next string of this length, as an odometer
+        while (i > 0 && s[i - 1] == alphabet.back()) s[--i] = alphabet[0];
+        if (i == 0) break;
+        s[i - 1] = alphabet[alphabet.find(s[i - 1]) + 1];
+      }
+    }
+    return t;
+  }();
+  return tags[slot % cluster_slots];
+}
+
 router::node::node(options base, std::string host, int port, client_counters* counters)
-    : o(std::move(base)), connections(o, o.pool_size, counters) {
+    : o(std::move(base)), connections(o, o.pool_size, counters),
+      waits(o, std::numeric_limits<std::size_t>::max(), counters), background(o, 1, counters) {
   o.host = std::move(host);
   o.port = port;
   o.unix_socket.clear();
@@ -174,9 +203,9 @@ void router::refresh(std::string_view what) {
   throw error("handoff::redis: " + std::string(what) + ": cannot read the slot map: " + why);
 }
 
-reply router::run(std::string_view key, std::string_view what, bool read_only, const request& r) {
+reply router::run(std::string_view key, std::string_view what, bool read_only, lane l, const request& r) {
   if (!clustered_) {
-    auto c = single_->connections.take();
+    auto c = single_->of(l).take();
     return r(*c, false);
   }
   const std::uint16_t slot = hash_slot(key);
@@ -198,7 +227,7 @@ reply router::run(std::string_view key, std::string_view what, bool read_only, c
     bool connected = false;
     reply out;
     try {
-      auto c = target->connections.take();
+      auto c = target->of(l).take();
       connected = true;
       out = r(*c, asked != nullptr);
     } catch (const error&) {
@@ -237,17 +266,30 @@ reply router::run(std::string_view key, std::string_view what, bool read_only, c
 
 reply router::command(std::string_view key, std::initializer_list<std::string_view> args, std::string_view what) {
   const std::vector<std::string_view> argv(args);
-  reply r = run(key, what, true, [&](connection& c, bool asking) { return c.call(argv, what, asking); });
+  reply r =
+      run(key, what, true, lane::commands, [&](connection& c, bool asking) { return c.call(argv, what, asking); });
   if (r->type == REDIS_REPLY_ERROR) error_reply(what, *r);
   return r;
 }
 
 reply router::eval(const script& s, std::initializer_list<std::string_view> keys,
-                   std::initializer_list<std::string_view> args, std::string_view what) {
-  reply r = run(*keys.begin(), what, false,
+                   std::initializer_list<std::string_view> args, std::string_view what, lane l) {
+  reply r = run(*keys.begin(), what, false, l,
                 [&](connection& c, bool asking) { return c.eval_call(s, keys, args, what, asking); });
   if (r->type == REDIS_REPLY_ERROR) error_reply(what, *r);
   return r;
+}
+
+std::pair<std::string, const options*> router::primary_of(std::uint16_t slot) {
+  if (!clustered_) return {std::string(), &single_->o};
+  for (int pass = 0;; ++pass) {
+    {
+      const std::shared_lock lock(mu_);
+      if (node* n = slots_[slot % cluster_slots]) return {n->o.host + ":" + std::to_string(n->o.port), &n->o};
+    }
+    if (pass == 1) throw error("handoff::redis: no node serves slot " + std::to_string(slot));
+    refresh("CLUSTER SLOTS");
+  }
 }
 
 void router::each_primary(const std::function<void(connection&)>& f) {

@@ -17,6 +17,8 @@
 //                        same for command() (reads, and writes that repeat to the same
 //                        effect), and reported for eval() (a script may have run).
 // Every key one command touches must be in one slot (the key names' hash tags see to it).
+// Each node has three pools (router::lane), so that a lock's blocking waiters and its
+// background thread never wait for a command connection.
 #pragma once
 
 #include <array>
@@ -40,6 +42,11 @@ inline constexpr std::size_t cluster_slots = 16384;
 // its first '{' and the first '}' after it, when that is not empty) or of the whole key.
 [[nodiscard]] std::uint16_t hash_slot(std::string_view key) noexcept;
 
+// A short string of letters and digits whose hash slot is `slot`, the same in every process:
+// the hash tag of a name that belongs to a slot rather than to a key (a lock's sharded grant
+// channel, which must be in the slot of the lock it announces).
+[[nodiscard]] std::string_view slot_tag(std::uint16_t slot);
+
 class router {
  public:
   // Connects to options::host/port (or unix_socket), which may be a cluster node, or to the
@@ -55,33 +62,51 @@ class router {
   // Thread-safe. Whether the server is a Redis Cluster.
   [[nodiscard]] bool clustered() const noexcept { return clustered_; }
 
+  // Which of a node's pools a call takes its connection from: `commands` (at most
+  // options::pool_size), `waits` (a blocking waiter's BLPOP: as many as there are waiters,
+  // so that no waiter keeps a command connection) or `background` (one: a client's
+  // background thread, the only one to take it, so it never waits behind callers).
+  enum class lane : std::uint8_t { commands, waits, background };
+  // One request: returns its reply, error replies included (`asking`: ASKING first).
+  using request = std::function<reply(connection&, bool asking)>;
+
+  // Thread-safe. Runs r on a connection of lane `l` to the node serving `key`, following
+  // the cluster's answers (above) and returning any other reply as it is. `read_only`: r
+  // may run twice (a read, or a write that repeats to the same effect), so a connection
+  // that breaks under it is retried like one that cannot be opened. Throws error.
+  reply run(std::string_view key, std::string_view what, bool read_only, lane l, const request& r);
+
   // Thread-safe. The command, on the node serving `key` (any key name it touches); it must
   // be one that may run twice (a read, SET NX). Throws error for an error reply, I/O
   // failure or timeout, prefixed by `what`.
   reply command(std::string_view key, std::initializer_list<std::string_view> args, std::string_view what);
   // Thread-safe. EVALSHA of s, as connection::eval, on the node serving keys[0].
   reply eval(const script& s, std::initializer_list<std::string_view> keys,
-             std::initializer_list<std::string_view> args, std::string_view what);
+             std::initializer_list<std::string_view> args, std::string_view what, lane l = lane::commands);
 
   // Thread-safe. f on a connection to every primary (the one server when not clustered).
   void each_primary(const std::function<void(connection&)>& f);
 
+  // Thread-safe. The address ("host:port"; empty for the one server) and the options of
+  // the primary serving `slot` (options that live as long as the router). Reads the map
+  // again when no node serves it; throws error when none does then.
+  std::pair<std::string, const options*> primary_of(std::uint16_t slot);
+  // Thread-safe. Reads the slot map again from any known node (after a MOVED seen outside
+  // run()). Throws error when none answers.
+  void refresh(std::string_view what);
+
  private:
   struct node {
     node(options base, std::string host, int port, client_counters* counters);
+    pool& of(lane l) noexcept { return l == lane::commands ? connections : l == lane::waits ? waits : background; }
     options o;  // base options with this node's address
     pool connections;
+    pool waits;
+    pool background;
   };
-  // One request: returns its reply, error replies included.
-  using request = std::function<reply(connection&, bool asking)>;
 
-  // read_only: r may run twice (a read, or a write that repeats to the same effect), so a
-  // connection that breaks under it is retried like one that cannot be opened.
-  reply run(std::string_view key, std::string_view what, bool read_only, const request& r);
   // The node at "host:port", created on first use. Takes mu_ exclusively.
   node& node_at(std::string_view address);
-  // Reads the slot map again from any known node. Throws error when none answers.
-  void refresh(std::string_view what);
   // Reads CLUSTER SLOTS on c; `asked` is c's host, for a node that does not know its own.
   void read_map(connection& c, const std::string& asked, std::string_view what);
   // Throws std::invalid_argument for a prefix that would break the key names' hash tags.

@@ -44,10 +44,9 @@ struct grant {
 
 class acquire_step {
  public:
-  // `clock` must outlive the step. `id` from lock_commands::request_id.
-  acquire_step(const lease_clock& clock, std::string_view prefix, std::string_view key, std::string id,
-               std::int64_t lease_ns, std::int64_t deadline)
-      : clock_(clock), names_(prefix, key), id_(std::move(id)), lease_ns_(lease_ns), deadline_(deadline) {}
+  // `clock` must outlive the step. `names` and `id` from lock_commands::names and request_id.
+  acquire_step(const lease_clock& clock, key_names names, std::string id, std::int64_t lease_ns, std::int64_t deadline)
+      : clock_(clock), names_(std::move(names)), id_(std::move(id)), lease_ns_(lease_ns), deadline_(deadline) {}
 
   // Whether a request with `deadline` waits, decided at `now`: a deadline already past is
   // one try (handoff/detail/clock.hpp).

@@ -16,6 +16,8 @@
 namespace handoff::redis::detail {
 
 namespace {
+using lane = router::lane;
+
 // One finished async request on its way to the callback thread.
 struct callback_task final : handoff::detail::task {
   callback_task(std::unique_ptr<async_request> req, guard g, std::exception_ptr e) noexcept
@@ -48,10 +50,62 @@ bool next_number(std::string_view s, std::size_t& at, std::int64_t& out) {
 }
 }  // namespace
 
+void async_waiters::connect(subscriber& s, const options& o) {
+  auto c = std::make_unique<connection>(o, &client_.counters);
+  if (!client_.commands.servers().clustered()) {
+    c->command({"SUBSCRIBE", client_.commands.channel(0)}, "SUBSCRIBE");  // replies once subscribed
+  }
+  s.conn = std::move(c);
+  s.slots.clear();
+}
+
 void async_waiters::connect_subscriber() {
-  auto s = std::make_unique<connection>(client_.o, &client_.counters);
-  s->command({"SUBSCRIBE", client_.commands.channel()}, "SUBSCRIBE");  // replies once subscribed
-  sub_ = std::move(s);
+  if (!client_.commands.servers().clustered()) connect(subs_[std::string()], client_.o);
+}
+
+void async_waiters::drop(subscriber& s, std::int64_t retry_at) {
+  if (s.conn != nullptr) client_.counters.notifications_lost();
+  s.conn.reset();
+  s.slots.clear();
+  s.retry_at = retry_at;
+  for (auto& r : requests_) r->next_check = 0;
+}
+
+void async_waiters::subscribe_for(const async_request& r, std::int64_t now) {
+  router& servers = client_.commands.servers();
+  if (!servers.clustered()) return;
+  const std::uint16_t slot = hash_slot(r.step.names().lock);
+  subscriber* sp = nullptr;
+  try {
+    const auto [address, o] = servers.primary_of(slot);
+    subscriber& s = subs_[address];
+    sp = &s;
+    if (s.conn == nullptr) {
+      if (now < s.retry_at) return;
+      connect(s, *o);
+    }
+    if (s.slots.contains(slot)) return;
+    // The confirmation comes after any announcement already on its way: those are handled.
+    constexpr std::string_view what = "SSUBSCRIBE";
+    const std::string channel = client_.commands.channel(slot);
+    s.conn->write({"SSUBSCRIBE", channel}, what);
+    for (;;) {
+      const reply got = s.conn->read_reply(what);
+      if (got->type == REDIS_REPLY_ERROR) {  // MOVED: the slot left that node; the map is read again
+        servers.refresh(what);
+        return;
+      }
+      if (got->type == REDIS_REPLY_ARRAY && got->elements == 3 && got->element[0]->type == REDIS_REPLY_STRING &&
+          std::string_view(got->element[0]->str, got->element[0]->len) == "ssubscribe") {
+        s.slots.insert(slot);
+        return;
+      }
+      on_message(s, *got);
+    }
+  } catch (const error&) {
+    // No subscriber there for now: r's attempt goes on, and its re-checks find its grant.
+    if (sp != nullptr && (sp->conn == nullptr || sp->conn->broken())) drop(*sp, now + subscriber_retry_max);
+  }
 }
 
 void async_waiters::submit(std::unique_ptr<async_request> r) {
@@ -63,21 +117,35 @@ void async_waiters::submit(std::unique_ptr<async_request> r) {
 }
 
 void async_waiters::reconnect_subscriber(std::int64_t now) {
-  if (sub_ != nullptr || now < sub_retry_at_) return;
+  if (client_.commands.servers().clustered()) return;  // subscribe_for reconnects
+  subscriber& s = subs_[std::string()];
+  if (s.conn != nullptr || now < s.retry_at) return;
   try {
-    connect_subscriber();
+    connect(s, client_.o);
     client_.counters.reconnect();  // the constructor's first subscription is not in this loop
     // Notifications sent while we were not listening are lost: re-check every request.
     for (auto& r : requests_) r->next_check = 0;
   } catch (const error&) {
-    sub_retry_at_ = now + std::min<std::int64_t>(ms_to_ns(client_.clock.recheck_ms), subscriber_retry_max);
+    s.retry_at = now + std::min<std::int64_t>(ms_to_ns(client_.clock.recheck_ms), subscriber_retry_max);
   }
 }
 
-void async_waiters::on_message(const redisReply& r) {
-  // ["message", channel, "<request id> <fence> <heartbeat> <ms waited>"] (scripts.hpp); the
-  // subscribe confirmations are ignored.
-  if (r.type != REDIS_REPLY_ARRAY || r.elements != 3 || r.element[2]->type != REDIS_REPLY_STRING) return;
+void async_waiters::on_message(subscriber& s, const redisReply& r) {
+  // ["message" or "smessage", channel, "<request id> <fence> <heartbeat> <ms waited>"]
+  // (scripts.hpp); ["sunsubscribe", channel, n] when a cluster moved the channel's slot
+  // away: its requests re-check, which subscribes on the slot's new node. Subscription
+  // confirmations are ignored.
+  if (r.type != REDIS_REPLY_ARRAY || r.elements != 3 || r.element[0]->type != REDIS_REPLY_STRING ||
+      r.element[1]->type != REDIS_REPLY_STRING) {
+    return;
+  }
+  const std::string_view kind(r.element[0]->str, r.element[0]->len);
+  if (kind == "sunsubscribe") {
+    s.slots.erase(hash_slot(std::string_view(r.element[1]->str, r.element[1]->len)));
+    for (auto& req : requests_) req->next_check = 0;
+    return;
+  }
+  if (r.element[2]->type != REDIS_REPLY_STRING) return;
   const std::string_view msg(r.element[2]->str, r.element[2]->len);
   const std::size_t id_end = msg.find(' ');
   if (id_end == std::string_view::npos) return;
@@ -95,13 +163,20 @@ void async_waiters::on_message(const redisReply& r) {
   req.next_check = 0;
 }
 
-void async_waiters::read_subscriber() {
-  try {
-    for (const reply& r : sub_->read_available()) on_message(*r);
-  } catch (const error&) {
-    sub_.reset();  // reconnect at the top of the loop
-    sub_retry_at_ = 0;
-    client_.counters.notifications_lost();
+void async_waiters::subscriber_fds(std::vector<int>& fds) const {
+  for (const auto& [address, s] : subs_) {
+    if (s.conn != nullptr) fds.push_back(s.conn->fd());
+  }
+}
+
+void async_waiters::read_subscribers() {
+  for (auto& [address, s] : subs_) {
+    if (s.conn == nullptr) continue;
+    try {
+      for (const reply& r : s.conn->read_available()) on_message(s, *r);
+    } catch (const error&) {
+      drop(s, 0);  // connected again at once: by reconnect_subscriber, or subscribe_for
+    }
   }
 }
 
@@ -138,18 +213,18 @@ void async_waiters::run(std::int64_t now) {
     }
     if (r->next_check > now) continue;
     try {
-      connection& c = bg_.conn();
+      subscribe_for(*r, now);
       if (step.queued()) client_.counters.recheck();  // queued before, and no notification granted it
       step.begin_attempt(handoff::detail::now_ns());
       // A waiting request's attempts queue it (or refresh its heartbeat) up to the last one,
       // which may still be granted; a try never queues.
       const attempt_result a =
-          client_.commands.attempt(c, step.names(), step.id(), step.lease_ms(), step.waiting(), r->key);
+          client_.commands.attempt(lane::background, step.names(), step.id(), step.lease_ms(), step.waiting(), r->key);
       if (const auto g = step.on_attempt(a)) {
         finish(r, client_.granted(r->key, step, *g), nullptr);
       } else if (step.expired(handoff::detail::now_ns())) {
         // Leaves the queue, passing on a grant that came meanwhile.
-        if (step.queued()) client_.commands.cancel(c, step.names(), step.id(), r->key);
+        if (step.queued()) client_.commands.cancel(lane::background, step.names(), step.id(), r->key);
         finish(r, guard(), nullptr);
       } else {
         r->next_check = step.next_check(handoff::detail::now_ns());
@@ -164,7 +239,9 @@ void async_waiters::run(std::int64_t now) {
 
 std::int64_t async_waiters::next_due(std::int64_t next) const noexcept {
   for (const auto& r : requests_) next = std::min(next, r->next_check);
-  if (sub_ == nullptr) next = std::min(next, sub_retry_at_);
+  for (const auto& [address, s] : subs_) {
+    if (s.conn == nullptr && address.empty()) next = std::min(next, s.retry_at);  // reconnect_subscriber's
+  }
   return next;
 }
 

@@ -1,14 +1,17 @@
 // The lock client's async requests (private to lib/redis): the requests lock_async hands
-// in, their registry by request id, the subscriber connection on which releases announce
-// grants to them, the attempts the background thread runs for them (each an acquire_step,
-// acquire_step.hpp), and the callback thread that completes them, so that a slow callback
+// in, their registry by request id, the subscriber connections on which releases announce
+// grants to them (one to the one server; on a cluster, one per primary that serves a slot
+// a request waits in, subscribed to the sharded channel of each such slot), the attempts the background thread runs for
+// them (each an acquire_step, acquire_step.hpp), and the callback thread that completes them, so that a slow callback
 // never holds up this client's heartbeats, renewals or notifications.
 #pragma once
 
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,9 +31,9 @@ class background;
 constexpr std::int64_t subscriber_retry_max = 100 * ms_ns;
 
 struct async_request {
-  async_request(const lease_clock& clock, std::string_view prefix, std::string k, std::string id, std::int64_t lease_ns,
+  async_request(const lease_clock& clock, key_names names, std::string k, std::string id, std::int64_t lease_ns,
                 std::int64_t deadline, keyed_mutex::callback f)
-      : key(std::move(k)), cb(std::move(f)), step(clock, prefix, key, std::move(id), lease_ns, deadline) {}
+      : key(std::move(k)), cb(std::move(f)), step(clock, std::move(names), std::move(id), lease_ns, deadline) {}
 
   std::string key;
   keyed_mutex::callback cb;
@@ -43,13 +46,15 @@ class async_waiters {
  public:
   async_waiters(client& c, background& bg) noexcept : client_(c), bg_(bg) {}
 
-  // Subscribes to the client's channel; throws error. Once, before the background thread
-  // starts (which reconnects it when it fails).
+  // On one server, subscribes to the client's channel; throws error. Once, before the
+  // background thread starts (which reconnects it when it fails). On a cluster, nothing:
+  // each slot's channel is subscribed before the first attempt of a request in that slot.
   void connect_subscriber();
   // Thread-safe, never blocks: the background thread takes r in and runs its attempts.
   void submit(std::unique_ptr<async_request> r);
 
-  // Background thread only. Reconnects a failed subscriber when its retry is due.
+  // Background thread only. Reconnects the one server's failed subscriber when its retry
+  // is due.
   void reconnect_subscriber(std::int64_t now);
   // Background thread only. Takes in what submit() gave, then drives every request:
   // completes those granted (by an announcement or an attempt), timed out or failed, and
@@ -57,10 +62,10 @@ class async_waiters {
   void run(std::int64_t now);
   // Background thread only: the earlier of `next` and the next attempt or subscriber retry.
   [[nodiscard]] std::int64_t next_due(std::int64_t next) const noexcept;
-  // Background thread only: the subscriber's socket, or -1 while it is down.
-  [[nodiscard]] int subscriber_fd() const noexcept { return sub_ != nullptr ? sub_->fd() : -1; }
-  // Background thread only: reads the grants announced on the subscriber.
-  void read_subscriber();
+  // Background thread only: the subscribers' sockets, appended to `fds`.
+  void subscriber_fds(std::vector<int>& fds) const;
+  // Background thread only: reads the grants announced on the subscribers.
+  void read_subscribers();
 
   // After the background thread ended: ends the requests still waiting (a precondition
   // violation: the mutex is destroyed) with an error rather than leak them, then runs the
@@ -68,7 +73,22 @@ class async_waiters {
   void stop() noexcept;
 
  private:
-  void on_message(const redisReply& r);
+  // One subscriber connection: to the one server (address ""), or to a cluster's primary.
+  struct subscriber {
+    std::unique_ptr<connection> conn;  // nullptr: down
+    std::set<std::uint16_t> slots;     // on a cluster: the slots whose channel it subscribed to
+    std::int64_t retry_at = 0;         // when down: when to connect again
+  };
+
+  // Opens s to the server of `o`; on one server, subscribes to the client's channel.
+  // Throws error.
+  void connect(subscriber& s, const options& o);
+  // On a cluster: subscribes to the channel of r's slot, on the node serving it, before r's
+  // attempt, unless done. A failure leaves r to its re-checks.
+  void subscribe_for(const async_request& r, std::int64_t now);
+  // s failed: closed; every request re-checks (the announcements sent meanwhile are lost).
+  void drop(subscriber& s, std::int64_t retry_at);
+  void on_message(subscriber& s, const redisReply& r);
   // Hands r's callback its result, on the callback thread.
   void complete(std::unique_ptr<async_request> r, guard g, std::exception_ptr e) noexcept;
 
@@ -82,8 +102,7 @@ class async_waiters {
   // Background thread only (and stop(), after that thread ended):
   std::vector<std::unique_ptr<async_request>> requests_;
   std::unordered_map<std::string, async_request*> by_id_;  // the requests, by request id
-  std::unique_ptr<connection> sub_;
-  std::int64_t sub_retry_at_ = 0;
+  std::map<std::string, subscriber, std::less<>> subs_;    // by node address
 };
 
 }  // namespace handoff::redis::detail

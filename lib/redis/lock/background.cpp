@@ -10,14 +10,14 @@
 #include <cstdio>
 #include <exception>
 #include <system_error>
+#include <vector>
 
 #include "async_waiters.hpp"
 #include "watchdog.hpp"
 
 namespace handoff::redis::detail {
 
-background::background(const options& o, client_counters& counters)
-    : o_(o), counters_(counters), conn_(std::make_unique<connection>(o, &counters)) {
+background::background() {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "handoff::redis: eventfd");
 }
@@ -41,17 +41,9 @@ void background::wake() const noexcept {
   [[maybe_unused]] const auto n = write(wake_fd_, &one, sizeof one);
 }
 
-connection& background::conn() {
-  if (conn_ == nullptr || conn_->stale()) {
-    const bool replaces = conn_ != nullptr;  // a reconnect, for the statistics
-    conn_.reset();
-    conn_ = std::make_unique<connection>(o_, &counters_);
-    if (replaces) counters_.reconnect();
-  }
-  return *conn_;
-}
-
 void background::run(async_waiters& async, watchdog& dog) noexcept {
+  std::vector<int> subs;
+  std::vector<pollfd> fds;
   for (;;) {
     if (stop_.load()) return;
     std::int64_t now = handoff::detail::now_ns();
@@ -65,15 +57,20 @@ void background::run(async_waiters& async, watchdog& dog) noexcept {
 
     now = handoff::detail::now_ns();
     const std::int64_t next = dog.next_due(async.next_due(now + max_sleep));
-    const int sub = async.subscriber_fd();
-    pollfd fds[2] = {{.fd = wake_fd_, .events = POLLIN, .revents = 0}, {.fd = sub, .events = POLLIN, .revents = 0}};
+    subs.clear();
+    async.subscriber_fds(subs);
+    fds.clear();
+    fds.push_back({.fd = wake_fd_, .events = POLLIN, .revents = 0});
+    for (const int fd : subs) fds.push_back({.fd = fd, .events = POLLIN, .revents = 0});
     const int timeout_ms = static_cast<int>(std::max<std::int64_t>(0, (next - now + ms_ns - 1) / ms_ns));
-    if (poll(fds, 2, timeout_ms) < 0) continue;  // EINTR
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0) continue;  // EINTR
     if ((fds[0].revents & POLLIN) != 0) {
       std::uint64_t v = 0;
       [[maybe_unused]] const auto n = read(wake_fd_, &v, sizeof v);
     }
-    if (sub >= 0 && fds[1].revents != 0) async.read_subscriber();
+    if (std::any_of(fds.begin() + 1, fds.end(), [](const pollfd& p) { return p.revents != 0; })) {
+      async.read_subscribers();
+    }
   }
 }
 

@@ -1,5 +1,5 @@
-// The lock client's background thread (private to lib/redis): its loop, the connection
-// it sends on, and how other threads wake it. Each round it runs the async waiters' due
+// The lock client's background thread (private to lib/redis): its loop, and how other
+// threads wake it. It sends on the background lane (router.hpp). Each round it runs the async waiters' due
 // attempts (async_waiters.hpp) and the watchdog's due renewals (watchdog.hpp), then
 // sleeps until the next of them is due, a wake-up, or a message on the subscriber. It
 // never runs user code: callbacks go to the callback thread (async_waiters.hpp), so a
@@ -30,9 +30,8 @@ constexpr std::int64_t max_sleep = 250 * ms_ns;
 
 class background {
  public:
-  // Opens the thread's connection (failing fast on a wrong address or password) and its
-  // wake-up eventfd. Throws error, or std::system_error without an eventfd.
-  background(const options& o, client_counters& counters);
+  // Opens the thread's wake-up eventfd. Throws std::system_error without one.
+  background();
   ~background();
   background(const background&) = delete;
   background& operator=(const background&) = delete;
@@ -42,17 +41,11 @@ class background {
   void stop() noexcept;
   // Thread-safe, never blocks: the thread re-reads its inputs and schedule.
   void wake() const noexcept;
-  // The thread's own connection, opened again if the last one went stale. Background
-  // thread only (and its owner while the thread is not running). Throws error.
-  connection& conn();
 
  private:
   void run(async_waiters& async, watchdog& dog) noexcept;
 
-  const options& o_;
-  client_counters& counters_;
-  std::unique_ptr<connection> conn_;  // see conn()
-  int wake_fd_ = -1;                  // eventfd: wake() writes, the thread reads
+  int wake_fd_ = -1;  // eventfd: wake() writes, the thread reads
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -16,14 +16,13 @@ using handoff::detail::now_ns;
 namespace {
 options validated(options o) {
   validate(o);
-  refuse_cluster_seeds(o, "keyed_mutex");
   return o;
 }
 }  // namespace
 
 client::client(options opts) : o(validated(std::move(opts))) {
-  check_server(background_.conn(), o, "a held lock could be evicted and granted twice", "keyed_mutex");
-  commands.load(background_.conn());
+  check_server(commands.servers(), o, "a held lock could be evicted and granted twice");
+  commands.load();
   async_.connect_subscriber();
 }
 
@@ -40,7 +39,7 @@ guard client::granted(std::string_view key, const acquire_step& step, const gran
   value += ' ';
   value += std::to_string(g.fence);
   const bool wd = step.lease_ns() == 0;
-  auto h = std::make_shared<hold>(shared_from_this(), o.prefix, key, std::move(value), g.fence,
+  auto h = std::make_shared<hold>(shared_from_this(), step.names(), key, std::move(value), g.fence,
                                   clock.hold_ns(step.lease_ns()), wd, g.clock.valid_until, g.clock.px_ns);
   if (wd) watchdog_.add(h);
   return guard(std::move(h));
@@ -53,14 +52,14 @@ guard client::acquire(std::string_view key, handoff::detail::wait_mode mode, std
   if (mode == wait_mode::forever) deadline = handoff::detail::no_deadline;
   if (mode == wait_mode::none) deadline = start;  // one try
   const bool wait = acquire_step::waits(deadline, start);
-  acquire_step step(clock, o.prefix, key, commands.request_id(lease_ns, wait), lease_ns, deadline);
+  acquire_step step(clock, commands.names(key), commands.request_id(lease_ns, wait), lease_ns, deadline);
   step.start(start);
-  // One attempt on a pooled connection. Its send time is taken once the connection is in
-  // hand: still before the server sees the attempt, so before any grant after it.
+  // One attempt on a pooled connection. Its send time is taken before: before the server
+  // sees the attempt, so before any grant after it.
   const auto attempt = [&] {
-    auto c = commands.take();
     step.begin_attempt(now_ns());
-    return step.on_attempt(commands.attempt(*c, step.names(), step.id(), step.lease_ms(), step.waiting(), key));
+    return step.on_attempt(
+        commands.attempt(lock_commands::lane::commands, step.names(), step.id(), step.lease_ms(), step.waiting(), key));
   };
   if (!step.waiting()) {  // try_lock: one round trip, never queued
     const auto g = attempt();
@@ -83,8 +82,8 @@ guard client::acquire(std::string_view key, handoff::detail::wait_mode mode, std
     contention_.queued();
   }
 
-  // Wait on a connection of its own, in BLPOP on the request's grant list: a release that
-  // grants the key pushes the grant there, and the reply wakes this thread (scripts.hpp).
+  // Wait on a connection of the waits lane, in BLPOP on the request's grant list: a release
+  // that grants the key pushes the grant there, and the reply wakes this thread (scripts.hpp).
   // An attempt goes with the BLPOP that follows it, in one round trip; the BLPOP's timeout
   // is the step's next check (the heartbeat, or the holder's lease if that ends sooner).
   const std::string list = lock_commands::grant_list(step.names(), step.id());
@@ -95,59 +94,47 @@ guard client::acquire(std::string_view key, handoff::detail::wait_mode mode, std
   // double the time a stalled server costs the caller. The server drops the request when
   // its heartbeat runs out; a release that grants it first leaves the key with it for that
   // grant's lease (for a lease-less request, a heartbeat: scripts.hpp).
-  {
-    const auto own = commands.take_for_wait();
-    connection& c = *own;
-    for (bool first = need_attempt;; first = false) {
-      if (need_attempt) {
-        const std::int64_t sent = now_ns();
-        if (!first && step.expired(sent)) break;
-        if (!first) counters.recheck();  // no notification answered this wait in time
-        step.begin_attempt(sent);
-        // The first attempt skips the script's reply (one wake-up instead of two); a
-        // re-check takes it, so that a script that failed (NOSCRIPT after a server
-        // restart) is seen and loaded again.
-        const auto [r, pushed] = commands.attempt_and_wait(c, step.names(), step.id(), step.lease_ms(), list,
-                                                           wait_ms(sent), key, first && commands.skip_replies());
-        if (const auto g = step.on_attempt(r)) {
-          if (!first) return waited(granted(key, step, *g));
-          contention_.found_free();
-          return granted(key, step, *g);
-        }
-        if (first) contention_.queued();
-        if (const auto g = step.on_grant(pushed.grant)) return waited(granted(key, step, *g));
-        if (!pushed.poked) continue;  // nothing came in time: re-check
-        // Poked: the holder's lease ends before the BLPOP would have timed out; wait until then.
+  for (bool first = need_attempt;; first = false) {
+    if (need_attempt) {
+      const std::int64_t sent = now_ns();
+      if (!first && step.expired(sent)) break;
+      if (!first) counters.recheck();  // no notification answered this wait in time
+      step.begin_attempt(sent);
+      // The first attempt skips the script's reply (one wake-up instead of two); a
+      // re-check takes it, so that a script that failed (NOSCRIPT after a server
+      // restart) is seen and loaded again.
+      const auto [r, pushed] = commands.attempt_and_wait(step.names(), step.id(), step.lease_ms(), list, wait_ms(sent),
+                                                         key, first && commands.skip_replies());
+      if (const auto g = step.on_attempt(r)) {
+        if (!first) return waited(granted(key, step, *g));
+        contention_.found_free();
+        return granted(key, step, *g);
       }
-      need_attempt = true;
-      const std::int64_t now = now_ns();
-      if (step.expired(now)) break;
-      const pushed_grant pushed = commands.await_grant(c, list, wait_ms(now), key);
+      if (first) contention_.queued();
       if (const auto g = step.on_grant(pushed.grant)) return waited(granted(key, step, *g));
+      if (!pushed.poked) continue;  // nothing came in time: re-check
+      // Poked: the holder's lease ends before the BLPOP would have timed out; wait until then.
     }
+    need_attempt = true;
+    const std::int64_t now = now_ns();
+    if (step.expired(now)) break;
+    const pushed_grant pushed = commands.await_grant(list, wait_ms(now), key);
+    if (const auto g = step.on_grant(pushed.grant)) return waited(granted(key, step, *g));
   }
   // The wait ran out: leave the queue, passing on a grant that came meanwhile.
-  if (step.queued()) {
-    try {
-      auto c = commands.take();
-      commands.cancel(*c, step.names(), step.id(), key);
-    } catch (const error&) {  // NOLINT(bugprone-empty-catch): as cancel()
-    }
-  }
+  if (step.queued()) commands.cancel(lock_commands::lane::commands, step.names(), step.id(), key);
   return guard();
 }
 
 void client::lock_async(std::string key, keyed_mutex::callback f, std::int64_t deadline, std::int64_t lease_ns) {
   std::string id = commands.request_id(lease_ns, false);
-  async_.submit(std::make_unique<async_request>(clock, o.prefix, std::move(key), std::move(id), lease_ns, deadline,
-                                                std::move(f)));
+  key_names names = commands.names(key);
+  async_.submit(std::make_unique<async_request>(clock, std::move(names), std::move(key), std::move(id), lease_ns,
+                                                deadline, std::move(f)));
 }
 
 bool client::extend(hold& h, std::int64_t lease_ns) {
-  const bool renewed = [&] {
-    auto c = commands.take();
-    return commands.renew(*c, h, lease_ns);
-  }();
+  const bool renewed = commands.renew(lock_commands::lane::commands, h, lease_ns);
   if (renewed && h.watchdog) background_.wake();  // the next renewal moved
   return renewed;
 }

@@ -15,10 +15,11 @@
 //
 // The client behind handoff::redis::keyed_mutex (private to lib/redis). Threads: callers
 // run their own acquire/release round trips on pooled connections; a blocking waiter
-// waits for its grant in BLPOP on a connection of its own. One background thread per
-// client runs the async waiters' attempts and the watchdog's renewals on a connection of
-// its own and reads the subscriber connection on which async grants are announced. User
-// callbacks run on the client's callback thread, never on it.
+// waits for its grant in BLPOP on a connection no command shares (router.hpp's lanes). One
+// background thread per client runs the async waiters' attempts and the watchdog's
+// renewals on a connection of its own (per node) and reads the subscriber connections on
+// which async grants are announced. User callbacks run on the client's callback thread,
+// never on it.
 #pragma once
 
 #include <algorithm>
@@ -91,7 +92,7 @@ struct client : std::enable_shared_from_this<client> {
 
  private:
   contention_hint contention_;
-  background background_{o, counters};
+  background background_;
   watchdog watchdog_{commands, background_};
   async_waiters async_{*this, background_};  // last: its callback thread runs from here on
 };

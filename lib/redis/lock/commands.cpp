@@ -19,19 +19,39 @@ std::string blpop_timeout(std::int64_t ms) {
 }  // namespace
 
 lock_commands::lock_commands(const options& o, client_counters& counters, const lease_clock& clock)
-    : o_(o), clock_(clock), pool_(o, o.pool_size, &counters),
-      waits_(o, std::numeric_limits<std::size_t>::max(), &counters), channel_prefix_(o.prefix + "notify:"),
+    : o_(o), clock_(clock), router_(o, &counters), channel_prefix_(o.prefix + "notify:"),
       heartbeat_ttl_ms_(std::to_string(clock.heartbeat_ms)) {}
 
-void lock_commands::load(connection& c) {
-  for (script* s : {&acquire_script_, &release_script_, &extend_script_, &cancel_script_}) c.load(*s);
-  skip_replies_ = c.supports_reply_skip();
+void lock_commands::load() {
+  router_.each_primary([&](connection& c) {
+    for (script* s : {&acquire_script_, &release_script_, &extend_script_, &cancel_script_}) c.load(*s);
+    skip_replies_ = !router_.clustered() && c.supports_reply_skip();
+  });
 }
 
 std::string lock_commands::request_id(std::int64_t lease_ns, bool blocking) {
   return id_ + ":" + std::to_string(seq_.fetch_add(1, std::memory_order_relaxed)) + (lease_ns == 0 ? ":w" : ":") +
          std::to_string(clock_.lease_ms(lease_ns)) + ":" + heartbeat_ttl_ms_ + (blocking ? ":l" : "");
 }
+
+std::string lock_commands::channel_prefix(std::uint16_t slot) const {
+  if (!router_.clustered()) return channel_prefix_;
+  std::string p = channel_prefix_;
+  p += '{';
+  p += slot_tag(slot);
+  p += '}';
+  return p;
+}
+
+namespace {
+// The reply, or error for an error reply.
+reply checked(reply r, std::string_view what) {
+  if (r->type == REDIS_REPLY_ERROR) {
+    throw error("handoff::redis: " + std::string(what) + ": " + std::string(r->str, r->len));
+  }
+  return r;
+}
+}  // namespace
 
 attempt_result lock_commands::parse_attempt(const redisReply& r, std::string_view key) {
   if (r.type != REDIS_REPLY_ARRAY || r.elements != 3 || r.element[0]->type != REDIS_REPLY_INTEGER ||
@@ -42,12 +62,13 @@ attempt_result lock_commands::parse_attempt(const redisReply& r, std::string_vie
   return {r.element[0]->integer == 1, r.element[1]->integer, r.element[2]->integer};
 }
 
-attempt_result lock_commands::attempt(connection& c, const key_names& n, std::string_view id, std::int64_t lease_ms,
+attempt_result lock_commands::attempt(lane l, const key_names& n, std::string_view id, std::int64_t lease_ms,
                                       bool queue, std::string_view key) {
   const std::string ms = std::to_string(lease_ms);
-  reply r = c.eval(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
-                   {id, ms, queue ? "1" : "0", heartbeat_ttl_ms_, channel_prefix_, "0"},
-                   "lock " + handoff::detail::key_excerpt(key));
+  const std::string channels = channel_prefix(hash_slot(n.lock));
+  const reply r = router_.eval(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                               {id, ms, queue ? "1" : "0", heartbeat_ttl_ms_, channels, "0"},
+                               "lock " + handoff::detail::key_excerpt(key), l);
   return parse_attempt(*r, key);
 }
 
@@ -67,25 +88,39 @@ pushed_grant lock_commands::parse_grant(const redisReply& r, std::string_view wh
   throw error("handoff::redis: " + std::string(what) + ": unexpected reply to BLPOP");
 }
 
-std::pair<attempt_result, pushed_grant> lock_commands::attempt_and_wait(connection& c, const key_names& n,
-                                                                        std::string_view id, std::int64_t lease_ms,
-                                                                        const std::string& list, std::int64_t ms,
-                                                                        std::string_view key, bool skip_reply) {
+std::pair<attempt_result, pushed_grant> lock_commands::attempt_and_wait(const key_names& n, std::string_view id,
+                                                                        std::int64_t lease_ms, const std::string& list,
+                                                                        std::int64_t ms, std::string_view key,
+                                                                        bool skip_reply) {
   const std::string lease = std::to_string(lease_ms);
   const std::string wait_ms = std::to_string(ms);
+  const std::string channels = channel_prefix(hash_slot(n.lock));
   const std::string what = "lock " + handoff::detail::key_excerpt(key);
   // The replies may take the whole wait: the socket waits that long plus one command_timeout.
   const auto timeout = std::chrono::milliseconds(ms) + o_.command_timeout;
   if (skip_reply) {
-    const reply r = c.eval_skipped_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
-                                        {id, lease, "1", heartbeat_ttl_ms_, channel_prefix_, wait_ms, "1"},
-                                        {"BLPOP", list, blpop_timeout(ms)}, what, timeout);
+    const reply r = router_.run(n.lock, what, false, lane::waits, [&](connection& c, bool) {
+      return c.eval_skipped_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                                 {id, lease, "1", heartbeat_ttl_ms_, channels, wait_ms, "1"},
+                                 {"BLPOP", list, blpop_timeout(ms)}, what, timeout);
+    });
     return parse_listed(*r, what);
   }
-  auto [a, g] = c.eval_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
-                            {id, lease, "1", heartbeat_ttl_ms_, channel_prefix_, wait_ms},
-                            {"BLPOP", list, blpop_timeout(ms)}, what, timeout);
-  return {parse_attempt(*a, key), parse_grant(*g, what)};
+  reply blpop;
+  const reply a = checked(router_.run(n.lock, what, false, lane::waits,
+                                      [&](connection& c, bool asking) {
+                                        auto [script, then] =
+                                            c.eval_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                                                        {id, lease, "1", heartbeat_ttl_ms_, channels, wait_ms},
+                                                        {"BLPOP", list, blpop_timeout(ms)}, what, timeout, asking);
+                                        blpop = std::move(then);
+                                        return std::move(script);
+                                      }),
+                          what);
+  // A BLPOP sent after an ASKING script is redirected in turn (its list's slot is
+  // migrating): the attempt stands; wait again with a BLPOP of its own, routed.
+  if (blpop->type == REDIS_REPLY_ERROR && router_.clustered()) return {parse_attempt(*a, key), {{}, true}};
+  return {parse_attempt(*a, key), parse_grant(*checked(std::move(blpop), what), what)};
 }
 
 std::pair<attempt_result, pushed_grant> lock_commands::parse_listed(const redisReply& r, std::string_view what) {
@@ -106,32 +141,36 @@ std::pair<attempt_result, pushed_grant> lock_commands::parse_listed(const redisR
   throw error("handoff::redis: " + std::string(what) + ": unexpected reply to BLPOP");
 }
 
-pushed_grant lock_commands::await_grant(connection& c, const std::string& list, std::int64_t ms, std::string_view key) {
+pushed_grant lock_commands::await_grant(const std::string& list, std::int64_t ms, std::string_view key) {
   const std::string what = "wait for " + handoff::detail::key_excerpt(key);
-  reply r = c.command({"BLPOP", list, blpop_timeout(ms)}, what, std::chrono::milliseconds(ms) + o_.command_timeout);
-  return parse_grant(*r, what);
+  const std::string seconds = blpop_timeout(ms);
+  const std::vector<std::string_view> blpop{"BLPOP", list, seconds};
+  const auto timeout = std::chrono::milliseconds(ms) + o_.command_timeout;
+  reply r = router_.run(list, what, false, lane::waits,
+                        [&](connection& c, bool asking) { return c.call(blpop, what, asking, timeout); });
+  return parse_grant(*checked(std::move(r), what), what);
 }
 
-void lock_commands::cancel(connection& c, const key_names& n, std::string_view id, std::string_view key) noexcept {
+void lock_commands::cancel(lane l, const key_names& n, std::string_view id, std::string_view key) noexcept {
   try {
-    c.eval(cancel_script_, {n.lock, n.queue, n.waiters, n.fence}, {id, channel_prefix_},
-           "cancel wait for " + handoff::detail::key_excerpt(key));
+    router_.eval(cancel_script_, {n.lock, n.queue, n.waiters, n.fence}, {id, channel_prefix(hash_slot(n.lock))},
+                 "cancel wait for " + handoff::detail::key_excerpt(key), l);
   } catch (...) {  // NOLINT(bugprone-empty-catch): documented; the heartbeat or lease ends it
   }
 }
 
 void lock_commands::release(const hold& h) {
-  auto c = pool_.take();
-  c->eval(release_script_, {h.names.lock, h.names.queue, h.names.waiters, h.names.fence}, {h.value, channel_prefix_},
-          "unlock " + handoff::detail::key_excerpt(h.key));
+  router_.eval(release_script_, {h.names.lock, h.names.queue, h.names.waiters, h.names.fence},
+               {h.value, channel_prefix(hash_slot(h.names.lock))}, "unlock " + handoff::detail::key_excerpt(h.key));
 }
 
-bool lock_commands::renew(connection& c, hold& h, std::int64_t lease_ns) {
-  const renewal r =
-      detail::renew(c, extend_script_, {h.names.lock}, {h.value, std::to_string(clock_.lease_ms(lease_ns))},
-                    "extend " + handoff::detail::key_excerpt(h.key));
-  h.renewed(r, lease_ns);
-  return r.renewed;
+bool lock_commands::renew(lane l, hold& h, std::int64_t lease_ns) {
+  const std::int64_t sent = handoff::detail::now_ns();
+  const reply r = router_.eval(extend_script_, {h.names.lock}, {h.value, std::to_string(clock_.lease_ms(lease_ns))},
+                               "extend " + handoff::detail::key_excerpt(h.key), l);
+  const renewal got = renewal_of(sent, *r);
+  h.renewed(got, lease_ns);
+  return got.renewed;
 }
 
 }  // namespace handoff::redis::detail

@@ -20,9 +20,9 @@ namespace handoff::redis::detail {
 struct client;
 
 struct hold {
-  hold(std::shared_ptr<client> c, std::string_view prefix, std::string_view k, std::string v, std::uint64_t f,
-       std::int64_t lease, bool wd, std::int64_t valid, std::int64_t px)
-      : owner_client(std::move(c)), key(k), names(prefix, k), value(std::move(v)), fence(f), watchdog(wd),
+  hold(std::shared_ptr<client> c, key_names n, std::string_view k, std::string v, std::uint64_t f, std::int64_t lease,
+       bool wd, std::int64_t valid, std::int64_t px)
+      : owner_client(std::move(c)), key(k), names(std::move(n)), value(std::move(v)), fence(f), watchdog(wd),
         lease_ns(lease), valid_until(valid), px_ns(px) {}
 
   std::shared_ptr<client> owner_client;

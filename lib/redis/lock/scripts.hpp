@@ -9,12 +9,14 @@
 // heartbeat ms, and how to tell it).
 // The lock key holds "<request id> <fencing token>": the holder compares the whole value
 // to release or extend; a waiter recognises a grant made for it by the prefix. A client
-// listens on the channel "<prefix>notify:<client id>"; a grant is announced there as
-// "<request id> <fencing token> <heartbeat> <ms waited>", or, to a blocking waiter, pushed
-// as "<fencing token> <heartbeat> <ms waited>" onto the list {K}:grant:<request id>, where
-// it waits in BLPOP on a connection of its own (woken by the reply, with no thread between,
-// and never lost). The heartbeat is the server time (ms) of the
-// waiter's last heartbeat, which names the attempt it answers (an announcement naming an
+// listens on the channel "<prefix>notify:<client id>" (on a Redis Cluster, on the sharded
+// channel "<prefix>notify:{<slot tag>}<client id>" of each slot it waits in, so that the
+// announcement stays on the lock's node: router.hpp's slot_tag); a grant is announced
+// there as "<request id> <fencing token> <heartbeat> <ms waited>", or, to a blocking
+// waiter, pushed as "<fencing token> <heartbeat> <ms waited>" onto the list
+// {K}:grant:<request id>, where it waits in BLPOP on a connection no command shares (woken
+// by the reply, with no thread between, and never lost). The heartbeat is the server time
+// (ms) of the waiter's last heartbeat, which names the attempt it answers (an announcement naming an
 // older one is of a grant that has ended since: that attempt would have found it), and the
 // ms from it to the grant on the server's clock, rounded down, so that the waiter starts
 // its lease clock no later than the server did, without a round trip.
@@ -95,7 +97,9 @@ local function grant_next(K, channel_prefix, now)
         redis.call('RPUSH', list, grant)
         redis.call('PEXPIRE', list, lease)
       else
-        redis.call('PUBLISH', channel_prefix .. client, head .. ' ' .. grant)
+        -- A cluster's channel prefix ends with the slot's hash tag: a sharded channel.
+        local publish = string.sub(channel_prefix, -1) == '}' and 'SPUBLISH' or 'PUBLISH'
+        redis.call(publish, channel_prefix .. client, head .. ' ' .. grant)
       end
       return
     end

@@ -38,7 +38,7 @@ void watchdog::run(std::int64_t now) {
     }
     const std::int64_t lease = h->lease_ns.load(std::memory_order_relaxed);
     try {
-      if (!commands_.renew(bg_.conn(), *h, lease)) {
+      if (!commands_.renew(lock_commands::lane::background, *h, lease)) {
         h.reset();  // taken over: lost, stop renewing
         continue;
       }
