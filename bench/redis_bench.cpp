@@ -64,6 +64,14 @@
 // each direction by half the round trip (delay_proxy.hpp). The context records the PING
 // round trip measured through each route (redis_rtt_loopback, redis_rtt0.5ms, ...).
 //
+// Cluster: redis_hotkey_cluster and redis_64keys_cluster run handoff's rows again on a Redis
+// Cluster of three primaries without replicas on loopback (tests/redis/redis_cluster.hpp),
+// keys spread over the primaries by their hash slots: beside redis_hotkey/handoff and
+// redis_64keys/handoff, they show what routing costs. There is no baseline in them (the
+// polling lock speaks to one server); server_cpu_us adds up the three primaries. The
+// cluster runs, idle, through the other workloads (its nodes ping each other a few times a
+// second).
+//
 // Caveat: loopback. The server, the clients, the proxy and the benchmark threads share the
 // machine's cores; a loopback round trip is tens of microseconds of system calls and
 // scheduling, not of network, and the proxy's own work adds to each delayed one.
@@ -93,7 +101,8 @@
 #include "bench_support.hpp"
 #include "delay_proxy.hpp"
 #include "handoff/redis/keyed_mutex.hpp"
-#include "redis_server.hpp"  // tests/redis: a private redis-server on a free loopback port
+#include "redis_cluster.hpp"  // tests/redis: a private Redis Cluster on loopback
+#include "redis_server.hpp"   // tests/redis: a private redis-server on a free loopback port
 
 namespace {
 
@@ -338,7 +347,8 @@ struct contention_stats {
 // Google Benchmark's start and stop barriers put every thread's loop in between).
 class cost_meter {
  public:
-  explicit cost_meter(int server_port) : server_port_(server_port) {}
+  // The servers: one, or a cluster's primaries (their CPU is added up).
+  explicit cost_meter(std::vector<int> server_ports) : server_ports_(std::move(server_ports)) {}
 
   void start() {
     server_us_ = server_cpu_us();
@@ -367,20 +377,22 @@ class cost_meter {
     };
     return us(u.ru_utime) + us(u.ru_stime);
   }
-  // used_cpu_user + used_cpu_sys of the server, in µs (INFO reports seconds).
+  // used_cpu_user + used_cpu_sys of the servers, in µs (INFO reports seconds).
   double server_cpu_us() const {
-    raw_connection c(server_port_);
-    reply r = c.command({"INFO", "cpu"});
-    const std::string info(r->str, r->len);
     double total = 0;
-    for (const char* field : {"used_cpu_user:", "used_cpu_sys:"}) {
-      const auto at = info.find(std::string("\n") + field);
-      if (at != std::string::npos) total += std::strtod(info.c_str() + at + 1 + std::strlen(field), nullptr);
+    for (const int port : server_ports_) {
+      raw_connection c(port);
+      reply r = c.command({"INFO", "cpu"});
+      const std::string info(r->str, r->len);
+      for (const char* field : {"used_cpu_user:", "used_cpu_sys:"}) {
+        const auto at = info.find(std::string("\n") + field);
+        if (at != std::string::npos) total += std::strtod(info.c_str() + at + 1 + std::strlen(field), nullptr);
+      }
     }
     return total * 1e6;
   }
 
-  int server_port_;
+  std::vector<int> server_ports_;
   double server_us_ = 0;
   rusage self_{};
 };
@@ -613,7 +625,7 @@ int main(int argc, char** argv) {
 
     inputs in;
     contention_stats stats;
-    cost_meter cost(port);
+    cost_meter cost({port});
 
     // One route to the server: loopback, or through a delay proxy. One client per
     // benchmark thread (like one process each), a fresh set per workload (as
@@ -702,6 +714,29 @@ int main(int argc, char** argv) {
                                   how + "; PING round trip through it: " + measured_rtt(proxy->port()));
       add_route("_rtt" + name, std::move(proxy));
     }
+
+    // The same lock on a Redis Cluster: the routing's cost (see the overview).
+    handoff::test::redis_cluster cluster(0);
+    benchmark::AddCustomContext("redis_cluster", "3 primaries, no replicas, " + server_version(cluster.seed_port()) +
+                                                     " on loopback, started by the benchmark");
+    cost_meter cluster_cost(cluster.primaries());
+    std::vector<std::unique_ptr<handoff_lock>> cluster_hot;
+    std::vector<std::unique_ptr<handoff_lock>> cluster_rooms;
+    for (int t = 0; t < max_threads; ++t) {
+      cluster_hot.push_back(std::make_unique<handoff_lock>(cluster.seed_port()));
+      cluster_rooms.push_back(std::make_unique<handoff_lock>(cluster.seed_port()));
+    }
+    add("redis_hotkey_cluster/handoff",
+        [&](benchmark::State& s) {
+          bm_hotkey(s, cluster_hot, in, stats, static_cast<std::vector<std::unique_ptr<handoff_lock>>*>(nullptr),
+                    cluster.seed_port(), cluster_cost);
+        })
+        ->Threads(2)
+        ->Threads(4)
+        ->Threads(8);
+    add("redis_64keys_cluster/handoff", [&](benchmark::State& s) {
+      bm_rooms(s, cluster_rooms, in, stats, cluster_cost);
+    })->Threads(8);
 
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
