@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -110,6 +111,23 @@ class redis_cluster {
     }
   }
 
+  // The port of the replica of the primary at `port`.
+  [[nodiscard]] int replica_of(int port) const {
+    for (const auto& n : nodes_) {
+      if (n->running() && n->port() != port &&
+          raw_redis(n->port()).string({"INFO", "replication"}).find("master_port:" + std::to_string(port)) !=
+              std::string::npos) {
+        return n->port();
+      }
+    }
+    throw std::runtime_error("redis_cluster: the node at " + std::to_string(port) + " has no replica");
+  }
+
+  // SIGSTOP and SIGCONT to the node at `port`: it stops and resumes answering, its sockets
+  // open meanwhile.
+  void pause(int port) { signal(port, SIGSTOP); }
+  void resume(int port) { signal(port, SIGCONT); }
+
   // SIGKILL to the node at `port` (a crash); its replica takes over after
   // --cluster-node-timeout and an election. The cluster is then one replica short.
   void kill(int port) {
@@ -121,6 +139,12 @@ class redis_cluster {
   static constexpr int cluster_slots = 16384;
 
  private:
+  void signal(int port, int sig) {
+    for (const auto& n : nodes_) {
+      if (n->port() == port && n->running()) ::kill(n->pid(), sig);
+    }
+  }
+
   // The node id of the node at `port`.
   static std::string target_id(int port) { return raw_redis(port).string({"CLUSTER", "MYID"}); }
 

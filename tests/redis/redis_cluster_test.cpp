@@ -379,20 +379,92 @@ TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_hol
   EXPECT_TRUE(c.try_lock(k).owns_lock());
 }
 
-// Runs last: it leaves the cluster a replica short.
-TEST(RedisCluster, after_a_primary_is_killed_its_replica_serves_its_records_and_no_call_hangs) {
-  hr::options o = on_cluster();
+// The failover tests each kill one of the two primaries other than the seed (which the
+// fixture asks), chosen before either runs; they run last and leave the cluster two
+// replicas short.
+int doomed_primary(std::size_t which) {
+  static const std::vector<int> doomed = [] {
+    std::vector<int> p;
+    for (const int port : cluster().primaries()) {
+      if (port != cluster().seed_port()) p.push_back(port);
+    }
+    return p;
+  }();
+  return doomed.at(which);
+}
+
+hr::options riding_out_a_failover() {
+  hr::options o = lock_options();
   o.command_timeout = 15s;  // failure detection (--cluster-node-timeout 500) and an election: 3-6 s here
-  hr::fenced_store fenced(o);
-  std::string key;  // a key of a primary other than the seed, which the fixture asks
-  for (int i = 0; key.empty(); ++i) {
-    const std::string k = "failover" + std::to_string(i);
-    if (cluster().primary_of(handoff::redis::detail::hash_slot("{" + k + "}")) != cluster().seed_port()) key = k;
+  return o;
+}
+
+TEST(RedisCluster, a_failover_loses_a_grant_its_replica_never_got_which_min_replicas_refuses_to_return) {
+  const int doomed = doomed_primary(1);
+  const std::string lost_key = key_on(doomed, "lost");
+  const std::string refused_key = key_on(doomed, "refused");
+  hr::keyed_mutex holder(riding_out_a_failover());
+  hr::keyed_mutex other(riding_out_a_failover());
+  hr::options acked = lock_options();
+  acked.min_replicas = 1;
+  acked.command_timeout = 300ms;
+  hr::keyed_mutex careful(acked);
+
+  std::uint64_t replicated = 0;  // a first grant: its fence counter reaches the replica
+  {
+    auto g = holder.lock(lost_key);
+    replicated = g.token();
   }
+  const int replica = cluster().replica_of(doomed);
+  cluster().replica_holding(doomed, "handoff:{" + lost_key + "}:fence");
+  EXPECT_TRUE(careful.lock(refused_key).owns_lock()) << "with the replica there, min_replicas = 1 is met";
+
+  // The replica stops, its link is cut: nothing written from now on reaches it.
+  cluster().pause(replica);
+  raw_redis(doomed).command({"CLIENT", "KILL", "TYPE", "replica"});
+  const auto t0 = handoff::test::steady::now();
+  try {
+    careful.lock(refused_key);
+    ADD_FAILURE() << "a grant no replica held was returned";
+  } catch (const hr::error& e) {
+    EXPECT_NE(std::string(e.what()).find("0 of the 1 replicas"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(handoff::test::since(t0), 2s) << "WAIT is bounded by command_timeout";
+  EXPECT_TRUE(other.try_lock(refused_key).owns_lock()) << "the refused grant gave the key up";
+
+  auto lost = holder.lock(lost_key);  // min_replicas = 0: returned at once, on the primary only
+  EXPECT_EQ(lost.token(), replicated + 1);
+  cluster().kill(doomed);
+  cluster().resume(replica);
+
+  // The promoted replica never had that grant: the key is free, and the token is given again.
+  auto second = other.lock(lost_key);
+  EXPECT_TRUE(second.owns_lock());
+  EXPECT_TRUE(lost.owns_lock()) << "the first holder is not told: two holders until its lease ends";
+  EXPECT_EQ(second.token(), lost.token()) << "the counter's last increment was lost with the grant";
+}
+
+TEST(RedisCluster, after_a_primary_is_killed_its_replica_serves_records_and_grants_min_replicas_confirmed) {
+  hr::options o = riding_out_a_failover();
+  hr::fenced_store fenced(o);
+  const int doomed = doomed_primary(0);
+  const std::string key = key_on(doomed, "failover");
   const int slot = handoff::redis::detail::hash_slot("{" + key + "}");
-  const int doomed = cluster().primary_of(slot);
   ASSERT_TRUE(fenced.write(key, "kept", 3));
   const int replica = cluster().replica_holding(doomed, "handoff:{" + key + "}:fenced");
+  const std::string lock_key = key_on(doomed, "failover-lock");  // its fence is not the record's
+  hr::keyed_mutex other(o);
+  o.min_replicas = 1;
+  hr::keyed_mutex locks(o);
+  std::uint64_t last = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto g = locks.lock(lock_key);
+    EXPECT_GT(g.token(), last);
+    last = g.token();
+  }
+  auto held = locks.lock(lock_key);
+  EXPECT_GT(held.token(), last);
+  last = held.token();
 
   cluster().kill(doomed);
   const auto t0 = handoff::test::steady::now();
@@ -403,6 +475,18 @@ TEST(RedisCluster, after_a_primary_is_killed_its_replica_serves_its_records_and_
   EXPECT_FALSE(fenced.write(key, "stale", 2));
   EXPECT_TRUE(fenced.write(key, "after", 4));
   EXPECT_EQ(fenced.read(key).value, "after");
+
+  // Every grant that returned was on the replica: the key is still held, tokens go on rising.
+  EXPECT_FALSE(other.try_lock(lock_key).owns_lock()) << "the confirmed grant survived the failover";
+  held.unlock();
+  auto next = other.lock(lock_key);
+  EXPECT_GT(next.token(), last);
+  next.unlock();
+  // The promoted replica has no replica of its own: min_replicas = 1 cannot be met now.
+  o.command_timeout = 300ms;
+  hr::keyed_mutex careful(o);
+  EXPECT_THROW(careful.lock(lock_key), hr::error);
+  EXPECT_TRUE(other.try_lock(lock_key).owns_lock()) << "the refused grant gave the key up";
 }
 
 }  // namespace

@@ -891,6 +891,45 @@ TEST(RedisKeyedMutexOptions, AWrongOrMissingPasswordFailsAtConstruction) {
   EXPECT_TRUE(m.lock("k").owns_lock());
 }
 
+TEST_F(RedisKeyedMutex, MinReplicasReturnsAGrantOnlyOnceAReplicaHoldsItAndGivesTheKeyUpOtherwise) {
+  options o = opts();
+  o.min_replicas = 1;
+  o.command_timeout = 200ms;
+  keyed_mutex careful(o);
+  keyed_mutex plain(opts());
+  // No replica: every way of taking the key throws once WAIT runs out, and leaves it free.
+  const auto t0 = steady::now();
+  EXPECT_THROW(careful.lock("k"), redis_error);
+  EXPECT_LT(since(t0), 2s);
+  EXPECT_THROW(careful.try_lock("k"), redis_error);
+  EXPECT_FALSE(raw_.locked("k"));
+  {  // a hand-off, announced to an async waiter, is refused too
+    auto g = plain.lock("k");
+    std::promise<std::exception_ptr> failed;
+    careful.lock_async("k", [&](handoff::redis::guard w, std::exception_ptr e) {
+      EXPECT_FALSE(w.owns_lock());
+      failed.set_value(e);
+    });
+    ASSERT_TRUE(raw_.wait_queue_length("k", 1));
+    g.unlock();
+    auto f = failed.get_future();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    EXPECT_NE(f.get(), nullptr);
+  }
+  EXPECT_TRUE(eventually([&] { return !raw_.locked("k"); }, 2s));
+  EXPECT_TRUE(plain.try_lock("k").owns_lock());
+
+  // With a replica: granted, and the replica holds the grant when lock() returns.
+  raw_.command({"CONFIG", "SET", "repl-diskless-sync-delay", "0"});  // sync at once, not after 5 s
+  redis_server replica({"--replicaof", "127.0.0.1", port()});
+  raw_redis on_replica(replica.port());
+  ASSERT_TRUE(eventually([&] { return raw_.integer({"WAIT", "1", "100"}) == 1; }, 10s)) << "the replica never synced";
+  auto g = careful.lock("k");
+  EXPECT_TRUE(g.owns_lock());
+  EXPECT_EQ(on_replica.string({"GET", raw_redis::lock_key("k")}), raw_.string({"GET", raw_redis::lock_key("k")}));
+  EXPECT_EQ(on_replica.string({"GET", raw_redis::fence_key("k")}), std::to_string(g.token()));
+}
+
 TEST(RedisKeyedMutexOptions, AnAclUserAndPasswordAuthenticate) {
   test_timeout timeout{60s};
   redis_server server;

@@ -53,9 +53,10 @@
 // CLUSTERDOWN within command_timeout, and a blocking waiter whose slot moves waits on the
 // new primary. docs/redis.md, "Redis Cluster".
 // Not promised: safety across a Redis failover (a grant or token the primary had not
-// replicated is lost: two holders for up to a lease) or with several independent servers (no
-// Redlock); that an expired holder notices before it acts (check() looks at the local
-// clock, conservatively; fencing tokens are what a downstream store can rely on).
+// replicated is lost: two holders for up to a lease; options::min_replicas makes every grant
+// and renewal returned be on that many replicas first, which WAIT does not make a
+// consensus) or with several independent servers (no Redlock); that an expired holder notices before it acts (check()
+// looks at the local clock, conservatively; fencing tokens are what a downstream store can rely on).
 //
 // Errors: every Redis failure (connect, timeout, server error, lost connection) throws
 // handoff::redis::error with the server's, the socket's or TLS's message (keys in messages

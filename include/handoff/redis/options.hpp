@@ -74,6 +74,14 @@ struct options {
   // or any node of a cluster (found out at construction). keyed_mutex, fenced_store and
   // versioned_store run on a cluster; actor_system does not yet.
   std::vector<std::string> cluster_seeds{};
+  // keyed_mutex only: how many replicas must hold a grant, or a renewed lease, before the
+  // client counts on it. 0: none (replication is asynchronous: a failover may lose a grant).
+  // n > 0: a granted caller renews its lease with WAIT n command_timeout behind it (one more
+  // round trip), so that the grant, its token and everything written before them are on n
+  // replicas; fewer in time: the key is given up and the call throws error. extend() and the
+  // watchdog wait so too (fewer: extend throws error, the watchdog retries, the old lease
+  // stands). docs/redis.md, "Failover".
+  int min_replicas = 0;
 };
 
 }  // namespace handoff::redis

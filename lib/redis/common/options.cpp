@@ -29,6 +29,7 @@ void validate(const options& o) {
         std::to_string(renew_fraction) + " ms");
   }
   if (o.database < 0) throw std::invalid_argument("handoff::redis::options: database must be >= 0");
+  if (o.min_replicas < 0) throw std::invalid_argument("handoff::redis::options: min_replicas must be >= 0");
   if (o.tls.enabled && !o.unix_socket.empty()) {
     throw std::invalid_argument("handoff::redis::options: tls needs host and port (Redis serves TLS on TCP only)");
   }

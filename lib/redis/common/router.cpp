@@ -293,22 +293,44 @@ std::pair<std::string, const options*> router::primary_of(std::uint16_t slot) {
 }
 
 void router::each_primary(const std::function<void(connection&)>& f) {
-  std::vector<node*> primaries;
-  {
-    const std::shared_lock lock(mu_);
-    if (!clustered_) {
-      primaries.push_back(single_);
-    } else {
-      for (node* n : slots_) {
-        if (n != nullptr && (primaries.empty() || primaries.back() != n)) primaries.push_back(n);
+  const auto give_up = std::chrono::steady_clock::now() + o_.command_timeout;
+  std::vector<node*> done;
+  for (;;) {
+    std::vector<node*> primaries;
+    {
+      const std::shared_lock lock(mu_);
+      if (!clustered_) {
+        primaries.push_back(single_);
+      } else {
+        for (node* n : slots_) {
+          if (n != nullptr) primaries.push_back(n);
+        }
       }
     }
-  }
-  std::sort(primaries.begin(), primaries.end());
-  primaries.erase(std::unique(primaries.begin(), primaries.end()), primaries.end());
-  for (node* n : primaries) {
-    auto c = n->connections.take();
-    f(*c);
+    std::sort(primaries.begin(), primaries.end());
+    primaries.erase(std::unique(primaries.begin(), primaries.end()), primaries.end());
+    bool unreachable = false;
+    for (node* n : primaries) {
+      if (std::find(done.begin(), done.end(), n) != done.end()) continue;
+      bool connected = false;
+      try {
+        auto c = n->connections.take();
+        connected = true;
+        f(*c);
+        done.push_back(n);
+      } catch (const error&) {
+        // A primary that cannot be reached may be failing over: as run() does, read the map
+        // again and go on with the primaries it names, until command_timeout.
+        if (connected || !clustered_ || std::chrono::steady_clock::now() + retry_pause > give_up) throw;
+        unreachable = true;
+      }
+    }
+    if (!unreachable) return;
+    std::this_thread::sleep_for(retry_pause);
+    try {
+      refresh("CLUSTER SLOTS");
+    } catch (const error&) {  // NOLINT(bugprone-empty-catch): no node answered; the next pass reports
+    }
   }
 }
 

@@ -85,6 +85,8 @@ class router {
              std::initializer_list<std::string_view> args, std::string_view what, lane l = lane::commands);
 
   // Thread-safe. f on a connection to every primary (the one server when not clustered).
+  // A primary that cannot be reached is waited for as run() waits (a failover), until
+  // command_timeout. Throws error, or what f throws.
   void each_primary(const std::function<void(connection&)>& f);
 
   // Thread-safe. The address ("host:port"; empty for the one server) and the options of

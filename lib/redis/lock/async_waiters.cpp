@@ -208,7 +208,11 @@ void async_waiters::run(std::int64_t now) {
   for (auto& r : requests_) {
     acquire_step& step = r->step;
     if (const auto g = step.on_grant(r->notice)) {  // granted by a release (on_message): no round trip
-      finish(r, client_.granted(r->key, step, *g), nullptr);
+      try {
+        finish(r, client_.granted(r->key, step, *g, lane::background), nullptr);
+      } catch (...) {  // not confirmed by options::min_replicas replicas
+        finish(r, guard(), std::current_exception());
+      }
       continue;
     }
     if (r->next_check > now) continue;
@@ -221,7 +225,7 @@ void async_waiters::run(std::int64_t now) {
       const attempt_result a =
           client_.commands.attempt(lane::background, step.names(), step.id(), step.lease_ms(), step.waiting(), r->key);
       if (const auto g = step.on_attempt(a)) {
-        finish(r, client_.granted(r->key, step, *g), nullptr);
+        finish(r, client_.granted(r->key, step, *g, lane::background), nullptr);
       } else if (step.expired(handoff::detail::now_ns())) {
         // Leaves the queue, passing on a grant that came meanwhile.
         if (step.queued()) client_.commands.cancel(lane::background, step.names(), step.id(), r->key);

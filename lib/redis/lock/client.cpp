@@ -7,6 +7,7 @@
 #include <chrono>
 #include <utility>
 
+#include "handoff/detail/report.hpp"
 #include "handoff/detail/run_queue.hpp"
 
 namespace handoff::redis::detail {
@@ -34,15 +35,39 @@ void client::stop() noexcept {
   async_.stop();
 }
 
-guard client::granted(std::string_view key, const acquire_step& step, const grant& g) {
+guard client::granted(std::string_view key, const acquire_step& step, const grant& g, lock_commands::lane l) {
   std::string value(step.id());
   value += ' ';
   value += std::to_string(g.fence);
   const bool wd = step.lease_ns() == 0;
   auto h = std::make_shared<hold>(shared_from_this(), step.names(), key, std::move(value), g.fence,
                                   clock.hold_ns(step.lease_ns()), wd, g.clock.valid_until, g.clock.px_ns);
+  if (o.min_replicas > 0) confirm(*h, l);
   if (wd) watchdog_.add(h);
   return guard(std::move(h));
+}
+
+void client::confirm(hold& h, lock_commands::lane l) {
+  // A renewal is a write of this grant's own, after it in the replication stream: replicas
+  // that acknowledge it hold the grant and its token too.
+  bool held = false;
+  try {
+    held = commands.renew(l, h, h.lease_ns.load(std::memory_order_relaxed), "lock");
+  } catch (const error& e) {
+    give_up(h);
+    throw error(std::string(e.what()) + "; the key was given up");
+  }
+  if (!held) {
+    throw error("handoff::redis: lock " + handoff::detail::key_excerpt(h.key) +
+                ": the grant was lost before its replicas held it");
+  }
+}
+
+void client::give_up(const hold& h) noexcept {
+  try {
+    commands.release(h);
+  } catch (const error&) {  // NOLINT(bugprone-empty-catch): the lease ends it
+  }
 }
 
 guard client::acquire(std::string_view key, handoff::detail::wait_mode mode, std::int64_t deadline,

@@ -82,8 +82,11 @@ struct client : std::enable_shared_from_this<client> {
   // keyed_mutex's async requests: `deadline` on the library's clock (no_deadline: none).
   void lock_async(std::string key, keyed_mutex::callback f, std::int64_t deadline, std::int64_t lease_ns);
   bool extend(hold& h, std::int64_t lease_ns);
-  // The guard of a grant to `step`'s request (lease-less: watched from now on).
-  guard granted(std::string_view key, const acquire_step& step, const grant& g);
+  // The guard of a grant to `step`'s request (lease-less: watched from now on), confirmed
+  // on options::min_replicas replicas first, on a connection of lane `l`. Throws error
+  // when they do not confirm it (the key given up).
+  guard granted(std::string_view key, const acquire_step& step, const grant& g,
+                lock_commands::lane l = lock_commands::lane::commands);
 
   const options o;
   client_counters counters{o.metrics};  // before the pools and connections that count into it
@@ -91,6 +94,12 @@ struct client : std::enable_shared_from_this<client> {
   lock_commands commands{o, counters, clock};
 
  private:
+  // granted()'s confirmation: throws error, having given the key up, when fewer than
+  // options::min_replicas replicas acknowledged the grant.
+  void confirm(hold& h, lock_commands::lane l);
+  // Releases h's key, best effort (a failure leaves it to its lease).
+  void give_up(const hold& h) noexcept;
+
   contention_hint contention_;
   background background_;
   watchdog watchdog_{commands, background_};

@@ -164,11 +164,32 @@ void lock_commands::release(const hold& h) {
                {h.value, channel_prefix(hash_slot(h.names.lock))}, "unlock " + handoff::detail::key_excerpt(h.key));
 }
 
-bool lock_commands::renew(lane l, hold& h, std::int64_t lease_ns) {
+bool lock_commands::renew(lane l, hold& h, std::int64_t lease_ns, std::string_view doing) {
+  const std::string lease_ms = std::to_string(clock_.lease_ms(lease_ns));
+  const std::string replicas = std::to_string(o_.min_replicas);
+  const std::string wait_ms = std::to_string(o_.command_timeout.count());
+  const std::string what = std::string(doing) + " " + handoff::detail::key_excerpt(h.key);
   const std::int64_t sent = handoff::detail::now_ns();
-  const reply r = router_.eval(extend_script_, {h.names.lock}, {h.value, std::to_string(clock_.lease_ms(lease_ns))},
-                               "extend " + handoff::detail::key_excerpt(h.key), l);
+  reply acks;  // WAIT's, with min_replicas
+  const reply r =
+      checked(router_.run(h.names.lock, what, false, l,
+                          [&](connection& c, bool asking) {
+                            if (o_.min_replicas == 0) {
+                              return c.eval_call(extend_script_, {h.names.lock}, {h.value, lease_ms}, what, asking);
+                            }
+                            auto [script, then] =
+                                c.eval_then(extend_script_, {h.names.lock}, {h.value, lease_ms},
+                                            {"WAIT", replicas, wait_ms}, what, 2 * o_.command_timeout, asking);
+                            acks = std::move(then);
+                            return std::move(script);
+                          }),
+              what);
   const renewal got = renewal_of(sent, *r);
+  if (got.renewed && acks != nullptr && (acks->type != REDIS_REPLY_INTEGER || acks->integer < o_.min_replicas)) {
+    throw error("handoff::redis: " + what + ": renewed, but " +
+                (acks->type == REDIS_REPLY_INTEGER ? std::to_string(acks->integer) : std::string("none")) + " of the " +
+                replicas + " replicas of options::min_replicas held it within command_timeout");
+  }
   h.renewed(got, lease_ns);
   return got.renewed;
 }

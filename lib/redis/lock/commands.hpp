@@ -108,9 +108,12 @@ class lock_commands {
   // The release script.
   void release(const hold& h);
   // Renews h's lease to `lease_ns` with the extend script (common/renewal.hpp) and records
-  // the outcome in h (hold::renewed). Under h.mu. Returns whether it was renewed; throws
-  // error, h unchanged, when the round trip fails.
-  bool renew(lane l, hold& h, std::int64_t lease_ns);
+  // the outcome in h (hold::renewed). Under h.mu (or before h is shared). Returns whether it
+  // was renewed; throws error, h unchanged, when the round trip fails. With
+  // options::min_replicas, WAIT goes behind the script in the same round trip, and a
+  // renewal fewer replicas acknowledged within command_timeout throws error, h unchanged
+  // (the server renewed it, the replicas may not have). `doing` names the call in errors.
+  bool renew(lane l, hold& h, std::int64_t lease_ns, std::string_view doing = "extend");
 
  private:
   static attempt_result parse_attempt(const redisReply& r, std::string_view key);
