@@ -15,6 +15,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -31,18 +32,35 @@ namespace handoff::test {
 
 class redis_cluster {
  public:
-  // Three primaries with `replicas` replicas each (a benchmark takes none).
-  explicit redis_cluster(int replicas = 1) {
-    for (int i = 0; i < 3 * (1 + replicas); ++i) {
-      nodes_.push_back(std::make_unique<redis_server>(std::vector<std::string>{
-          "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "500"}));
-    }
+  // What a node takes beyond the fixture's arguments (TLS ports and files, say), and the
+  // port redis-cli --cluster create reaches it on (0: its plain port).
+  struct node_setup {
+    std::vector<std::string> args;
+    int create_port = 0;
+  };
+
+  // Three primaries with `replicas` replicas each (a benchmark takes none); each node also
+  // takes node() (called once per node), and redis-cli takes cli_args (--tls, ...).
+  explicit redis_cluster(int replicas = 1, const std::function<node_setup()>& node = {},
+                         const std::vector<std::string>& cli_args = {}) {
     std::vector<std::string> args{"redis-cli", "--cluster", "create"};
-    for (const auto& n : nodes_) args.push_back("127.0.0.1:" + std::to_string(n->port()));
+    for (int i = 0; i < 3 * (1 + replicas); ++i) {
+      node_setup extra = node ? node() : node_setup{};
+      std::vector<std::string> node_args{"--cluster-enabled",      "yes", "--cluster-config-file", "nodes.conf",
+                                         "--cluster-node-timeout", "500"};
+      node_args.insert(node_args.end(), extra.args.begin(), extra.args.end());
+      nodes_.push_back(std::make_unique<redis_server>(node_args));
+      create_ports_.push_back(extra.create_port != 0 ? extra.create_port : nodes_.back()->port());
+      args.push_back("127.0.0.1:" + std::to_string(create_ports_.back()));
+    }
     args.insert(args.end(), {"--cluster-replicas", std::to_string(replicas), "--cluster-yes"});
+    args.insert(args.end(), cli_args.begin(), cli_args.end());
     run(args);
     wait_until_ok();
   }
+
+  // The seed's port that redis-cli created the cluster through (a TLS cluster's TLS port).
+  [[nodiscard]] int seed_create_port() const { return create_ports_.front(); }
 
   // A node to start from: any primary.
   [[nodiscard]] int seed_port() const { return nodes_.front()->port(); }
@@ -182,6 +200,7 @@ class redis_cluster {
   }
 
   std::vector<std::unique_ptr<redis_server>> nodes_;
+  std::vector<int> create_ports_;  // as node_setup::create_port, per node
 };
 
 }  // namespace handoff::test

@@ -21,6 +21,8 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include "../../lib/redis/common/router.hpp"
+#include "redis_cluster.hpp"
 #include "redis_server.hpp"
 #include "redis_test_support.hpp"
 
@@ -152,6 +154,61 @@ TEST(RedisTls, actors_run_every_message_once_in_order_over_tls) {
   ASSERT_EQ(seen.size(), 20U);
   for (int i = 0; i < 20; ++i) EXPECT_EQ(seen[static_cast<std::size_t>(i)], std::to_string(i));
   EXPECT_EQ(actors.pending("room:1"), 0U);
+}
+
+TEST(RedisTls, a_tls_cluster_serves_locks_and_stores_on_every_primary_over_tls) {
+  // Three primaries with a plain port (the fixture's) and a TLS port each, their cluster
+  // bus over TLS: a TLS client reads the TLS ports in CLUSTER SLOTS.
+  const std::vector<std::string> tls_files{"--tls-cert-file",        certificates::file("server.crt"),
+                                           "--tls-key-file",         certificates::file("server.key"),
+                                           "--tls-client-cert-file", certificates::file("client.crt"),
+                                           "--tls-client-key-file",  certificates::file("client.key"),
+                                           "--tls-ca-cert-file",     certificates::file("ca.crt"),
+                                           "--tls-auth-clients",     "no"};
+  handoff::test::redis_cluster cluster(0,
+                                       [&] {
+                                         const int tls_port = redis_server::free_port();
+                                         std::vector<std::string> args{
+                                             "--tls-port",        std::to_string(tls_port),
+                                             "--cluster-port",    std::to_string(redis_server::free_port()),
+                                             "--tls-cluster",     "yes",
+                                             "--tls-replication", "yes"};
+                                         args.insert(args.end(), tls_files.begin(), tls_files.end());
+                                         return handoff::test::redis_cluster::node_setup{args, tls_port};
+                                       },
+                                       {"--tls", "--cacert", certificates::file("ca.crt")});
+  hr::options o;
+  o.port = cluster.seed_create_port();
+  o.tls.enabled = true;
+  o.tls.ca_file = certificates::file("ca.crt");
+  hr::keyed_mutex m(o);
+  hr::fenced_store fenced(o);
+  for (int i = 0; i < 30; ++i) {
+    const std::string k = "tls-cluster:" + std::to_string(i);
+    std::uint64_t token = 0;
+    {
+      auto g = m.lock(k);
+      token = g.token();
+    }
+    ASSERT_TRUE(fenced.write(k, "v", token));
+    EXPECT_FALSE(fenced.write(k, "stale", token - 1));
+    auto again = m.lock(k);
+    EXPECT_GT(again.token(), token);
+  }
+  for (const int port : cluster.primaries()) {
+    handoff::test::raw_redis node(port);  // its plain port, which the library never used
+    EXPECT_GT(node.integer({"DBSIZE"}), 5) << "the primary at port " << port << " holds few records";
+    // CLIENT LIST names the port each client reached (laddr): no script came to the plain one.
+    const std::string clients = node.string({"CLIENT", "LIST"});
+    const std::string plain = "laddr=127.0.0.1:" + std::to_string(port) + " ";
+    std::size_t scripts = 0;
+    for (std::size_t at = 0; (at = clients.find("cmd=evalsha", at)) != std::string::npos; ++at, ++scripts) {
+      const std::size_t line = clients.rfind('\n', at);
+      const std::size_t from = line == std::string::npos ? 0 : line + 1;
+      EXPECT_EQ(clients.substr(from, at - from).find(plain), std::string::npos) << "a script came over the plain port";
+    }
+    EXPECT_GT(scripts, 0U) << "no client of the library on the primary at port " << port;
+  }
 }
 
 TEST(RedisTls, an_idle_tls_connection_is_reused_and_one_the_server_dropped_is_replaced) {
