@@ -899,9 +899,9 @@ TEST_F(RedisKeyedMutex, MinReplicasReturnsAGrantOnlyOnceAReplicaHoldsItAndGivesT
   keyed_mutex plain(opts());
   // No replica: every way of taking the key throws once WAIT runs out, and leaves it free.
   const auto t0 = steady::now();
-  EXPECT_THROW(careful.lock("k"), redis_error);
+  EXPECT_THROW((void)careful.lock("k"), redis_error);
   EXPECT_LT(since(t0), 2s);
-  EXPECT_THROW(careful.try_lock("k"), redis_error);
+  EXPECT_THROW((void)careful.try_lock("k"), redis_error);
   EXPECT_FALSE(raw_.locked("k"));
   {  // a hand-off, announced to an async waiter, is refused too
     auto g = plain.lock("k");
@@ -923,8 +923,16 @@ TEST_F(RedisKeyedMutex, MinReplicasReturnsAGrantOnlyOnceAReplicaHoldsItAndGivesT
   raw_.command({"CONFIG", "SET", "repl-diskless-sync-delay", "0"});  // sync at once, not after 5 s
   redis_server replica({"--replicaof", "127.0.0.1", port()});
   raw_redis on_replica(replica.port());
-  ASSERT_TRUE(eventually([&] { return raw_.integer({"WAIT", "1", "100"}) == 1; }, 10s)) << "the replica never synced";
-  auto g = careful.lock("k");
+  ASSERT_TRUE(eventually(
+      [&] {
+        raw_.command({"SET", "synced", "1"});  // a write of raw_'s own, which WAIT waits for
+        return raw_.integer({"WAIT", "1", "100"}) == 1;
+      },
+      10s))
+      << "the replica never synced";
+  o.command_timeout = 2s;  // a loaded machine may delay the replica's acknowledgement
+  keyed_mutex patient(o);
+  auto g = patient.lock("k");
   EXPECT_TRUE(g.owns_lock());
   EXPECT_EQ(on_replica.string({"GET", raw_redis::lock_key("k")}), raw_.string({"GET", raw_redis::lock_key("k")}));
   EXPECT_EQ(on_replica.string({"GET", raw_redis::fence_key("k")}), std::to_string(g.token()));

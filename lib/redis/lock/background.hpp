@@ -1,7 +1,8 @@
 // The lock client's background thread (private to lib/redis): its loop, and how other
-// threads wake it. It sends on the background lane (router.hpp). Each round it runs the async waiters' due
-// attempts (async_waiters.hpp) and the watchdog's due renewals (watchdog.hpp), then
-// sleeps until the next of them is due, a wake-up, or a message on the subscriber. It
+// threads wake it. It sends on the background lane (router.hpp). Each round it runs the
+// async waiters' due attempts (async_waiters.hpp) and the watchdog's due renewals
+// (watchdog.hpp), then sleeps until the next of them is due, a wake-up, or a message on a
+// subscriber. It
 // never runs user code: callbacks go to the callback thread (async_waiters.hpp), so a
 // slow callback cannot hold up heartbeats or renewals.
 #pragma once

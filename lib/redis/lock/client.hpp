@@ -69,9 +69,9 @@ class contention_hint {
 };
 
 struct client : std::enable_shared_from_this<client> {
-  // Checks the options, connects (the background thread's connection and the
-  // subscriber), checks the server's eviction policy and loads the scripts. Throws
-  // std::invalid_argument or error.
+  // Checks the options, connects (to the server, or to a cluster's seed and, for its checks,
+  // every primary; on one server the subscriber too), checks the eviction policy of each
+  // primary, claims the prefix and loads the scripts. Throws std::invalid_argument or error.
   explicit client(options opts);
 
   void start();          // the background thread
