@@ -71,6 +71,15 @@ TEST(RedisCluster, hash_slots_match_the_servers_keyslot_hash_tags_included) {
     const std::string k = "key:" + std::to_string(i * 7919);
     ASSERT_EQ(static_cast<long long>(handoff::redis::detail::hash_slot(k)), r.integer({"CLUSTER", "KEYSLOT", k})) << k;
   }
+  // Every slot has a tag of its own (the lock's sharded grant channels are named with it).
+  for (int s = 0; s < static_cast<int>(hr::detail::cluster_slots); ++s) {
+    const std::string channel =
+        "handoff:notify:{" + std::string(hr::detail::slot_tag(static_cast<std::uint16_t>(s))) + "}0123456789abcdef";
+    ASSERT_EQ(hr::detail::hash_slot(channel), s) << channel;
+    if (s % 1000 == 0) {
+      EXPECT_EQ(r.integer({"CLUSTER", "KEYSLOT", channel}), s) << channel;
+    }
+  }
 }
 
 TEST(RedisCluster, stores_spread_their_records_over_every_primary_and_keep_their_guarantees) {
