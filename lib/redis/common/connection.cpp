@@ -62,8 +62,7 @@ void connection::greet(const options& o, const std::string& where, deadline by) 
   const std::string what = "connect to " + where + ": " + std::string(first.front());
   io_timeout_ = std::chrono::ceil<std::chrono::milliseconds>(by - std::chrono::steady_clock::now());
   try {
-    const reply r = send(first, what, io_timeout_);
-    if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + what + ": " + describe(r.get()));
+    (void)checked(send(first, what, io_timeout_), what);
   } catch (const error& e) {
     // A server that drops the connection at its first command: over plain TCP, most often
     // a TLS port; over TLS, a server that refused the client's certificate (or its lack of
@@ -164,15 +163,18 @@ void connection::flush(std::string_view what) {
   if (counters_ != nullptr) counters_->round_trip();  // every round trip writes once, here
 }
 
+reply checked(reply r, std::string_view what) {
+  if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
+  return r;
+}
+
 reply connection::command(std::initializer_list<std::string_view> args, std::string_view what) {
   return command(args, what, timeout_);
 }
 
 reply connection::command(std::initializer_list<std::string_view> args, std::string_view what,
                           std::chrono::milliseconds timeout) {
-  reply r = send(std::vector<std::string_view>(args), what, timeout);
-  if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
-  return r;
+  return checked(send(std::vector<std::string_view>(args), what, timeout), what);
 }
 
 std::pair<reply, reply> connection::eval_then(const script& s, std::initializer_list<std::string_view> keys,
@@ -222,9 +224,7 @@ reply connection::eval_skipped_then(const script& s, std::initializer_list<std::
   append(evalsha(s, nkeys, keys, args), what);
   append(std::vector<std::string_view>(then), what);
   flush(what);
-  reply r = receive(what);
-  if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
-  return r;
+  return checked(receive(what), what);
 }
 
 bool connection::supports_reply_skip() {
@@ -255,9 +255,7 @@ void connection::load(script& s) {
 
 reply connection::eval(const script& s, std::initializer_list<std::string_view> keys,
                        std::initializer_list<std::string_view> args, std::string_view what) {
-  reply r = eval_call(s, keys, args, what, false);
-  if (r->type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + std::string(what) + ": " + describe(r.get()));
-  return r;
+  return checked(eval_call(s, keys, args, what, false), what);
 }
 
 reply connection::call(const std::vector<std::string_view>& args, std::string_view what, bool asking) {

@@ -164,8 +164,13 @@ class connection {
   client_counters* counters_ = nullptr;   // nullptr: not counted
 };
 
+// The reply, or error ("handoff::redis: <what>: <the server's message>") for an error reply.
+reply checked(reply r, std::string_view what);
+
 // Throws std::invalid_argument for nonsensical options (see keyed_mutex's constructor).
 void validate(const options& o);
+// validate(o), then o: for a client's member initializer.
+options validated(options o);
 // The message of a client that does not run on Redis Cluster yet, and its refusal of
 // options::cluster_seeds (throws error when they are set).
 std::string not_on_cluster(std::string_view client);

@@ -47,6 +47,11 @@ void validate(const options& o) {
   }
 }
 
+options validated(options o) {
+  validate(o);
+  return o;
+}
+
 std::string not_on_cluster(std::string_view client) {
   return "handoff::redis: " + std::string(client) +
          " does not run on Redis Cluster yet (keyed_mutex, fenced_store and versioned_store do)";

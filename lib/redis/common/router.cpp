@@ -266,18 +266,29 @@ reply router::run(std::string_view key, std::string_view what, bool read_only, l
 
 reply router::command(std::string_view key, std::initializer_list<std::string_view> args, std::string_view what) {
   const std::vector<std::string_view> argv(args);
-  reply r =
-      run(key, what, true, lane::commands, [&](connection& c, bool asking) { return c.call(argv, what, asking); });
-  if (r->type == REDIS_REPLY_ERROR) error_reply(what, *r);
-  return r;
+  return checked(
+      run(key, what, true, lane::commands, [&](connection& c, bool asking) { return c.call(argv, what, asking); }),
+      what);
 }
 
 reply router::eval(const script& s, std::initializer_list<std::string_view> keys,
                    std::initializer_list<std::string_view> args, std::string_view what, lane l) {
-  reply r = run(*keys.begin(), what, false, l,
-                [&](connection& c, bool asking) { return c.eval_call(s, keys, args, what, asking); });
-  if (r->type == REDIS_REPLY_ERROR) error_reply(what, *r);
-  return r;
+  return checked(run(*keys.begin(), what, false, l,
+                     [&](connection& c, bool asking) { return c.eval_call(s, keys, args, what, asking); }),
+                 what);
+}
+
+std::pair<reply, reply> router::eval_then(lane l, const script& s, std::initializer_list<std::string_view> keys,
+                                          std::initializer_list<std::string_view> args,
+                                          std::initializer_list<std::string_view> then, std::string_view what,
+                                          std::chrono::milliseconds timeout) {
+  reply second;
+  reply first = run(*keys.begin(), what, false, l, [&](connection& c, bool asking) {
+    auto [script_reply, then_reply] = c.eval_then(s, keys, args, then, what, timeout, asking);
+    second = std::move(then_reply);
+    return std::move(script_reply);
+  });
+  return {checked(std::move(first), what), std::move(second)};
 }
 
 std::pair<std::string, const options*> router::primary_of(std::uint16_t slot) {

@@ -84,6 +84,15 @@ class router {
   reply eval(const script& s, std::initializer_list<std::string_view> keys,
              std::initializer_list<std::string_view> args, std::string_view what, lane l = lane::commands);
 
+  // Thread-safe. connection::eval_then of s and `then` on a connection of lane `l` to the
+  // node serving keys[0]: the script's reply is followed as run() follows one, then
+  // checked (error for an error reply); `then`'s reply comes back as it is (one sent after
+  // an ASKING script may itself be a redirect).
+  std::pair<reply, reply> eval_then(lane l, const script& s, std::initializer_list<std::string_view> keys,
+                                    std::initializer_list<std::string_view> args,
+                                    std::initializer_list<std::string_view> then, std::string_view what,
+                                    std::chrono::milliseconds timeout);
+
   // Thread-safe. f on a connection to every primary (the one server when not clustered).
   // A primary that cannot be reached is waited for as run() waits (a failover), until
   // command_timeout. Throws error, or what f throws.

@@ -14,13 +14,6 @@ namespace handoff::redis::detail {
 
 using handoff::detail::now_ns;
 
-namespace {
-options validated(options o) {
-  validate(o);
-  return o;
-}
-}  // namespace
-
 client::client(options opts) : o(validated(std::move(opts))) {
   check_server(commands.servers(), o, "a held lock could be evicted and granted twice");
   commands.load();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <tuple>
 
 #include "handoff/detail/report.hpp"
 
@@ -34,6 +35,10 @@ std::string lock_commands::request_id(std::int64_t lease_ns, bool blocking) {
          std::to_string(clock_.lease_ms(lease_ns)) + ":" + heartbeat_ttl_ms_ + (blocking ? ":l" : "");
 }
 
+std::string lock_commands::channel_prefix(const key_names& n) const {
+  return router_.clustered() ? channel_prefix(hash_slot(n.lock)) : channel_prefix_;
+}
+
 std::string lock_commands::channel_prefix(std::uint16_t slot) const {
   if (!router_.clustered()) return channel_prefix_;
   std::string p = channel_prefix_;
@@ -42,16 +47,6 @@ std::string lock_commands::channel_prefix(std::uint16_t slot) const {
   p += '}';
   return p;
 }
-
-namespace {
-// The reply, or error for an error reply.
-reply checked(reply r, std::string_view what) {
-  if (r->type == REDIS_REPLY_ERROR) {
-    throw error("handoff::redis: " + std::string(what) + ": " + std::string(r->str, r->len));
-  }
-  return r;
-}
-}  // namespace
 
 attempt_result lock_commands::parse_attempt(const redisReply& r, std::string_view key) {
   if (r.type != REDIS_REPLY_ARRAY || r.elements != 3 || r.element[0]->type != REDIS_REPLY_INTEGER ||
@@ -65,7 +60,7 @@ attempt_result lock_commands::parse_attempt(const redisReply& r, std::string_vie
 attempt_result lock_commands::attempt(lane l, const key_names& n, std::string_view id, std::int64_t lease_ms,
                                       bool queue, std::string_view key) {
   const std::string ms = std::to_string(lease_ms);
-  const std::string channels = channel_prefix(hash_slot(n.lock));
+  const std::string channels = channel_prefix(n);
   const reply r = router_.eval(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
                                {id, ms, queue ? "1" : "0", heartbeat_ttl_ms_, channels, "0"},
                                "lock " + handoff::detail::key_excerpt(key), l);
@@ -94,7 +89,7 @@ std::pair<attempt_result, pushed_grant> lock_commands::attempt_and_wait(const ke
                                                                         bool skip_reply) {
   const std::string lease = std::to_string(lease_ms);
   const std::string wait_ms = std::to_string(ms);
-  const std::string channels = channel_prefix(hash_slot(n.lock));
+  const std::string channels = channel_prefix(n);
   const std::string what = "lock " + handoff::detail::key_excerpt(key);
   // The replies may take the whole wait: the socket waits that long plus one command_timeout.
   const auto timeout = std::chrono::milliseconds(ms) + o_.command_timeout;
@@ -106,17 +101,9 @@ std::pair<attempt_result, pushed_grant> lock_commands::attempt_and_wait(const ke
     });
     return parse_listed(*r, what);
   }
-  reply blpop;
-  const reply a = checked(router_.run(n.lock, what, false, lane::waits,
-                                      [&](connection& c, bool asking) {
-                                        auto [script, then] =
-                                            c.eval_then(acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
-                                                        {id, lease, "1", heartbeat_ttl_ms_, channels, wait_ms},
-                                                        {"BLPOP", list, blpop_timeout(ms)}, what, timeout, asking);
-                                        blpop = std::move(then);
-                                        return std::move(script);
-                                      }),
-                          what);
+  auto [a, blpop] = router_.eval_then(lane::waits, acquire_script_, {n.lock, n.queue, n.waiters, n.fence},
+                                      {id, lease, "1", heartbeat_ttl_ms_, channels, wait_ms},
+                                      {"BLPOP", list, blpop_timeout(ms)}, what, timeout);
   // A BLPOP sent after an ASKING script is redirected in turn (its list's slot is
   // migrating): the attempt stands; wait again with a BLPOP of its own, routed.
   if (blpop->type == REDIS_REPLY_ERROR && router_.clustered()) return {parse_attempt(*a, key), {{}, true}};
@@ -153,7 +140,7 @@ pushed_grant lock_commands::await_grant(const std::string& list, std::int64_t ms
 
 void lock_commands::cancel(lane l, const key_names& n, std::string_view id, std::string_view key) noexcept {
   try {
-    router_.eval(cancel_script_, {n.lock, n.queue, n.waiters, n.fence}, {id, channel_prefix(hash_slot(n.lock))},
+    router_.eval(cancel_script_, {n.lock, n.queue, n.waiters, n.fence}, {id, channel_prefix(n)},
                  "cancel wait for " + handoff::detail::key_excerpt(key), l);
   } catch (...) {  // NOLINT(bugprone-empty-catch): documented; the heartbeat or lease ends it
   }
@@ -161,7 +148,7 @@ void lock_commands::cancel(lane l, const key_names& n, std::string_view id, std:
 
 void lock_commands::release(const hold& h) {
   router_.eval(release_script_, {h.names.lock, h.names.queue, h.names.waiters, h.names.fence},
-               {h.value, channel_prefix(hash_slot(h.names.lock))}, "unlock " + handoff::detail::key_excerpt(h.key));
+               {h.value, channel_prefix(h.names)}, "unlock " + handoff::detail::key_excerpt(h.key));
 }
 
 bool lock_commands::renew(lane l, hold& h, std::int64_t lease_ns, std::string_view doing) {
@@ -171,19 +158,13 @@ bool lock_commands::renew(lane l, hold& h, std::int64_t lease_ns, std::string_vi
   const std::string what = std::string(doing) + " " + handoff::detail::key_excerpt(h.key);
   const std::int64_t sent = handoff::detail::now_ns();
   reply acks;  // WAIT's, with min_replicas
-  const reply r =
-      checked(router_.run(h.names.lock, what, false, l,
-                          [&](connection& c, bool asking) {
-                            if (o_.min_replicas == 0) {
-                              return c.eval_call(extend_script_, {h.names.lock}, {h.value, lease_ms}, what, asking);
-                            }
-                            auto [script, then] =
-                                c.eval_then(extend_script_, {h.names.lock}, {h.value, lease_ms},
-                                            {"WAIT", replicas, wait_ms}, what, 2 * o_.command_timeout, asking);
-                            acks = std::move(then);
-                            return std::move(script);
-                          }),
-              what);
+  reply r;
+  if (o_.min_replicas == 0) {
+    r = router_.eval(extend_script_, {h.names.lock}, {h.value, lease_ms}, what, l);
+  } else {
+    std::tie(r, acks) = router_.eval_then(l, extend_script_, {h.names.lock}, {h.value, lease_ms},
+                                          {"WAIT", replicas, wait_ms}, what, 2 * o_.command_timeout);
+  }
   const renewal got = renewal_of(sent, *r);
   if (got.renewed && acks != nullptr && (acks->type != REDIS_REPLY_INTEGER || acks->integer < o_.min_replicas)) {
     throw error("handoff::redis: " + what + ": renewed, but " +

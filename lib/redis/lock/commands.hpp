@@ -77,6 +77,8 @@ class lock_commands {
   // `slot` (scripts.hpp): "<prefix>notify:" on one server; on a cluster
   // "<prefix>notify:{<slot_tag(slot)>}", a sharded channel in that slot.
   [[nodiscard]] std::string channel_prefix(std::uint16_t slot) const;
+  // The channel prefix of the lock named `n` (the slot is worked out on a cluster only).
+  [[nodiscard]] std::string channel_prefix(const key_names& n) const;
   // This client's channel for the locks in `slot` (any slot on one server).
   [[nodiscard]] std::string channel(std::uint16_t slot) const { return channel_prefix(slot) + id_; }
   // The list on which a release pushes request `id`'s grant.

@@ -26,11 +26,6 @@ struct store_core {
     });
   }
 
-  static options validated(options o) {
-    validate(o);
-    return o;
-  }
-
   // The Redis name of `key`'s record of `kind` (names.hpp).
   [[nodiscard]] std::string name(std::string_view key, std::string_view kind) const {
     return key_name(o.prefix, key, kind, servers.clustered());
