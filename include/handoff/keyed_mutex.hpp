@@ -29,8 +29,8 @@
 //    key. Coroutine and callback waiters are always handed the key. fair_after 0: fifo.
 //  - Fencing tokens: every grant of a key gets a token greater than every earlier grant's
 //    for that key, across the key's state being freed and recreated.
-//  - Leases: when one runs out the key passes to the next waiter (or is freed); the old
-//    guard then reports expired(), check() throws lock_expired, unlock() does nothing.
+//  - Leases: when one runs out the key passes to the next waiter (or is freed) a moment
+//    after the old guard's expired() turns true; its check() throws, unlock() is a no-op.
 //  - Memory: a key's state exists only while a request or guard refers to it; size() is 0
 //    when no guard or waiter is alive, and the table shrinks back.
 //
