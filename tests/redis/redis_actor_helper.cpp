@@ -13,6 +13,10 @@
 //       delivery of <body> sets t:hanging and sleeps for ever (an owner to be SIGKILLed
 //       mid-batch).
 //
+// <port> is the server of the actors and of the records; written <port>@<node port>, the
+// actors run on the Redis Cluster node at <node port> (found by itself) instead, while the
+// records stay on the one server at <port>.
+//
 // Exits 0 on success, 1 with a message on stderr on any failure.
 #include <handoff/redis/actor_system.hpp>
 
@@ -27,9 +31,11 @@
 int main(int argc, char** argv) {
   try {
     if (argc < 5) throw std::runtime_error("usage: see redis_actor_helper.cpp");
-    const int port = std::stoi(argv[1]);
+    const std::string ports = argv[1];
+    const int port = std::stoi(ports);
     handoff::redis::options o;
-    o.port = port;
+    const std::size_t at = ports.find('@');
+    o.port = at == std::string::npos ? port : std::stoi(ports.substr(at + 1));
     handoff::redis::actor_options a;
     a.lease = handoff::lease{std::chrono::milliseconds(std::stoi(argv[2]))};
     a.sweep_interval = std::chrono::milliseconds(50);

@@ -1,10 +1,11 @@
 // handoff::redis on a Redis Cluster (redis_cluster.hpp, started once for the whole binary):
-// the hash slots, the stores and the lock over every primary, a resharding followed through
-// ASK and MOVED, and the actors, which do not run on a cluster yet, refusing it clearly.
+// the hash slots, the stores, the lock and the actors over every primary, reshardings
+// followed through ASK and MOVED, and failovers.
 #include <handoff/redis/actor_system.hpp>
 #include <handoff/redis/fenced_store.hpp>
 #include <handoff/redis/keyed_mutex.hpp>
 #include <handoff/redis/versioned_store.hpp>
+#include <handoff/thread_pool.hpp>
 
 #include <gtest/gtest.h>
 
@@ -18,7 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "../../lib/redis/actor/actor_core.hpp"
 #include "../../lib/redis/common/router.hpp"
+#include "redis_actor_check.hpp"
 #include "redis_cluster.hpp"
 
 namespace {
@@ -217,17 +220,193 @@ TEST(RedisCluster, an_acl_user_and_password_are_used_on_every_node) {
   }
 }
 
-TEST(RedisCluster, the_actors_refuse_a_cluster_with_a_clear_error) {
-  try {
-    hr::actor_system a(on_cluster());
-    ADD_FAILURE() << "actor_system accepted a cluster";
-  } catch (const hr::error& e) {
-    EXPECT_NE(std::string(e.what()).find("actor_system does not run on Redis Cluster yet"), std::string::npos)
-        << e.what();
+// Every run of the actor tests' handlers, per key, as check_log (redis_actor_check.hpp)
+// reads it: "<tag> <sequence> <attempt> <start ns> <end ns>".
+struct actor_log {
+  void record(const hr::delivery& d) {
+    const long long start = handoff::test::monotonic_ns();
+    const std::lock_guard<std::mutex> lock(mu);
+    runs[std::string(d.key())].push_back(std::string(d.body()) + " " + std::to_string(d.attempt()) + " " +
+                                         std::to_string(start) + " " + std::to_string(handoff::test::monotonic_ns()));
   }
-  hr::options seeded;
-  seeded.cluster_seeds = {"127.0.0.1:" + std::to_string(cluster().seed_port())};
-  EXPECT_THROW(hr::actor_system{seeded}, hr::error);
+  std::size_t size() {
+    const std::lock_guard<std::mutex> lock(mu);
+    std::size_t n = 0;
+    for (const auto& [key, log] : runs) n += log.size();
+    return n;
+  }
+  // check_log of every key: "" if fine. `seen` counts the runs of each message.
+  std::string check(std::map<std::string, long long>& seen) {
+    const std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [key, log] : runs) {
+      const std::string why = handoff::test::check_log(log, &seen);
+      if (!why.empty()) return key + ": " + why;
+    }
+    return "";
+  }
+  std::mutex mu;
+  std::map<std::string, std::vector<std::string>> runs;
+};
+
+// The slot of an actor's names: its slot group's (the library's layout).
+int actor_slot(const std::string& key) { return hr::detail::hash_slot(hr::detail::actor_names("", key, true).count); }
+
+// A key whose actor lives on the primary at `port`.
+std::string actor_key_on(int port, const std::string& stem) {
+  for (int i = 0;; ++i) {
+    const std::string k = stem + std::to_string(i);
+    if (cluster().primary_of(actor_slot(k)) == port) return k;
+  }
+}
+
+// The names under `prefix` left on any primary, the format marker aside.
+std::vector<std::string> left_under(const std::string& prefix) {
+  std::vector<std::string> left;
+  for (const int port : cluster().primaries()) {
+    for (const std::string& k : raw_redis(port).strings({"KEYS", prefix + "*"})) {
+      if (k != prefix + "format") left.push_back(k);
+    }
+  }
+  return left;
+}
+
+TEST(RedisCluster, actors_on_every_primary_run_each_message_once_in_sender_order_and_commit_state_once) {
+  hr::options o = on_cluster();
+  o.prefix = "spread:";
+  std::vector<std::string> keys;
+  for (const int port : cluster().primaries()) {
+    keys.push_back(actor_key_on(port, "a"));
+    keys.push_back(actor_key_on(port, "b"));
+  }
+  keys.emplace_back();       // the empty key
+  keys.emplace_back("{x}");  // braces
+  // Every script of an actor touches its names and its group's pending set: one slot.
+  raw_redis seed(cluster().seed_port());
+  for (const std::string& key : keys) {
+    const hr::detail::actor_names n(o.prefix, key, true);
+    const long long slot = seed.integer({"CLUSTER", "KEYSLOT", n.count});
+    for (const std::string& name : {n.mailbox, n.owner, n.delivered, n.dead, n.state, n.pending}) {
+      EXPECT_EQ(seed.integer({"CLUSTER", "KEYSLOT", name}), slot) << name;
+    }
+  }
+
+  actor_log log;
+  hr::actor_options a;
+  a.lease = handoff::lease{2s};
+  a.sweep_interval = 20ms;
+  a.remember_handled = true;  // each handler adds 1 to its key's state: committed once per message
+  hr::actor_system plain(o, a);
+  handoff::thread_pool pool(2);
+  a.executor = pool;
+  a.max_messages = 2;  // steps of actors on every primary, sent together by the executor
+  a.batch = 2;
+  hr::actor_system pooled(o, a);
+  for (hr::actor_system* s : {&plain, &pooled}) {
+    s->on("", [&](hr::delivery& d) {
+      log.record(d);
+      d.set_state(std::to_string(handoff::test::count_of(d.state()) + 1));
+    });
+  }
+
+  constexpr int senders = 3;
+  constexpr int count = 20;  // per sender and key
+  std::vector<std::thread> threads;
+  for (int t = 0; t < senders; ++t) {
+    threads.emplace_back([&, t] {
+      hr::actor_system& via = t % 2 == 0 ? plain : pooled;
+      for (int i = 0; i < count; ++i) {
+        for (const std::string& key : keys) (void)via.post(key, "s" + std::to_string(t) + " " + std::to_string(i));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const std::size_t total = senders * count * keys.size();
+  ASSERT_TRUE(handoff::test::eventually([&] { return log.size() == total; }, 20s)) << log.size() << " of " << total;
+  std::map<std::string, long long> seen;
+  EXPECT_EQ(log.check(seen), "");
+  EXPECT_EQ(seen.size(), senders * count);  // per key: the same tags and sequences
+  for (const auto& [message, runs] : seen) EXPECT_EQ(runs, static_cast<long long>(keys.size())) << message;
+  for (const std::string& key : keys) {
+    EXPECT_TRUE(handoff::test::eventually([&] { return plain.pending(key) == 0; }));
+    const hr::detail::actor_names n(o.prefix, key, true);
+    EXPECT_EQ(raw_redis(cluster().primary_of(actor_slot(key))).string({"HGET", n.state, "value"}),
+              std::to_string(senders * count))
+        << key;
+  }
+  // A drained actor leaves its state only: no count, owner or mailbox, nor its group's
+  // pending set.
+  EXPECT_TRUE(handoff::test::eventually([&] {
+    for (const std::string& name : left_under(o.prefix)) {
+      if (!name.ends_with(":actor:state")) return false;
+    }
+    return true;
+  })) << left_under(o.prefix).size() << " names left";
+}
+
+TEST(RedisCluster, actors_draining_while_their_slot_group_moves_run_each_message_once_in_order) {
+  hr::options o = on_cluster();
+  o.prefix = "moving:";
+  o.command_timeout = 5s;  // longer than the migration, which makes the actors' scripts wait
+  const std::string key = "room:moving";
+  const int slot = actor_slot(key);
+  const int from = cluster().primary_of(slot);
+  int to = 0;
+  for (const int p : cluster().primaries()) {
+    if (p != from) to = p;
+  }
+  actor_log log;
+  hr::actor_options a;
+  a.lease = handoff::lease{2s};
+  a.sweep_interval = 10ms;
+  hr::actor_system drainer(o, a);
+  drainer.on("room:", [&](hr::delivery& d) {
+    std::this_thread::sleep_for(1ms);
+    log.record(d);
+  });
+  a.sweep_interval = 0ms;
+  hr::actor_system poster(o, a);  // no handler: it announces the actor, the drainer's sweeper takes it
+  constexpr int count = 150;
+  std::thread posting([&] {
+    for (int i = 0; i < count; ++i) (void)poster.post(key, "p " + std::to_string(i));
+  });
+  ASSERT_TRUE(handoff::test::eventually([&] { return log.size() >= 20; }));
+  cluster().migrate(slot, to, redis_cluster::step::importing);
+  EXPECT_LT(log.size(), count) << "the actor had messages left when its slot began to move";
+  std::this_thread::sleep_for(100ms);
+  cluster().migrate(slot, to, redis_cluster::step::keys_moved);
+  std::this_thread::sleep_for(100ms);
+  cluster().migrate(slot, to, redis_cluster::step::done);
+  posting.join();
+  ASSERT_TRUE(handoff::test::eventually([&] { return log.size() >= count; }, 20s)) << log.size();
+  std::map<std::string, long long> seen;
+  EXPECT_EQ(log.check(seen), "");
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(count));
+  for (const auto& [message, runs] : seen) EXPECT_EQ(runs, 1) << message << " ran again with no owner lost";
+  EXPECT_EQ(cluster().primary_of(slot), to);
+  EXPECT_TRUE(handoff::test::eventually([&] { return left_under(o.prefix).empty(); }));
+}
+
+TEST(RedisCluster, an_actor_owner_killed_mid_handler_loses_no_message_and_its_rerun_is_flagged) {
+  handoff::test::redis_server records;  // the handlers' records (redis_actor_check.hpp)
+  const int port = records.port();
+  raw_redis raw(port);
+  hr::actor_options a;
+  a.lease = handoff::lease{300ms};
+  a.sweep_interval = 20ms;
+  hr::actor_system actors(on_cluster(), a);
+  actors.on("", [port](hr::delivery& d) { handoff::test::record_run(port, d); });
+  const std::string key = actor_key_on(cluster().primaries().back(), "killed");
+  handoff::test::helper_process owner(
+      HANDOFF_REDIS_ACTOR_HELPER,
+      {std::to_string(port) + "@" + std::to_string(cluster().seed_port()), "300", "hang", key});
+  ASSERT_TRUE(handoff::test::eventually([&] { return raw.string({"GET", "t:hanging"}) == "1"; }, 10s));
+  for (int i = 0; i < 3; ++i) actors.post(key, "t " + std::to_string(i));  // queued behind the owner
+  const auto log = [&] { return raw.strings({"LRANGE", "t:log:" + key, "0", "-1"}); };
+  EXPECT_TRUE(log().empty()) << "handled while the owner's lease was live";
+  owner.kill();  // SIGKILL mid-handler
+  ASSERT_TRUE(handoff::test::eventually([&] { return log().size() == 4; }, 10s));
+  EXPECT_EQ(handoff::test::runs_of(log()), (std::vector<std::string>{"hang 0 2", "t 0 1", "t 1 1", "t 2 1"}));
+  EXPECT_EQ(handoff::test::check_log(log(), nullptr), "");
 }
 
 // A key of the lock whose names ("handoff:{<key>}:lock" ...) live on the primary at `port`.

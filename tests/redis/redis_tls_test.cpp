@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -156,7 +158,7 @@ TEST(RedisTls, actors_run_every_message_once_in_order_over_tls) {
   EXPECT_EQ(actors.pending("room:1"), 0U);
 }
 
-TEST(RedisTls, a_tls_cluster_serves_locks_and_stores_on_every_primary_over_tls) {
+TEST(RedisTls, a_tls_cluster_serves_locks_stores_and_actors_on_every_primary_over_tls) {
   // Three primaries with a plain port (the fixture's) and a TLS port each, their cluster
   // bus over TLS: a TLS client reads the TLS ports in CLUSTER SLOTS.
   const std::vector<std::string> tls_files{"--tls-cert-file",        certificates::file("server.crt"),
@@ -194,6 +196,21 @@ TEST(RedisTls, a_tls_cluster_serves_locks_and_stores_on_every_primary_over_tls) 
     EXPECT_FALSE(fenced.write(k, "stale", token - 1));
     auto again = m.lock(k);
     EXPECT_GT(again.token(), token);
+  }
+  {
+    std::mutex mu;
+    std::map<std::string, std::vector<std::string>> ran;  // guarded by mu
+    hr::actor_system actors(o);
+    actors.on("room:", [&](hr::delivery& d) {
+      const std::lock_guard<std::mutex> lock(mu);
+      ran[std::string(d.key())].emplace_back(d.body());
+    });
+    for (int i = 0; i < 3; ++i) {
+      for (int k = 0; k < 30; ++k) (void)actors.post("room:" + std::to_string(k), std::to_string(i));
+    }
+    const std::lock_guard<std::mutex> lock(mu);  // the posts drained on this thread
+    ASSERT_EQ(ran.size(), 30U);
+    for (const auto& [key, bodies] : ran) EXPECT_EQ(bodies, (std::vector<std::string>{"0", "1", "2"})) << key;
   }
   for (const int port : cluster.primaries()) {
     handoff::test::raw_redis node(port);  // its plain port, which the library never used

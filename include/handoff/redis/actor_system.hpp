@@ -1,8 +1,9 @@
 // handoff::redis::actor_system: actors across processes, with their mailboxes and counts on
-// one Redis server. Any process posts a message (bytes) to an actor key such as "room:7";
-// processes register handlers for key families (key prefixes). The messages of one key are
-// handled one at a time across all processes, in each sender's order, by whichever process
-// is free: no process runs a consumer per key.
+// one Redis server or a Redis Cluster (found by itself, as for keyed_mutex; each actor on
+// the primary of its slot group, docs/redis_actor.md). Any process posts a message (bytes)
+// to an actor key such as "room:7"; processes register handlers for key families (key
+// prefixes). The messages of one key are handled one at a time across all processes, in
+// each sender's order, by whichever process is free: no process runs a consumer per key.
 //
 //   handoff::redis::actor_system actors(opts, {.lease = handoff::lease{2s}});
 //   actors.on("room:", [](handoff::redis::delivery& d) { apply(d.key(), d.body()); });
@@ -31,7 +32,8 @@
 //   failure: a message delivered more than max_attempts times (its handler threw, or
 //            its owner died while handling it) moves to the key's dead-letter list.
 //
-// Guarantees (one Redis server, no failover; clocks need not agree across processes):
+// Guarantees (one Redis server or Redis Cluster, no failover; clocks need not agree across
+// processes):
 // - Mutual exclusion: at most one handler of a key runs at a time across all processes,
 //   as long as every handler returns within the lease of the process running it (a
 //   handler paused or stalled past the lease may overlap with the next owner's; its
@@ -163,21 +165,23 @@ struct actor_options {
   std::uint32_t max_attempts = 5;             // deliveries before a message is dead-lettered
   bool remember_handled = false;              // keep {last handled id, state} per key
   // This process takes over actors whose owner's lease ran out or that were announced,
-  // for the families it has handlers for, checking this often (0: never).
+  // for the families it has handlers for, checking this often (0: never). A check reads one
+  // pending set on one server, 256 on a cluster (one write per primary).
   std::chrono::milliseconds sweep_interval{100};
   // A handler's exception, a lost ownership or a Redis failure while draining: called with
   // the key and the error (on the draining thread; must not throw). Empty: printed to stderr.
   std::function<void(std::string_view key, std::exception_ptr error)> on_error{};
 };
 
-// Thread-safe. Owns a connection pool, a renewal thread and (with sweep_interval > 0) a
-// sweeper thread; handlers run on posting threads, the executor and the sweeper.
+// Thread-safe. Owns a connection pool (one per primary on a cluster), a renewal thread and
+// (with sweep_interval > 0) a sweeper thread; handlers run on posting threads, the executor
+// and the sweeper.
 class actor_system {
  public:
   using handler = std::function<void(delivery&)>;
 
-  // Connects once to check the options, the server and its eviction policy (as
-  // keyed_mutex does), and starts its threads. Throws std::invalid_argument for bad
+  // Connects to check the options, the server (or every primary of a cluster) and its
+  // eviction policy (as keyed_mutex does), and starts its threads. Throws std::invalid_argument for bad
   // options, error when the server cannot be used.
   explicit actor_system(options o = {}, actor_options a = {});
   // Stops the threads (after the drain each is running, if any, ends its round); drains in
@@ -229,7 +233,8 @@ class actor_system {
 
   // Thread-safe. Takes over and drains the actors due for a sweep (owner lease ended, or
   // announced) that this process has handlers for, on this thread; returns how many it
-  // took over. The sweeper thread calls it every sweep_interval. Throws error.
+  // took over. The sweeper thread calls it every sweep_interval. Throws error (having swept
+  // the pending sets that answered).
   std::size_t sweep();
 
   // Thread-safe. One round trip each. Messages waiting in `key`'s mailbox (the one being

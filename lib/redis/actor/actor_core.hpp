@@ -3,9 +3,9 @@
 // (actor_threads.cpp) and the Lua (scripts.hpp). Built on common/ only, never on the lock client.
 //
 // The state behind handoff::redis::actor_system (private to lib/redis): the options, the
-// connection pool, the scripts (scripts.hpp), the handlers, and the two threads: the
-// renewer, which renews the lease of every actor this process is draining while its
-// handlers run, and the sweeper, which takes over actors whose owner is gone.
+// servers (one, or a cluster's primaries: common/router.hpp), the scripts (scripts.hpp), the handlers, and the two
+// threads: the renewer, which renews the lease of every actor this process is draining while its handlers run, and the
+// sweeper, which takes over actors whose owner is gone.
 //
 // Ownership: actor_system holds the core; an executor job continuing a drain holds it too
 // (shared_ptr), so a job may outlive the facade. The threads use the core through `this`
@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -31,16 +32,48 @@
 #include "../common/format.hpp"
 #include "../common/lease_ms.hpp"
 #include "../common/names.hpp"
+#include "../common/router.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/detail/run_queue.hpp"
 #include "handoff/redis/actor_system.hpp"
 
 namespace handoff::redis::detail {
 
-// The names of one actor's keys (scripts.hpp).
+// On a Redis Cluster every script of an actor touches its keys and a pending set (which
+// sweepers read) in one hash slot: the actors are spread over actor_groups slot groups,
+// each with a pending set of its own, and an actor's names carry its group's tag instead
+// of its key (scripts.hpp gives the layout). A group is the unit a resharding moves, so
+// 256 spread the actors over up to 256 primaries, while a sweep reads 256 sets.
+constexpr std::size_t actor_groups = 256;
+constexpr std::size_t slots_per_group = cluster_slots / actor_groups;
+
+// The first slot of a group: the tag of that group's names is slot_tag(group_slot(g)).
+constexpr std::uint16_t group_slot(std::size_t group) noexcept {
+  return static_cast<std::uint16_t>(group * slots_per_group);
+}
+
+// The names of group `slot`'s keys start with this: prefix + "{" + its slot tag + "}:".
+inline std::string group_prefix(std::string_view prefix, std::uint16_t slot) {
+  std::string out(prefix);
+  out += '{';
+  out += slot_tag(slot);
+  out += "}:";
+  return out;
+}
+
+// The names of one actor's keys (scripts.hpp); `cluster`: on a Redis Cluster.
 struct actor_names {
-  actor_names(std::string_view prefix, std::string_view k) : key(k) {
-    const std::string base = key_name(prefix, k, "actor:");
+  actor_names(std::string_view prefix, std::string_view k, bool cluster) : key(k) {
+    std::string base;
+    if (cluster) {
+      // The group of the slot the escaped key would hash to (it holds no brace).
+      const std::string group = group_prefix(prefix, group_slot(hash_slot(escape_key(k)) / slots_per_group));
+      base = group + escape_key(k) + ":actor:";
+      pending = group + std::string(actor_pending_set);
+    } else {
+      base = key_name(prefix, k, "actor:");
+      pending = std::string(prefix) + std::string(actor_pending_set);
+    }
     count = base + "count";
     mailbox = base + "mailbox";
     owner = base + "owner";
@@ -50,6 +83,7 @@ struct actor_names {
   }
   std::string key;  // the actor key itself (raw bytes): the pending set's member
   std::string count, mailbox, owner, delivered, dead, state;
+  std::string pending;  // the pending set the actor is listed in while it has messages
 };
 
 // Shared by the actor files.
@@ -80,8 +114,8 @@ inline std::pair<std::string_view, std::string_view> split(std::string_view elem
   return {element.substr(0, space), element.substr(space + 1)};
 }
 
-// Keys read per sweep: a process sees at most this many due actors per sweep_interval
-// (due actors of families it has no handler for included).
+// Keys read per pending set and sweep: a process sees at most this many due actors of a
+// set per sweep_interval (due actors of families it has no handler for included).
 constexpr int sweep_batch = 256;
 // post_for's wait between attempts on a full mailbox: from 1 ms, doubling to 16 ms (a
 // drain of a few messages on loopback frees room within a few ms).
@@ -156,10 +190,12 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   const std::string lease_px = std::to_string(lease_ms);
   const std::string bound = a.capacity == 0 ? "" : std::to_string(a.capacity);
   const std::string attempts = std::to_string(a.max_attempts);
-  pool connections;  // after o, which it refers to
+  router servers;  // after o, which it refers to
   // Loaded once by the constructor, then only read.
   script post_script, step_script, renew_script, claim_script, due_script;
-  const std::string pending_key = o.prefix + std::string(actor_pending_set);
+  // Every pending set a sweep reads: the one of one server, or a cluster's per group.
+  const std::vector<std::string> pending_sets;
+  [[nodiscard]] actor_names names(std::string_view key) const { return {o.prefix, key, servers.clustered()}; }
 
   mutable std::mutex handlers_mu;
   // By family; guarded by handlers_mu. A handler is copied out (shared) before it runs.

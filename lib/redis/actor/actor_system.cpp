@@ -49,21 +49,31 @@ void check(const actor_options& a) {
   if (a.sweep_interval.count() < 0) bad("sweep_interval must not be negative");
 }
 
+// The pending sets a sweep reads (actor_core.hpp).
+std::vector<std::string> pending_sets_of(const router& servers, std::string_view prefix) {
+  if (!servers.clustered()) return {std::string(prefix) + std::string(actor_pending_set)};
+  std::vector<std::string> sets;
+  sets.reserve(actor_groups);
+  for (std::size_t g = 0; g < actor_groups; ++g)
+    sets.push_back(group_prefix(prefix, group_slot(g)) + std::string(actor_pending_set));
+  return sets;
+}
+
 }  // namespace
 
 actor_core::actor_core(options opts, actor_options ao)
-    : o(std::move(opts)), a(std::move(ao)),
-      connections(o, o.pool_size), post_script{actor_scripts::source(actor_scripts::post), {}},
+    : o(validated(std::move(opts))), a(std::move(ao)),
+      servers(o), post_script{actor_scripts::source(actor_scripts::post), {}},
       step_script{actor_scripts::source(actor_scripts::step), {}},
       renew_script{actor_scripts::source(actor_scripts::renew), {}},
       claim_script{actor_scripts::source(actor_scripts::claim), {}},
-      due_script{actor_scripts::source(actor_scripts::due), {}}, id_(random_hex128()) {
-  validate(o);
-  refuse_cluster_seeds(o, "actor_system");
+      due_script{actor_scripts::source(actor_scripts::due), {}}, pending_sets(pending_sets_of(servers, o.prefix)),
+      id_(random_hex128()) {
   check(a);
-  connection c(o);  // fails fast on a wrong address or password
-  check_server(c, o, "an evicted mailbox or owner key loses messages or lets two owners in", "actor_system");
-  for (script* s : {&post_script, &step_script, &renew_script, &claim_script, &due_script}) c.load(*s);
+  check_server(servers, o, "an evicted mailbox or owner key loses messages or lets two owners in");
+  servers.each_primary([&](connection& c) {
+    for (script* s : {&post_script, &step_script, &renew_script, &claim_script, &due_script}) c.load(*s);
+  });
 }
 
 std::shared_ptr<const actor_system::handler> actor_core::find(std::string_view key) const {
@@ -93,7 +103,7 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
     throw std::invalid_argument("handoff::redis::actor_system::post: a body of " + std::to_string(body.size()) +
                                 " bytes, over max_message_bytes " + std::to_string(a.max_message_bytes));
   }
-  const actor_names n(o.prefix, key);
+  const actor_names n = names(key);
   std::string id = next_id();
   std::string element = id + ' ';
   element += body;
@@ -102,13 +112,10 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   const bool nested = inside_work();
   const bool can_own = find(key) != nullptr;
   const std::string what = describe("post to", key);
-  reply r = [&] {
-    auto c = connections.take();
-    return c->eval(
-        post_script, {n.count, n.mailbox, n.owner, pending_key, n.delivered, n.state},
-        {element, bound, id, lease_px, can_own ? "1" : "0", key, nested ? "0" : "1", a.remember_handled ? "1" : "0"},
-        what);
-  }();
+  const reply r = servers.eval(
+      post_script, {n.count, n.mailbox, n.owner, n.pending, n.delivered, n.state},
+      {element, bound, id, lease_px, can_own ? "1" : "0", key, nested ? "0" : "1", a.remember_handled ? "1" : "0"},
+      what);
   // The token of an owner that won by posting is its message's id.
   if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_INTEGER &&
       r->element[0]->integer == 2 && !nested) {
@@ -217,21 +224,17 @@ std::string actor_system::post_for(std::string_view key, std::string_view body, 
 std::size_t actor_system::sweep() { return core_->sweep(); }
 
 std::size_t actor_system::pending(std::string_view key) {
-  const detail::actor_names n(core_->o.prefix, key);
+  const detail::actor_names n = core_->names(key);
   const std::string what = detail::describe("pending of", key);
-  auto c = core_->connections.take();
-  const detail::reply r = c->command({"LLEN", n.mailbox}, what);
+  const detail::reply r = core_->servers.command(n.mailbox, {"LLEN", n.mailbox}, what);
   if (r->type != REDIS_REPLY_INTEGER || r->integer < 0) detail::unexpected(what);
   return static_cast<std::size_t>(r->integer);
 }
 
 std::vector<dead_letter> actor_system::dead_letters(std::string_view key) {
-  const detail::actor_names n(core_->o.prefix, key);
+  const detail::actor_names n = core_->names(key);
   const std::string what = detail::describe("dead letters of", key);
-  const detail::reply r = [&] {
-    auto c = core_->connections.take();
-    return c->command({"LRANGE", n.dead, "0", "-1"}, what);
-  }();
+  const detail::reply r = core_->servers.command(n.dead, {"LRANGE", n.dead, "0", "-1"}, what);
   if (r->type != REDIS_REPLY_ARRAY) detail::unexpected(what);
   std::vector<dead_letter> out;
   out.reserve(r->elements);

@@ -39,11 +39,11 @@ void actor_core::renew_loop() noexcept {
     std::vector<std::pair<std::string, std::string>> owned(draining.begin(), draining.end());
     lock.unlock();
     for (const auto& [token, key] : owned) {
-      const actor_names n(o.prefix, key);
+      const actor_names n = names(key);
       try {
-        auto c = connections.take();
-        // Lost: the actor is not ours any more; its drain finds out at its next step.
-        (void)renew(*c, renew_script, {n.owner, pending_key}, {token, lease_px, key}, "lease renewal of an actor");
+        // Reply 0, lost: the actor is not ours any more; its drain finds out at its next step.
+        (void)servers.eval(renew_script, {n.owner, n.pending}, {token, lease_px, key}, "lease renewal of an actor",
+                           router::lane::background);
       } catch (...) {
         report(key, std::current_exception());  // retried a period later, while the lease lasts
       }
@@ -75,29 +75,36 @@ std::size_t actor_core::sweep() {
     const std::lock_guard<std::mutex> lock(handlers_mu);
     if (handlers.empty()) return 0;
   }
+  // One due script per pending set, in one write per node.
   const std::string batch = std::to_string(sweep_batch);
-  const reply due = [&] {
-    auto c = connections.take();
-    return c->eval(due_script, {pending_key}, {batch}, "sweep of the actors' pending set");
-  }();
-  if (due->type != REDIS_REPLY_ARRAY) throw error("handoff::redis: sweep: unexpected reply from the server");
+  std::vector<std::vector<std::string>> calls;
+  calls.reserve(pending_sets.size());
+  for (const std::string& set : pending_sets) calls.push_back({"1", set, batch});
   std::vector<std::string> keys;
-  keys.reserve(due->elements);
-  for (std::size_t i = 0; i < due->elements; ++i) keys.emplace_back(due->element[i]->str, due->element[i]->len);
+  std::exception_ptr failed;  // the first failure, thrown once every set that answered is swept
+  for (const router::outcome& due : servers.eval_each(due_script, calls, "sweep of the actors' pending sets")) {
+    if (due.failed != nullptr || due.r->type != REDIS_REPLY_ARRAY) {
+      if (failed == nullptr) {
+        failed = due.failed != nullptr
+                     ? due.failed
+                     : std::make_exception_ptr(error("handoff::redis: sweep: unexpected reply from the server"));
+      }
+      continue;
+    }
+    for (std::size_t i = 0; i < due.r->elements; ++i) keys.emplace_back(due.r->element[i]->str, due.r->element[i]->len);
+  }
   std::size_t claimed = 0;
   for (const std::string& key : keys) {
     if (find(key) == nullptr) continue;  // another process's family
-    const actor_names n(o.prefix, key);
+    const actor_names n = names(key);
     const std::string token = next_id();
-    const reply r = [&] {
-      auto c = connections.take();
-      return c->eval(claim_script, {n.count, n.mailbox, n.owner, pending_key}, {token, lease_px, key},
-                     "takeover of actor " + handoff::detail::key_excerpt(key));
-    }();
+    const reply r = servers.eval(claim_script, {n.count, n.mailbox, n.owner, n.pending}, {token, lease_px, key},
+                                 "takeover of actor " + handoff::detail::key_excerpt(key));
     if (r->type != REDIS_REPLY_INTEGER || r->integer != 1) continue;
     ++claimed;
     continue_owned(n, token, static_cast<bool>(a.executor));
   }
+  if (failed != nullptr) std::rethrow_exception(failed);
   return claimed;
 }
 

@@ -164,7 +164,7 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
                                     n.mailbox,
                                     n.owner,
                                     n.delivered,
-                                    pending_key,
+                                    n.pending,
                                     n.dead,
                                     n.state,
                                     token,
@@ -188,14 +188,14 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
         defer_step({n, token, std::move(call)});
         return;
       }
-      std::vector<reply> next = [&] {
+      router::outcome next = [&] {
         std::vector<std::vector<std::string>> calls;
         calls.push_back(std::move(call));
-        auto c = connections.take();
-        return c->eval_each(step_script, calls, what);
+        return std::move(servers.eval_each(step_script, calls, what).front());
       }();
+      if (next.failed != nullptr) std::rethrow_exception(next.failed);
       batch.clear();
-      r = std::move(next.front());
+      r = std::move(next.r);
       const long long status = settle(n, *r);
       if (status == 0) return;
       if (status == 2) {
@@ -275,23 +275,25 @@ void actor_core::run_steps() noexcept {
     }
     // One round: every step in one write; then every actor with more messages runs its
     // next batch here and defers its next step to the next round.
-    std::vector<reply> replies;
+    std::vector<router::outcome> replies;
     try {
       std::vector<std::vector<std::string>> calls;
       calls.reserve(sent.size());
       for (deferred_step& s : sent) calls.push_back(std::move(s.call));
-      auto c = connections.take();
-      replies = c->eval_each(step_script, calls, "steps of the actors' posts");
+      replies = servers.eval_each(step_script, calls, "steps of the actors' posts");
     } catch (...) {
-      // Each actor stays owned until its lease runs out; then a post or a sweeper takes over.
+      // Out of memory. Each actor stays owned until its lease runs out; then a post or a
+      // sweeper takes over.
       for (const deferred_step& s : sent) report(s.n.key, std::current_exception());
     }
     for (std::size_t i = 0; i < replies.size(); ++i) {
       const deferred_step& s = sent[i];
       try {
-        const long long status = settle(s.n, *replies[i]);
+        // A failed round trip: as for a throwing eval, the lease runs out, then a takeover.
+        if (replies[i].failed != nullptr) std::rethrow_exception(replies[i].failed);
+        const long long status = settle(s.n, *replies[i].r);
         if (status == 2) queue_drain(s.n, s.token);
-        if (status == 1) drain(s.n, s.token, nullptr, std::make_shared<reply>(std::move(replies[i])), true);
+        if (status == 1) drain(s.n, s.token, nullptr, std::make_shared<reply>(std::move(replies[i].r)), true);
       } catch (...) {
         report(s.n.key, std::current_exception());
       }

@@ -1,7 +1,7 @@
 // The Lua scripts of handoff::redis::actor_system (private to lib/redis): each protocol step
 // is one script, so that what it reads and what it writes are atomic on the server.
 //
-// Per actor key K (common/names.hpp: prefix + "{" + escaped K + "}:" + kind):
+// Per actor key K (on one server, common/names.hpp: prefix + "{" + escaped K + "}:" + kind):
 //   actor:count    the message count: messages posted and not yet released by an owner
 //                  (mailbox length + messages its owner removed in this round)
 //   actor:mailbox  list of messages, oldest first; one element is "<id> <body bytes>"
@@ -15,6 +15,10 @@
 // One key per prefix, prefix + "actors:pending": a sorted set of the actor keys (raw bytes)
 // that have messages, scored by the server time in ms after which a sweeper looks at them
 // (the owner's lease end; "now" for an actor handed on by announcement).
+// On a Redis Cluster every script must touch one hash slot, so the actors are split into
+// 256 slot groups (actor_core.hpp): K's names are prefix + "{" + G + "}:" + escaped K +
+// ":actor:" + kind, and its group's pending set is prefix + "{" + G + "}:actors:pending",
+// where G is the slot tag of the group of the slot K's escaped key hashes to.
 //
 // The hand-off, as in the in-process actor: post increments the count and appends the
 // message; the post whose increment finds no live owner becomes the owner (count 0 -> 1,

@@ -284,7 +284,7 @@ reply connection::eval_call(const script& s, std::initializer_list<std::string_v
 }
 
 std::vector<reply> connection::eval_each(const script& s, const std::vector<std::vector<std::string>>& calls,
-                                         std::string_view what) {
+                                         std::string_view what, bool asking) {
   std::vector<reply> out(calls.size());
   std::vector<std::size_t> todo(calls.size());
   for (std::size_t i = 0; i < todo.size(); ++i) todo[i] = i;
@@ -294,6 +294,7 @@ std::vector<reply> connection::eval_each(const script& s, const std::vector<std:
   for (int pass = 0; pass < 2 && !todo.empty(); ++pass) {
     set_timeout(timeout_);
     for (const std::size_t i : todo) {
+      if (asking) append({"ASKING"}, what);
       argv.assign({"EVALSHA", s.sha});
       argv.insert(argv.end(), calls[i].begin(), calls[i].end());
       append(argv, what);
@@ -301,7 +302,9 @@ std::vector<reply> connection::eval_each(const script& s, const std::vector<std:
     flush(what);
     std::vector<std::size_t> again;
     for (const std::size_t i : todo) {
+      reply asked = asking ? receive(what) : nullptr;
       out[i] = receive(what);
+      if (asked != nullptr && asked->type == REDIS_REPLY_ERROR) out[i] = std::move(asked);
       if (forgot(*out[i])) again.push_back(i);
     }
     if (!again.empty() && pass == 0) reloaded(*out[again.front()], s, what);

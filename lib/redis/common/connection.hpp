@@ -103,9 +103,10 @@ class connection {
   // number of keys, the keys, then the arguments. Returns the replies in order; an error
   // reply is returned as it is (it belongs to its call), except NOSCRIPT: the script is
   // loaded again and those calls resent. Throws error (prefixed by `what`) on I/O failure
-  // or timeout: then which calls ran is unknown.
+  // or timeout: then which calls ran is unknown. With `asking`, ASKING goes before each call
+  // (see call()).
   std::vector<reply> eval_each(const script& s, const std::vector<std::vector<std::string>>& calls,
-                               std::string_view what);
+                               std::string_view what, bool asking = false);
 
   // For a router (router.hpp): the reply as it comes, error replies included (a cluster's
   // MOVED and ASK among them); with `asking`, ASKING goes first, in the same write. eval_call
@@ -171,22 +172,14 @@ reply checked(reply r, std::string_view what);
 void validate(const options& o);
 // validate(o), then o: for a client's member initializer.
 options validated(options o);
-// The message of a client that does not run on Redis Cluster yet, and its refusal of
-// options::cluster_seeds (throws error when they are set).
-std::string not_on_cluster(std::string_view client);
-void refuse_cluster_seeds(const options& o, std::string_view client);
-
 // Whether the server of c is a Redis Cluster node (INFO cluster). Throws error.
 bool is_cluster_node(connection& c);
 
-// The checks every client makes of the server before using it: applies
-// options::if_server_evicts (throws error for refuse, prints a warning for warn; `what`
-// names what an evicted key would break), then claims the prefix for this version's data
-// format (format.hpp): throws error if data of another format is there.
-// `client` names the client for the refusal of a Redis Cluster node, on which it does not run.
-void check_server(connection& c, const options& o, std::string_view what, std::string_view client);
-// The same checks through a router (router.hpp): the eviction policy of every primary, the
-// marker on the node that holds it.
+// The checks every client makes of the servers before using them (through a router,
+// router.hpp): applies options::if_server_evicts to every primary (throws error for
+// refuse, prints a warning for warn; `what` names what an evicted key would break), then
+// claims the prefix for this version's data format (format.hpp) on the node that holds
+// its marker: throws error if data of another format is there.
 class router;
 void check_server(router& r, const options& o, std::string_view what);
 

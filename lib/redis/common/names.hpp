@@ -10,7 +10,8 @@
 // (Redis then hashes the whole name), so on a cluster the empty key escapes to "\x01",
 // which no other key escapes to (a lone \x01 byte is "\x01\x01"); one server keeps "".
 // And on a cluster the prefix holds no '{' (router.cpp refuses one), which would start
-// the tag before the key.
+// the tag before the key. The actors' names on a cluster carry the tag of a slot group
+// instead of the key's (actor/scripts.hpp).
 #pragma once
 
 #include <string>

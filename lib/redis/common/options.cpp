@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
-#include <functional>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -52,15 +51,6 @@ options validated(options o) {
   return o;
 }
 
-std::string not_on_cluster(std::string_view client) {
-  return "handoff::redis: " + std::string(client) +
-         " does not run on Redis Cluster yet (keyed_mutex, fenced_store and versioned_store do)";
-}
-
-void refuse_cluster_seeds(const options& o, std::string_view client) {
-  if (!o.cluster_seeds.empty()) throw error(not_on_cluster(client) + "; options::cluster_seeds is set");
-}
-
 namespace {
 // The value of `field` in an INFO reply ("field:value\r\n" lines), or "" if absent.
 std::string info_field(std::string_view info, std::string_view field) {
@@ -100,12 +90,8 @@ void check_eviction(connection& c, const options& o, std::string_view what) {
   std::fprintf(stderr, "handoff::redis: warning: %s\n", problem.c_str());
 }
 
-// A command on the server that holds `key`.
-using keyed_command =
-    std::function<reply(std::string_view key, std::initializer_list<std::string_view> args, std::string_view what)>;
-
 // Claims o.prefix for data_format: sets the marker if absent, refuses another format.
-void claim_format(const keyed_command& command, const options& o) {
+void claim_format(router& servers, const options& o) {
   const std::string marker = o.prefix + std::string(format_marker);
   const std::string what = "data format of the prefix " + handoff::detail::key_excerpt(o.prefix);
   const auto refuse = [&](std::string_view found) {
@@ -115,7 +101,7 @@ void claim_format(const keyed_command& command, const options& o) {
                 "version's processes and let their actors drain, or give this version another prefix");
   };
   for (;;) {
-    const reply r = command(marker, {"GET", marker}, what);
+    const reply r = servers.command(marker, {"GET", marker}, what);
     if (r->type == REDIS_REPLY_STRING) {
       if (std::string_view(r->str, r->len) != data_format) refuse(std::string_view(r->str, r->len));
       return;
@@ -123,9 +109,9 @@ void claim_format(const keyed_command& command, const options& o) {
     // No marker. Actors of format 1, written before the marker existed, keep their pending
     // set while any of them has messages.
     const std::string pending = o.prefix + std::string(actor_pending_set);
-    const reply old = command(pending, {"EXISTS", pending}, what);
+    const reply old = servers.command(pending, {"EXISTS", pending}, what);
     if (old->type == REDIS_REPLY_INTEGER && old->integer != 0) refuse("1 (before format markers)");
-    const reply set = command(marker, {"SET", marker, data_format, "NX"}, what);
+    const reply set = servers.command(marker, {"SET", marker, data_format, "NX"}, what);
     if (set->type == REDIS_REPLY_STATUS) return;  // ours; else another client set it first: read it
   }
 }
@@ -137,22 +123,9 @@ bool is_cluster_node(connection& c) {
   return info_field(std::string_view(info->str != nullptr ? info->str : "", info->len), "cluster_enabled") == "1";
 }
 
-void check_server(connection& c, const options& o, std::string_view what, std::string_view client) {
-  if (is_cluster_node(c)) {
-    throw error(not_on_cluster(client) + "; the server at " + o.host + ":" + std::to_string(o.port) +
-                " is a cluster node");
-  }
-  check_eviction(c, o, what);
-  claim_format([&](std::string_view, std::initializer_list<std::string_view> args,
-                   std::string_view doing) { return c.command(args, doing); },
-               o);
-}
-
 void check_server(router& r, const options& o, std::string_view what) {
   r.each_primary([&](connection& c) { check_eviction(c, o, what); });
-  claim_format([&](std::string_view key, std::initializer_list<std::string_view> args,
-                   std::string_view doing) { return r.command(key, args, doing); },
-               o);
+  claim_format(r, o);
 }
 
 }  // namespace handoff::redis::detail

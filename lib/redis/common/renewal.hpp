@@ -6,8 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
-#include <string_view>
 
 #include "connection.hpp"
 #include "handoff/detail/clock.hpp"
@@ -40,12 +38,5 @@ struct renewal {
 inline renewal renewal_of(std::int64_t sent, const redisReply& r) noexcept {
   return {sent, r.type == REDIS_REPLY_INTEGER && r.integer == 1};
 }
-
-// Sends `s`, a script that renews a token's lease and replies 1, or changes nothing and
-// replies 0 when the token is not the holder's, and reads the reply (anything but 1 is
-// 0). Throws error (prefixed by `what`) when the round trip fails: retry
-// renewal_interval(lease) later.
-renewal renew(connection& c, const script& s, std::initializer_list<std::string_view> keys,
-              std::initializer_list<std::string_view> args, std::string_view what);
 
 }  // namespace handoff::redis::detail

@@ -44,6 +44,13 @@ std::string_view text(const redisReply& r) { return {r.str != nullptr ? r.str : 
   throw error("handoff::redis: " + std::string(what) + ": " + std::string(text(r)));
 }
 
+// An answer of the cluster rather than of the command: the command did not run.
+bool redirected(const redisReply& r) {
+  if (r.type != REDIS_REPLY_ERROR) return false;
+  const std::string_view e = text(r);
+  return e.starts_with("MOVED ") || e.starts_with("ASK ") || e.starts_with("TRYAGAIN") || e.starts_with("CLUSTERDOWN");
+}
+
 // MOVED this many times for one command (each after reading the map again): a map that
 // does not settle, given up on rather than followed for ever.
 constexpr int max_moves = 16;
@@ -276,6 +283,51 @@ reply router::eval(const script& s, std::initializer_list<std::string_view> keys
   return checked(run(*keys.begin(), what, false, l,
                      [&](connection& c, bool asking) { return c.eval_call(s, keys, args, what, asking); }),
                  what);
+}
+
+std::vector<router::outcome> router::eval_each(const script& s, const std::vector<std::vector<std::string>>& calls,
+                                               std::string_view what, lane l) {
+  std::vector<outcome> out(calls.size());
+  if (!clustered_) {
+    try {
+      auto c = single_->of(l).take();
+      std::vector<reply> replies = c->eval_each(s, calls, what);
+      for (std::size_t i = 0; i < calls.size(); ++i) out[i].r = std::move(replies[i]);
+    } catch (const error&) {
+      for (outcome& o : out) o.failed = std::current_exception();
+    }
+    return out;
+  }
+  // The calls by node (nullptr: a slot no node serves in the map, sent alone below).
+  std::map<node*, std::vector<std::size_t>> by_node;
+  {
+    const std::shared_lock lock(mu_);
+    for (std::size_t i = 0; i < calls.size(); ++i) by_node[slots_[hash_slot(calls[i].at(1))]].push_back(i);
+  }
+  std::vector<std::vector<std::string>> subset;
+  for (const auto& [n, indices] : by_node) {
+    if (n == nullptr) continue;
+    subset.clear();
+    for (const std::size_t i : indices) subset.push_back(calls[i]);
+    try {
+      auto c = n->of(l).take();
+      std::vector<reply> replies = c->eval_each(s, subset, what);
+      for (std::size_t k = 0; k < indices.size(); ++k) out[indices[k]].r = std::move(replies[k]);
+    } catch (const error&) {
+      for (const std::size_t i : indices) out[i].failed = std::current_exception();
+    }
+  }
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (out[i].failed != nullptr || (out[i].r != nullptr && !redirected(*out[i].r))) continue;
+    try {
+      out[i].r = run(calls[i][1], what, false, l, [&](connection& c, bool asking) {
+        return std::move(c.eval_each(s, {calls[i]}, what, asking).front());
+      });
+    } catch (const error&) {
+      out[i].failed = std::current_exception();
+    }
+  }
+  return out;
 }
 
 std::pair<reply, reply> router::eval_then(lane l, const script& s, std::initializer_list<std::string_view> keys,

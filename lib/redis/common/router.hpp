@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -83,6 +84,20 @@ class router {
   // Thread-safe. EVALSHA of s, as connection::eval, on the node serving keys[0].
   reply eval(const script& s, std::initializer_list<std::string_view> keys,
              std::initializer_list<std::string_view> args, std::string_view what, lane l = lane::commands);
+
+  // One call's outcome in eval_each: its reply (error replies included), or, when the
+  // round trip that carried it failed, that error (the script may have run).
+  struct outcome {
+    reply r;
+    std::exception_ptr failed;
+  };
+  // Thread-safe. EVALSHA of s once per call (the number of keys, the keys, then the
+  // arguments, as connection::eval_each), each on the node serving its first key: one write
+  // per node. A call the cluster redirects (MOVED, ASK, TRYAGAIN, CLUSTERDOWN: it did not
+  // run) is sent again alone, followed as run() follows one. Outcomes in the order of
+  // `calls`.
+  std::vector<outcome> eval_each(const script& s, const std::vector<std::vector<std::string>>& calls,
+                                 std::string_view what, lane l = lane::commands);
 
   // Thread-safe. connection::eval_then of s and `then` on a connection of lane `l` to the
   // node serving keys[0]: the script's reply is followed as run() follows one, then
