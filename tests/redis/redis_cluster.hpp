@@ -105,8 +105,15 @@ class redis_cluster {
       source.command(cmd);
     }
     if (until == step::keys_moved) return;
+    // The order redis-cli follows: the target, the source, then the others (so that no
+    // node sends a client back and forth between the two).
     const std::string owner = target_id(to);
-    for (const int p : primaries()) raw_redis(p).command({"CLUSTER", "SETSLOT", s, "NODE", owner});
+    const std::vector<int> others = primaries();
+    target.command({"CLUSTER", "SETSLOT", s, "NODE", owner});
+    source.command({"CLUSTER", "SETSLOT", s, "NODE", owner});
+    for (const int p : others) {
+      if (p != to && p != from) raw_redis(p).command({"CLUSTER", "SETSLOT", s, "NODE", owner});
+    }
   }
 
   // The port of a replica of the primary at `port` that holds `key` (READONLY reads), once
@@ -139,6 +146,24 @@ class redis_cluster {
       }
     }
     throw std::runtime_error("redis_cluster: the node at " + std::to_string(port) + " has no replica");
+  }
+
+  // Every running node says the cluster is ok (at most 20 s): after a failover, nodes
+  // learn of the promotion at different times and answer CLUSTERDOWN meanwhile.
+  void wait_until_serving() const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (;;) {
+      bool ok = true;
+      for (const auto& n : nodes_) {
+        if (n->running() &&
+            raw_redis(n->port()).string({"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos) {
+          ok = false;
+        }
+      }
+      if (ok) return;
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("redis_cluster: not ok within 20 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
 
   // SIGSTOP and SIGCONT to the node at `port`: it stops and resumes answering, its sockets

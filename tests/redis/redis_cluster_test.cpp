@@ -340,7 +340,8 @@ TEST(RedisCluster, actors_on_every_primary_run_each_message_once_in_sender_order
       if (!name.ends_with(":actor:state")) return false;
     }
     return true;
-  })) << left_under(o.prefix).size() << " names left";
+  })) << left_under(o.prefix).size()
+      << " names left";
 }
 
 TEST(RedisCluster, actors_draining_while_their_slot_group_moves_run_each_message_once_in_order) {
@@ -519,6 +520,7 @@ TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_hol
   hr::keyed_mutex a(lock_options());
   hr::keyed_mutex b(lock_options());
   hr::keyed_mutex c(lock_options());
+  hr::keyed_mutex d(lock_options());
   const std::string k = key_on(cluster().primaries().front(), "moving-lock");
   const int slot = hr::detail::hash_slot("{" + k + "}");
   const int from = cluster().primary_of(slot);
@@ -543,6 +545,20 @@ TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_hol
   cluster().migrate(slot, to, redis_cluster::step::importing);
   cluster().migrate(slot, to, redis_cluster::step::keys_moved);
   EXPECT_FALSE(c.try_lock(k).owns_lock()) << "a try mid-migration finds the key held (through ASK)";
+  // A blocking waiter that queues now: its attempt goes through ASK to the target, and the
+  // BLPOP written behind it, which ASKING does not cover, is redirected: it waits again.
+  std::atomic<bool> late_granted{false};
+  std::jthread late([&] {
+    auto g = d.lock(k);
+    late_granted = true;
+    EXPECT_TRUE(blocking_granted.load()) << "granted after the waiter queued before it";
+  });
+  const std::string queue = "handoff:{" + k + "}:queue";
+  ASSERT_TRUE(handoff::test::eventually([&] {
+    raw_redis target(to);
+    target.command({"ASKING"});  // the target serves the moved keys only to an ASKING client
+    return target.integer({"LLEN", queue}) == 2;
+  })) << "the late waiter queued on the target mid-migration";
   cluster().migrate(slot, to, redis_cluster::step::done);
   ASSERT_EQ(cluster().primary_of(slot), to);
   EXPECT_FALSE(c.try_lock(k).owns_lock()) << "the holder kept the key across the move";
@@ -553,11 +569,14 @@ TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_hol
       async_grant.set_value(std::move(g));
     }
   });
-  ASSERT_TRUE(raw_redis(to).wait_queue_length(k, 2)) << "the async waiter queued behind the blocking one";
+  ASSERT_TRUE(raw_redis(to).wait_queue_length(k, 3)) << "the async waiter queued behind the blocking ones";
   EXPECT_FALSE(blocking_granted.load());
+  EXPECT_FALSE(late_granted.load());
   held.unlock();  // MOVED: the release goes to the new primary and hands the key on
   waiter.join();
+  late.join();
   EXPECT_TRUE(blocking_granted.load());
+  EXPECT_TRUE(late_granted.load());
   auto f = async_grant.get_future();
   ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
   hr::guard last = f.get();
@@ -565,6 +584,55 @@ TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_hol
   EXPECT_GT(last.token(), first);
   last.unlock();
   EXPECT_TRUE(c.try_lock(k).owns_lock());
+}
+
+// The shard channels of `slot` the node at `port` has subscribers for.
+std::vector<std::string> channels_in(int port, int slot) {
+  std::vector<std::string> out;
+  for (const std::string& c : raw_redis(port).strings({"PUBSUB", "SHARDCHANNELS"})) {
+    if (hr::detail::hash_slot(c) == slot) out.push_back(c);
+  }
+  return out;
+}
+
+TEST(RedisCluster, an_async_waiter_whose_slot_moves_subscribes_on_the_new_primary_and_is_woken_by_its_notice) {
+  hr::keyed_mutex holder(lock_options());
+  hr::options slow = lock_options();
+  slow.recheck_interval = 20s;  // far later than the test's bound: only a notice wakes it in time
+  hr::keyed_mutex waiter(slow);
+  const std::string k = key_on(cluster().primaries().back(), "resubscribed");
+  const int slot = hr::detail::hash_slot("{" + k + "}");
+  const int from = cluster().primary_of(slot);
+  int to = 0;
+  for (const int p : cluster().primaries()) {
+    if (p != from) to = p;
+  }
+  auto held = holder.lock(k);
+  std::promise<hr::guard> grant;
+  waiter.lock_async(k, [&](hr::guard g, std::exception_ptr e) {
+    if (e) {
+      grant.set_exception(e);
+    } else {
+      grant.set_value(std::move(g));
+    }
+  });
+  ASSERT_TRUE(raw_redis(from).wait_queue_length(k, 1));
+  EXPECT_EQ(channels_in(from, slot).size(), 1U) << "subscribed on the old primary";
+
+  cluster().migrate(slot, to, redis_cluster::step::importing);
+  cluster().migrate(slot, to, redis_cluster::step::keys_moved);
+  cluster().migrate(slot, to, redis_cluster::step::done);
+  // The old primary ended the subscription (sunsubscribe): the waiter re-checks at once,
+  // which subscribes it on the new one.
+  EXPECT_TRUE(handoff::test::eventually([&] { return channels_in(to, slot).size() == 1; }, 5s))
+      << "not subscribed on the new primary";
+  EXPECT_TRUE(channels_in(from, slot).empty());
+  const auto t0 = handoff::test::steady::now();
+  held.unlock();
+  auto f = grant.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready) << "the grant's notice did not reach the waiter";
+  EXPECT_LT(handoff::test::since(t0), 5s);
+  EXPECT_TRUE(f.get().owns_lock());
 }
 
 // The failover tests each kill one of the two primaries other than the seed (which the
@@ -637,6 +705,7 @@ TEST(RedisCluster, a_failover_loses_a_grant_its_replica_never_got_which_min_repl
 }
 
 TEST(RedisCluster, after_a_primary_is_killed_its_replica_serves_records_and_grants_min_replicas_confirmed) {
+  cluster().wait_until_serving();  // after the failover of the test before
   hr::options o = riding_out_a_failover();
   hr::fenced_store fenced(o);
   const int doomed = doomed_primary(0);

@@ -77,30 +77,34 @@ void async_waiters::subscribe_for(const async_request& r, std::int64_t now) {
   const std::uint16_t slot = hash_slot(r.step.names().lock);
   subscriber* sp = nullptr;
   try {
-    const auto [address, o] = servers.primary_of(slot);
-    subscriber& s = subs_[address];
-    sp = &s;
-    if (s.conn == nullptr) {
-      if (now < s.retry_at) return;
-      connect(s, *o);
-    }
-    if (s.slots.contains(slot)) return;
-    // The confirmation comes after any announcement already on its way: those are handled.
-    constexpr std::string_view what = "SSUBSCRIBE";
-    const std::string channel = client_.commands.channel(slot);
-    s.conn->write({"SSUBSCRIBE", channel}, what);
-    for (;;) {
-      const reply got = s.conn->read_reply(what);
-      if (got->type == REDIS_REPLY_ERROR) {  // MOVED: the slot left that node; the map is read again
-        servers.refresh(what);
-        return;
+    // A second pass after a MOVED: the slot left the node the map named (a resharding
+    // ended, which is also what ended the old subscription), so subscribe on its new one.
+    for (int pass = 0; pass < 2; ++pass) {
+      const auto [address, o] = servers.primary_of(slot);
+      subscriber& s = subs_[address];
+      sp = &s;
+      if (s.conn == nullptr) {
+        if (now < s.retry_at) return;
+        connect(s, *o);
       }
-      if (got->type == REDIS_REPLY_ARRAY && got->elements == 3 && got->element[0]->type == REDIS_REPLY_STRING &&
-          std::string_view(got->element[0]->str, got->element[0]->len) == "ssubscribe") {
-        s.slots.insert(slot);
-        return;
+      if (s.slots.contains(slot)) return;
+      // The confirmation comes after any announcement already on its way: those are handled.
+      constexpr std::string_view what = "SSUBSCRIBE";
+      const std::string channel = client_.commands.channel(slot);
+      s.conn->write({"SSUBSCRIBE", channel}, what);
+      for (;;) {
+        const reply got = s.conn->read_reply(what);
+        if (got->type == REDIS_REPLY_ERROR) {  // MOVED: the map is read again
+          servers.refresh(what);
+          break;
+        }
+        if (got->type == REDIS_REPLY_ARRAY && got->elements == 3 && got->element[0]->type == REDIS_REPLY_STRING &&
+            std::string_view(got->element[0]->str, got->element[0]->len) == "ssubscribe") {
+          s.slots.insert(slot);
+          return;
+        }
+        on_message(s, *got);
       }
-      on_message(s, *got);
     }
   } catch (const error&) {
     // No subscriber there for now: r's attempt goes on, and its re-checks find its grant.
