@@ -83,15 +83,17 @@ std::size_t actor_core::sweep() {
   std::vector<std::string> keys;
   std::exception_ptr failed;  // the first failure, thrown once every set that answered is swept
   for (const router::outcome& due : servers.eval_each(due_script, calls, "sweep of the actors' pending sets")) {
-    if (due.failed != nullptr || due.r->type != REDIS_REPLY_ARRAY) {
-      if (failed == nullptr) {
-        failed = due.failed != nullptr
-                     ? due.failed
-                     : std::make_exception_ptr(error("handoff::redis: sweep: unexpected reply from the server"));
+    if (due.failed == nullptr && due.r->type == REDIS_REPLY_ARRAY) {
+      for (std::size_t i = 0; i < due.r->elements; ++i) {
+        keys.emplace_back(due.r->element[i]->str, due.r->element[i]->len);
       }
-      continue;
+    } else if (failed == nullptr && due.failed != nullptr) {
+      failed = due.failed;
+    } else if (failed == nullptr) {
+      const std::string why =
+          due.r->type == REDIS_REPLY_ERROR ? std::string(due.r->str, due.r->len) : "unexpected reply from the server";
+      failed = std::make_exception_ptr(error("handoff::redis: sweep: " + why));
     }
-    for (std::size_t i = 0; i < due.r->elements; ++i) keys.emplace_back(due.r->element[i]->str, due.r->element[i]->len);
   }
   std::size_t claimed = 0;
   for (const std::string& key : keys) {
