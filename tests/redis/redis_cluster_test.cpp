@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,6 +50,14 @@ std::string key_in_slot(int slot, const std::string& stem) {
     const std::string k = stem + std::to_string(i);
     if (handoff::redis::detail::hash_slot("{" + k + "}") == slot) return k;
   }
+}
+
+// A primary other than the one at `port`: where a test moves a slot.
+int another_primary(int port) {
+  for (const int p : cluster().primaries()) {
+    if (p != port) return p;
+  }
+  throw std::runtime_error("one primary only");
 }
 
 TEST(RedisCluster, hash_slots_match_the_servers_keyslot_hash_tags_included) {
@@ -134,10 +143,7 @@ TEST(RedisCluster, a_resharding_is_followed_through_ask_tryagain_and_moved_witho
   hr::versioned_store versioned(on_cluster());
   const int slot = handoff::redis::detail::hash_slot("{moving}");
   const int from = cluster().primary_of(slot);
-  int to = 0;
-  for (const int p : cluster().primaries()) {
-    if (p != from) to = p;
-  }
+  const int to = another_primary(from);
   ASSERT_TRUE(fenced.write("moving", "before", 5));
 
   // The target imports the slot: the source still serves the keys it has, and sends a key
@@ -351,10 +357,7 @@ TEST(RedisCluster, actors_draining_while_their_slot_group_moves_run_each_message
   const std::string key = "room:moving";
   const int slot = actor_slot(key);
   const int from = cluster().primary_of(slot);
-  int to = 0;
-  for (const int p : cluster().primaries()) {
-    if (p != from) to = p;
-  }
+  const int to = another_primary(from);
   actor_log log;
   hr::actor_options a;
   a.lease = handoff::lease{2s};
@@ -516,6 +519,17 @@ TEST(RedisCluster, the_lock_grants_blocking_and_async_waiters_in_request_order_t
   }
 }
 
+// A lock_async callback that fulfils `p` with the grant or the error.
+auto into(std::promise<hr::guard>& p) {
+  return [&p](hr::guard g, std::exception_ptr e) {
+    if (e) {
+      p.set_exception(e);
+    } else {
+      p.set_value(std::move(g));
+    }
+  };
+}
+
 TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_holder_and_its_queue) {
   hr::keyed_mutex a(lock_options());
   hr::keyed_mutex b(lock_options());
@@ -524,10 +538,7 @@ TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_hol
   const std::string k = key_on(cluster().primaries().front(), "moving-lock");
   const int slot = hr::detail::hash_slot("{" + k + "}");
   const int from = cluster().primary_of(slot);
-  int to = 0;
-  for (const int p : cluster().primaries()) {
-    if (p != from) to = p;
-  }
+  const int to = another_primary(from);
   auto held = a.lock(k);
   const std::uint64_t first = held.token();
   std::promise<hr::guard> async_grant;
@@ -562,13 +573,7 @@ TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_hol
   cluster().migrate(slot, to, redis_cluster::step::done);
   ASSERT_EQ(cluster().primary_of(slot), to);
   EXPECT_FALSE(c.try_lock(k).owns_lock()) << "the holder kept the key across the move";
-  c.lock_async(k, [&](hr::guard g, std::exception_ptr e) {
-    if (e) {
-      async_grant.set_exception(e);
-    } else {
-      async_grant.set_value(std::move(g));
-    }
-  });
+  c.lock_async(k, into(async_grant));
   ASSERT_TRUE(raw_redis(to).wait_queue_length(k, 3)) << "the async waiter queued behind the blocking ones";
   EXPECT_FALSE(blocking_granted.load());
   EXPECT_FALSE(late_granted.load());
@@ -603,19 +608,10 @@ TEST(RedisCluster, an_async_waiter_whose_slot_moves_subscribes_on_the_new_primar
   const std::string k = key_on(cluster().primaries().back(), "resubscribed");
   const int slot = hr::detail::hash_slot("{" + k + "}");
   const int from = cluster().primary_of(slot);
-  int to = 0;
-  for (const int p : cluster().primaries()) {
-    if (p != from) to = p;
-  }
+  const int to = another_primary(from);
   auto held = holder.lock(k);
   std::promise<hr::guard> grant;
-  waiter.lock_async(k, [&](hr::guard g, std::exception_ptr e) {
-    if (e) {
-      grant.set_exception(e);
-    } else {
-      grant.set_value(std::move(g));
-    }
-  });
+  waiter.lock_async(k, into(grant));
   ASSERT_TRUE(raw_redis(from).wait_queue_length(k, 1));
   EXPECT_EQ(channels_in(from, slot).size(), 1U) << "subscribed on the old primary";
 
