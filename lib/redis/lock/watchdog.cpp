@@ -31,22 +31,25 @@ void watchdog::run(std::int64_t now) {
       continue;
     }
     if (h->renewal_due() > now) continue;
-    const std::lock_guard lock(h->mu);
-    if (h->released.load(std::memory_order_relaxed) || h->expired()) {  // unlocked, or renewals came too late
-      h.reset();
-      continue;
-    }
-    const std::int64_t lease = h->lease_ns.load(std::memory_order_relaxed);
-    try {
-      if (!commands_.renew(lock_commands::lane::background, *h, lease)) {
-        h.reset();  // taken over: lost, stop renewing
-        continue;
+    bool keep = true;
+    {
+      const std::lock_guard lock(h->mu);
+      if (h->released.load(std::memory_order_relaxed) || h->expired()) {  // unlocked, or renewals came too late
+        keep = false;
+      } else {
+        const std::int64_t lease = h->lease_ns.load(std::memory_order_relaxed);
+        try {
+          keep = commands_.renew(lock_commands::lane::background, *h, lease);  // false: taken over, lost
+          if (keep) h->retry_at = 0;
+        } catch (const error&) {
+          // Unreachable: try again a third of a lease later; expired() turns true if it stays so.
+          h->retry_at = handoff::detail::now_ns() + renewal_interval(lease);
+        }
       }
-      h->retry_at = 0;
-    } catch (const error&) {
-      // Unreachable: try again a third of a lease later; expired() turns true if it stays so.
-      h->retry_at = handoff::detail::now_ns() + renewal_interval(lease);
     }
+    // Only once h->mu is unlocked: the guard may hold the last other reference, and the
+    // hold (its mutex with it) goes with the last one.
+    if (!keep) h.reset();
   }
   std::erase(watched_, nullptr);
 }
