@@ -181,8 +181,8 @@ class actor_system {
   using handler = std::function<void(delivery&)>;
 
   // Connects to check the options, the server (or every primary of a cluster) and its
-  // eviction policy (as keyed_mutex does), and starts its threads. Throws std::invalid_argument for bad
-  // options, error when the server cannot be used.
+  // eviction policy (as keyed_mutex does), and starts its threads. Throws
+  // std::invalid_argument for bad options, error when the server cannot be used.
   explicit actor_system(options o = {}, actor_options a = {});
   // Stops the threads (after the drain each is running, if any, ends its round); drains in
   // progress on posting threads or the executor finish their round. A continuation already

@@ -3,9 +3,10 @@
 // (actor_threads.cpp) and the Lua (scripts.hpp). Built on common/ only, never on the lock client.
 //
 // The state behind handoff::redis::actor_system (private to lib/redis): the options, the
-// servers (one, or a cluster's primaries: common/router.hpp), the scripts (scripts.hpp), the handlers, and the two
-// threads: the renewer, which renews the lease of every actor this process is draining while its handlers run, and the
-// sweeper, which takes over actors whose owner is gone.
+// servers (one, or a cluster's primaries: common/router.hpp), the scripts (scripts.hpp),
+// the handlers, and the two threads: the renewer, which renews the lease of every actor
+// this process is draining while its handlers run, and the sweeper, which takes over
+// actors whose owner is gone.
 //
 // Ownership: actor_system holds the core; an executor job continuing a drain holds it too
 // (shared_ptr), so a job may outlive the facade. The threads use the core through `this`
@@ -67,8 +68,9 @@ struct actor_names {
     std::string base;
     if (cluster) {
       // The group of the slot the escaped key would hash to (it holds no brace).
-      const std::string group = group_prefix(prefix, group_slot(hash_slot(escape_key(k)) / slots_per_group));
-      base = group + escape_key(k) + ":actor:";
+      const std::string escaped = escape_key(k);
+      const std::string group = group_prefix(prefix, group_slot(hash_slot(escaped) / slots_per_group));
+      base = group + escaped + ":actor:";
       pending = group + std::string(actor_pending_set);
     } else {
       base = key_name(prefix, k, "actor:");

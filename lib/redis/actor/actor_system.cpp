@@ -54,8 +54,9 @@ std::vector<std::string> pending_sets_of(const router& servers, std::string_view
   if (!servers.clustered()) return {std::string(prefix) + std::string(actor_pending_set)};
   std::vector<std::string> sets;
   sets.reserve(actor_groups);
-  for (std::size_t g = 0; g < actor_groups; ++g)
+  for (std::size_t g = 0; g < actor_groups; ++g) {
     sets.push_back(group_prefix(prefix, group_slot(g)) + std::string(actor_pending_set));
+  }
   return sets;
 }
 
