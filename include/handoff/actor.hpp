@@ -190,7 +190,7 @@ class actor : private detail::actor_base {
       return answer;
     }
     if (a == admission::queued) {
-      enqueue(m);
+      enqueue(a, m);
       // The caller may block on the answer: first run what this thread owns through its
       // run queue (the target itself, perhaps), which nobody else can run.
       detail::run_before_blocking();
@@ -327,12 +327,13 @@ class actor : private detail::actor_base {
 
     bool await_suspend(std::coroutine_handle<> h) noexcept {
       waiter_.handle = h;
-      switch (target_.template admit<true>(nullptr)) {
+      const admission a = target_.template admit<true>(nullptr);
+      switch (a) {
         case admission::full:
           full_ = true;  // await_resume throws: a coroutine never waits for room
           return false;
         case admission::queued:
-          target_.enqueue(this);  // the owner resumes us; touch nothing of *this after this line
+          target_.enqueue(a, this);  // the owner resumes us; touch nothing of *this after this line
           return true;
         case admission::owner:
           break;

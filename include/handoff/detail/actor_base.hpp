@@ -1,24 +1,27 @@
 // The hand-off protocol, shared by every actor type.
 //
-// State of an actor: `count_`, the number of messages accepted and not yet run, and
-// `mailbox_`. count_ != 0 means exactly one thread owns the actor (it alone runs handlers).
+// State of an actor: its ownership word, which counts the messages accepted and not yet
+// run and gives each a ticket, and its mailbox of ticketed slots. A non-zero count means
+// exactly one thread owns the actor (it alone runs handlers).
 //
-//   send:    prev = count_.fetch_add(1)          (acquire)
-//            prev != 0 -> mailbox_.push(m), return: the owner will run it
-//            prev == 0 -> this thread is the owner: run m inline, then drain
-//   drain:   pop and run until the mailbox looks empty, X = messages run this round;
-//            count_.fetch_sub(X) == X -> released  (release)
+//   send:    prev = word.fetch_add(1 message, 1 ticket)   (acquire)
+//            count(prev) != 0 -> store m in the slot of ticket(prev), return: the owner
+//                                will run it
+//            count(prev) == 0 -> this thread is the owner: run m inline, then drain
+//   drain:   take and run messages in ticket order while their slots are stored, X =
+//            messages run this round; count(word.fetch_sub(X)) == X -> released  (release)
 //            otherwise messages were counted meanwhile: X = 0 and keep draining; if the
-//            mailbox is empty with X == 0, a sender is between its fetch_add and its push:
-//            wait for it (pause, then yield) and never release.
+//            next slot is empty with X == 0, a sender is between its fetch_add and its
+//            store: wait for it (pause, then yield) and never release.
 //   budget:  spent -> fetch_sub(X) first; only if the count is still non-zero hand the
 //            still-owned actor to the executor (posting first would let the continuation
 //            run while our subtraction reaches 0: two owners).
 //
-// The count is incremented before the enqueue so that it never under-counts: a drainer
+// The count is incremented before the store so that it never under-counts: a drainer
 // cannot run a message that is not counted yet. `fetch_sub` releases in one atomic per
 // round and cannot fail spuriously (a weak CAS's failure path could reach 0 while the
-// owner still drains). Both are lockfree_ownership's (detail/ownership.hpp).
+// owner still drains). The word, the slots and their chunks are lockfree_ownership's
+// (detail/ownership.hpp).
 //
 // Nested sends: a thread that wins an actor while draining one (inside a handler) does not
 // recurse: the actor joins its run queue (detail/run_queue.hpp), drained after the current
@@ -122,10 +125,10 @@ class actor_base : public runnable {
 
   // --- protocol steps, each one atomic; small so that tests can drive them one by one ---
 
-  // Counts one message. True: the caller became the owner (the 0 -> 1 hand-off).
-  // acquire; pairs with the release in try_release(): everything the previous
+  // Counts one message: `owner` (the caller won the 0 -> 1 hand-off) or `queued` with its
+  // ticket. acquire; pairs with the release in try_release(): everything the previous
   // owner's handlers wrote is visible to the handlers this thread runs.
-  [[nodiscard]] bool try_acquire() noexcept { return core_.try_acquire(); }
+  [[nodiscard]] admission try_acquire() noexcept { return core_.try_acquire(); }
 
   // Owner only. Uncounts `ran` messages that were run; true if that released the actor.
   // release; pairs with the acquire in try_acquire() of the next owner. A bounded actor
@@ -145,10 +148,10 @@ class actor_base : public runnable {
   // try_release() where the actor is known to be unbounded (nobody waits for room).
   [[nodiscard]] bool try_release_unbounded(std::uint64_t ran) noexcept { return core_.try_release(ran); }
 
-  // Loser of the hand-off: hand the (already counted) message to the owner; then, for a
-  // woken sender of a bounded actor (admit_bounded()), hand the room on.
-  void enqueue(message* m) noexcept {
-    core_.enqueue(m);
+  // Loser of the hand-off (`a` is queued): hand the (already counted) message to the owner;
+  // then, for a woken sender of a bounded actor (admit_bounded()), hand the room on.
+  void enqueue(admission a, message* m) noexcept {
+    core_.enqueue(a, m);
     if (tls.room_held != nullptr) [[unlikely]]
       pass_room();
   }
@@ -174,7 +177,7 @@ class actor_base : public runnable {
   template <bool TryOnly>
   admission admit(message* built) {
     if (options_ == nullptr || options_->capacity == 0) [[likely]] {
-      return try_acquire() ? admission::owner : admission::queued;
+      return try_acquire();
     }
     if constexpr (TryOnly) {
       const admission a = core_.try_acquire_below(options_->capacity);
@@ -201,11 +204,12 @@ class actor_base : public runnable {
   bool submit(Make&& make, Run&& run, Carry&& carry = Carry{}) {
     if constexpr (BuildFirst) {
       message* m = make();
-      switch (admit<TryOnly>(m)) {
+      const admission a = admit<TryOnly>(m);
+      switch (a) {
         case admission::full:
           return false;
         case admission::queued:
-          enqueue(m);
+          enqueue(a, m);
           return true;
         case admission::owner:
           break;
@@ -217,11 +221,12 @@ class actor_base : public runnable {
         drain_now(0);
       }
     } else {
-      switch (admit<TryOnly>(nullptr)) {
+      const admission a = admit<TryOnly>(nullptr);
+      switch (a) {
         case admission::full:
           return false;
         case admission::queued:
-          enqueue(build_counted(make));
+          enqueue(a, build_counted(make));
           return true;
         case admission::owner:
           break;

@@ -1,0 +1,211 @@
+// The chunk steps of the actor's mailbox: installing, walking, detaching and recycling the
+// chunks behind lockfree_ownership (detail/ownership.hpp; model: tests/model/chunks.pml).
+#include <cstdint>
+
+#include "handoff/detail/assert.hpp"
+#include "handoff/detail/backoff.hpp"
+#include "handoff/detail/ownership.hpp"
+
+namespace handoff::detail {
+
+namespace {
+
+constexpr std::uint32_t chunk_of(std::uint32_t t) noexcept { return t & ~(slots_per_chunk - 1); }
+// Tickets wrap: compare them by their signed distance.
+constexpr bool before(std::uint32_t a, std::uint32_t b) noexcept { return static_cast<std::int32_t>(a - b) < 0; }
+
+// Waits for another thread's store that is a few instructions away.
+template <class Ready>
+void wait_for(Ready ready) noexcept {
+  for (unsigned spins = 0; !ready(); ++spins) backoff(spins < spins_before_yield ? spins : spins_before_yield);
+}
+
+}  // namespace
+
+void lockfree_ownership::place_slow(std::uint32_t t, mailbox_node* n) noexcept {
+  for (;;) {
+    // acquire; pairs with the release of whoever installed the head's chunk.
+    std::uint64_t h = head_.load(std::memory_order_acquire);
+    const std::uint32_t index = index_of(h);
+    if (index == 0) {
+      // No chunk (the actor was idle): install the first one, of the chunk-aligned base.
+      const std::uint32_t c = allocate_chunk(chunk_of(t), 0);
+      // release; pairs with the acquire loads of the head: the chunk's initialisation.
+      if (!head_.compare_exchange_strong(h, head(chunk_of(t), c, 0), std::memory_order_release,
+                                         std::memory_order_relaxed)) {
+        free_chunk(c);
+      }
+      continue;
+    }
+    if (tag_of(h) != 0) {
+      // The owner is detaching this chunk: cancel (its CAS then fails, it keeps the chunk
+      // or, released, leaves it to the next owner). Relaxed: the chunk is published by h's
+      // release sequence, which this RMW continues.
+      head_.compare_exchange_strong(h, h & ~std::uint64_t{0xff}, std::memory_order_relaxed, std::memory_order_relaxed);
+      continue;
+    }
+    const std::uint32_t base = base_of(h);
+    if (!before(t, base + slots_per_chunk)) {
+      // Past the head's chunk: install the next one. The winner links the old head to it;
+      // the owner cannot leave (and free) the old head before that link.
+      const std::uint32_t c = allocate_chunk(base + slots_per_chunk, index);
+      if (head_.compare_exchange_strong(h, head(base + slots_per_chunk, c, 0), std::memory_order_release,
+                                        std::memory_order_relaxed)) {
+        chunk_at(index).next.store(c, std::memory_order_release);  // pairs with the acquire in pop_slow()
+      } else {
+        free_chunk(c);
+      }
+      continue;
+    }
+    // In or before the head's chunk: walk back to ours. Every chunk on the way serves
+    // tickets >= t, which the owner has not passed: none is back in the pool.
+    std::uint32_t c = index;
+    std::uint32_t c_base = base;
+    while (before(t, c_base)) {
+      slot_chunk& at = chunk_at(c);
+      std::uint32_t p = at.prev.load(std::memory_order_acquire);  // pairs with the release below
+      if (p == 0) {
+        // The first chunk since the actor was idle, and ours comes before it: put ours in front.
+        const std::uint32_t q = allocate_chunk(c_base - slots_per_chunk, 0);
+        chunk_at(q).next.store(c, std::memory_order_relaxed);  // published by the CAS
+        if (at.prev.compare_exchange_strong(p, q, std::memory_order_release, std::memory_order_acquire)) {
+          p = q;
+        } else {
+          free_chunk(q);
+        }
+      }
+      c = p;
+      c_base = chunk_at(c).base.load(std::memory_order_relaxed);
+    }
+    HANDOFF_ASSERT(t - c_base < slots_per_chunk);
+    HANDOFF_ASSERT(chunk_at(c).slots[t - c_base].load(std::memory_order_relaxed) == nullptr);
+    chunk_at(c).slots[t - c_base].store(n, std::memory_order_release);  // pairs with the acquire in pop()
+    return;
+  }
+}
+
+mailbox_node* lockfree_ownership::pop_slow() noexcept {
+  if (read_ == 0) {
+    if (!find_first_chunk()) return nullptr;
+  } else {
+    // At the end of our chunk: move on once its installer has linked the next one.
+    const std::uint32_t next = chunk_at(read_).next.load(std::memory_order_acquire);  // pairs with place_slow()
+    if (next == 0) return nullptr;
+    chunk_at(next).prev.store(0, std::memory_order_relaxed);  // no sender walks back past it: all ran
+    free_chunk(read_);
+    read_ = next;
+  }
+  slot_chunk& c = chunk_at(read_);
+  const std::uint32_t i = next_ - c.base.load(std::memory_order_relaxed);
+  HANDOFF_ASSERT(i < slots_per_chunk);
+  mailbox_node* n = c.slots[i].load(std::memory_order_acquire);  // pairs with enqueue()
+  if (n != nullptr) ++next_;
+  return n;
+}
+
+bool lockfree_ownership::find_first_chunk() noexcept {
+  // Nothing counted after our own requests: no sender will install anything for us.
+  if (ticket_of(word_.load(std::memory_order_relaxed)) == next_) return false;
+  std::uint64_t h = head_.load(std::memory_order_acquire);  // pairs with the installers' release
+  while (tag_of(h) != 0) {                                  // a released owner's detach: cancel it, as a sender does
+    if (head_.compare_exchange_weak(h, h & ~std::uint64_t{0xff}, std::memory_order_acquire,
+                                    std::memory_order_acquire)) {
+      h &= ~std::uint64_t{0xff};
+    }
+  }
+  if (index_of(h) == 0 || !before(next_, base_of(h) + slots_per_chunk)) return false;  // not installed yet
+  std::uint32_t c = index_of(h);
+  while (before(next_, chunk_at(c).base.load(std::memory_order_relaxed))) {
+    const std::uint32_t p = chunk_at(c).prev.load(std::memory_order_acquire);
+    if (p == 0) return false;  // the sender of next_ is putting its chunk in front
+    c = p;
+  }
+  read_ = c;
+  // The chunks before ours serve no ticket we read (a released owner's chunk that a sender
+  // took back, and those appended after it up to ours); all their tickets ran. Free each
+  // once the installer of its successor has linked it (after that nobody touches it).
+  std::uint32_t cur = c;
+  for (std::uint32_t p; (p = chunk_at(cur).prev.load(std::memory_order_acquire)) != 0; cur = p) {
+    wait_for([&] { return chunk_at(p).next.load(std::memory_order_acquire) != 0; });
+    chunk_at(cur).prev.store(0, std::memory_order_relaxed);
+    if (cur != c) free_chunk(cur);
+  }
+  if (cur != c) free_chunk(cur);
+  return true;
+}
+
+std::uint64_t lockfree_ownership::release_detaching(std::uint64_t consumed) noexcept {
+  // Nothing else counted: detach our chunk while releasing, so that the idle actor holds none.
+  detach d{};
+  if (close_head(consumed, d)) {
+    if (release_closed(consumed, d)) {
+      finish_detach(d);
+      return consumed;
+    }
+  }
+  // Counted meanwhile (and maybe a chunk installed): the subtraction cannot release.
+  const std::uint64_t before_sub = word_.fetch_sub(consumed, std::memory_order_release);
+  HANDOFF_ASSERT(count_of(before_sub) > consumed);
+  return count_of(before_sub);
+}
+
+bool lockfree_ownership::close_head(std::uint64_t consumed, detach& d) noexcept {
+  d.word = word_.load(std::memory_order_relaxed);
+  HANDOFF_ASSERT(count_of(d.word) >= consumed);
+  if (count_of(d.word) != consumed) return false;
+  d.held = read_;
+  const std::uint32_t base = chunk_at(d.held).base.load(std::memory_order_relaxed);
+  d.open = head(base, d.held, 0);
+  d.closing = head(base, d.held, next_ - base + 1);
+  std::uint64_t h = d.open;
+  // Relaxed: ordered before the word's release in release_closed(), which a later sender
+  // acquires before it reads the head (so it sees closing, or later).
+  if (!head_.compare_exchange_strong(h, d.closing, std::memory_order_relaxed, std::memory_order_relaxed)) return false;
+  read_ = 0;
+  return true;
+}
+
+bool lockfree_ownership::release_closed(std::uint64_t consumed, detach& d) noexcept {
+  // release; pairs with the acquire in try_acquire() of the next owner.
+  if (word_.compare_exchange_strong(d.word, d.word - consumed, std::memory_order_release, std::memory_order_relaxed)) {
+    return true;
+  }
+  read_ = d.held;  // counted meanwhile: still ours, with the chunk
+  std::uint64_t h = d.closing;
+  head_.compare_exchange_strong(h, d.open, std::memory_order_relaxed, std::memory_order_relaxed);  // or a sender did
+  return false;
+}
+
+void lockfree_ownership::finish_detach(const detach& d) noexcept {
+  std::uint64_t h = d.closing;
+  // acquire: the chunk's last uses by senders (their stores, all read) come before its reuse.
+  if (head_.compare_exchange_strong(h, 0, std::memory_order_acquire, std::memory_order_relaxed)) free_chunk(d.held);
+}
+
+void lockfree_ownership::discard() noexcept {
+  std::uint64_t h = head_.load(std::memory_order_acquire);
+  for (unsigned spins = 0; tag_of(h) != 0; ++spins) {  // a released owner's last CAS, in flight
+    backoff(spins < spins_before_yield ? spins : spins_before_yield);
+    h = head_.load(std::memory_order_acquire);
+  }
+  front_ = nullptr;
+  if (read_ != 0) {
+    // Ours, and the chunks after it up to the head.
+    for (std::uint32_t c = read_; c != 0;) {
+      const std::uint32_t next = chunk_at(c).next.load(std::memory_order_acquire);
+      free_chunk(c);
+      c = next;
+    }
+  } else {
+    // No chunk read this turn: whatever the head holds, back to the first.
+    for (std::uint32_t c = index_of(h); c != 0;) {
+      const std::uint32_t prev = chunk_at(c).prev.load(std::memory_order_acquire);
+      free_chunk(c);
+      c = prev;
+    }
+  }
+  read_ = 0;
+  head_.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace handoff::detail
