@@ -1,6 +1,8 @@
 // The chunk steps of the actor's mailbox: installing, walking, detaching and recycling the
 // chunks behind lockfree_ownership (detail/ownership.hpp; model: tests/model/chunks.pml).
+#include <atomic>
 #include <cstdint>
+#include <iterator>
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/backoff.hpp"
@@ -13,6 +15,20 @@ namespace {
 constexpr std::uint32_t chunk_of(std::uint32_t t) noexcept { return t & ~(slots_per_chunk - 1); }
 // Tickets wrap: compare them by their signed distance.
 constexpr bool before(std::uint32_t a, std::uint32_t b) noexcept { return static_cast<std::int32_t>(a - b) < 0; }
+
+// Owners between a detaching release attempt and their last touch of the head, counted by
+// the actor's address in static memory (it outlives the actor): the destructor, which
+// may free the actor as soon as it is idle, waits for its bucket to drain (discard()).
+// A few buckets suffice: the windows last a few instructions, and a destructor that
+// shares a bucket with another actor's detach only waits that long.
+struct alignas(64) detach_bucket {
+  std::atomic<std::uint32_t> owners{0};
+};
+detach_bucket detaching[16];
+
+detach_bucket& bucket_of(const void* actor) noexcept {
+  return detaching[(reinterpret_cast<std::uintptr_t>(actor) >> 6) % std::size(detaching)];
+}
 
 // Waits for another thread's store that is a few instructions away.
 template <class Ready>
@@ -162,6 +178,8 @@ bool lockfree_ownership::close_head(std::uint64_t consumed, detach& d) noexcept 
   // acquires before it reads the head (so it sees closing, or later).
   if (!head_.compare_exchange_strong(h, d.closing, std::memory_order_relaxed, std::memory_order_relaxed)) return false;
   read_ = 0;
+  // Before the release: a destructor that acquires the idle actor after it sees the count.
+  bucket_of(this).owners.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -173,21 +191,26 @@ bool lockfree_ownership::release_closed(std::uint64_t consumed, detach& d) noexc
   read_ = d.held;  // counted meanwhile: still ours, with the chunk
   std::uint64_t h = d.closing;
   head_.compare_exchange_strong(h, d.open, std::memory_order_relaxed, std::memory_order_relaxed);  // or a sender did
+  bucket_of(this).owners.fetch_sub(1, std::memory_order_relaxed);  // still the owner: no destructor waits
   return false;
 }
 
 void lockfree_ownership::finish_detach(const detach& d) noexcept {
+  detach_bucket& bucket = bucket_of(this);  // static: safe to use once *this may be gone
   std::uint64_t h = d.closing;
   // acquire: the chunk's last uses by senders (their stores, all read) come before its reuse.
-  if (head_.compare_exchange_strong(h, 0, std::memory_order_acquire, std::memory_order_relaxed)) free_chunk(d.held);
+  const bool detached = head_.compare_exchange_strong(h, 0, std::memory_order_acquire, std::memory_order_relaxed);
+  // release; pairs with the acquire in discard(): our last touch of *this comes before its end.
+  bucket.owners.fetch_sub(1, std::memory_order_release);
+  if (detached) free_chunk(d.held);
 }
 
 void lockfree_ownership::discard() noexcept {
-  std::uint64_t h = head_.load(std::memory_order_acquire);
-  for (unsigned spins = 0; tag_of(h) != 0; ++spins) {  // a released owner's last CAS, in flight
-    backoff(spins < spins_before_yield ? spins : spins_before_yield);
-    h = head_.load(std::memory_order_acquire);
-  }
+  // A released owner's last touch of the head may be in flight (a sender may even have
+  // cancelled its detach already): wait for every detaching owner of this bucket.
+  wait_for([this] { return bucket_of(this).owners.load(std::memory_order_acquire) == 0; });
+  const std::uint64_t h = head_.load(std::memory_order_acquire);
+  HANDOFF_ASSERT(tag_of(h) == 0);
   front_ = nullptr;
   if (read_ != 0) {
     // Ours, and the chunks after it up to the head.

@@ -35,7 +35,8 @@
  *            idx 0; if that held, the chunk goes back to the pool (a sender that cancelled
  *            the detach gave it to the next owner). Not released: take the chunk back,
  *            cancel the detach, drain on. After the release the old owner touches only the
- *            head word, so the actor's destructor must wait for closing to clear.
+ *            head word; the actor's destructor waits for that last CAS (the library counts
+ *            such owners by the actor's address; not modelled).
  *
  * NS senders send M messages each; N slots per chunk; a pool of K chunks (0 = none).
  * Memory is sequentially consistent here: the model checks the protocol's interleavings,

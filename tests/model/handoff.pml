@@ -6,9 +6,11 @@
  * coming, it waits for the counted message that is not linked yet. This file models the
  * lock-free protocol, the actor's (lockfree_ownership in include/handoff/detail/ownership.hpp,
  * driven by lib/actor/actor_base.cpp), with the actor's budgets and executor hand-off on
- * top. keyed_lock.pml models the serialized protocol of the keyed entry, which shares the
- * storage and whose increments and final release happen under the table's shard lock. Checked by spin under ctest through tests/model/check.sh;
- * see tests/model/README.md.
+ * top; its mailbox stands for any that a message reaches some steps after it was counted
+ * (the actor's ticketed slots: packed.pml and chunks.pml model those). keyed_lock.pml
+ * models the serialized protocol of the keyed entry, whose increments and final release
+ * happen under the table's shard lock. Checked by spin under ctest through
+ * tests/model/check.sh; see tests/model/README.md.
  *
  * One actor, NS sender processes sending M messages each, and (with EXEC) one executor
  * process that runs posted continuations. Memory is sequentially consistent here: the

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <utility>
 
 namespace handoff::detail {
@@ -22,15 +23,21 @@ struct actor_core_access {
   static void enqueue(actor_base& a, admission t, message* m) { a.enqueue(t, m); }
   // Both halves at once, or the first with its ticket kept for enqueue() below, which
   // stores the oldest kept ticket's message (tests that count, then enqueue in order).
+  // Winning the count means nothing was counted before: the actor's kept tickets (of an
+  // earlier actor at the same address, say) are dropped.
   static bool try_acquire(actor_base& a) {
     const admission t = a.try_acquire();
-    if (t == admission::owner) return true;
-    tickets().push_back(t);
+    if (t == admission::owner) {
+      tickets().erase(&a);
+      return true;
+    }
+    tickets()[&a].push_back(t);
     return false;
   }
   static void enqueue(actor_base& a, message* m) {
-    const admission t = tickets().front();
-    tickets().pop_front();
+    std::deque<admission>& kept = tickets()[&a];
+    const admission t = kept.front();
+    kept.pop_front();
     a.enqueue(t, m);
   }
   static bool try_release(actor_base& a, std::uint64_t n) { return a.try_release(n); }
@@ -45,8 +52,8 @@ struct actor_core_access {
   static status step(actor_base& a, cursor& c) { return a.drain_step(c); }
 
  private:
-  static std::deque<admission>& tickets() {
-    thread_local std::deque<admission> kept;
+  static std::map<const actor_base*, std::deque<admission>>& tickets() {
+    thread_local std::map<const actor_base*, std::deque<admission>> kept;
     return kept;
   }
 };

@@ -48,8 +48,9 @@
 //
 // tests/model/chunks.pml checks these steps (and the bounded form below) with spin. Every
 // chunk a sender touches serves a ticket the owner has not passed, so none is back in the
-// pool. After a release the old owner touches only `head_`; the destructor waits for its
-// closing tag to clear (discard()).
+// pool. After a release the old owner touches only `head_`, counted meanwhile in a static
+// bucket by the actor's address, which the destructor waits to drain (discard()): a
+// sender may cancel the detach (clearing the tag) before the old owner's last CAS.
 //
 // Bounded use (an actor with a capacity): try_acquire_below() counts only while the count
 // is below the capacity, by a CAS loop, so that a full word is never counted and takes no
