@@ -11,13 +11,15 @@
 //
 // Implementations, in one binary so that their ratios compare like with like:
 //   mutex                 std::mutex locked around the handler's work (the baseline).
-//   mailbox               the library's protocol in its minimal form over the Vyukov mailbox
+//   mailbox               the hand-off protocol in its minimal form over the Vyukov mailbox
 //                         (mini_actor.hpp): a count fetch_add plus the mailbox exchange per
-//                         queued send. A baseline: the protocol the prototypes replace.
+//                         queued send. A baseline: the library's protocol before it moved to
+//                         the one-atomic send.
 //   handoff_send          handoff::basic_actor<int, H>::send (the library's typed actor).
 //   handoff_post          handoff::actor<State>::post (the library's type-erased actor).
 //   handoff_proto_packed  packed_actor.hpp: one fetch_add counts the message and gives it
-//                         a ticket into slots (prototype).
+//                         a ticket into slots of a preallocated ring (the prototype of the
+//                         library's mailbox, which uses pooled chunks instead).
 //   handoff_proto_lines   the same with consumer batching: the drainer waits briefly at a
 //                         line of slots that senders are still filling (prototype).
 //   handoff_proto_sticky  the packed word with a sticky release: the last owner keeps a

@@ -1,5 +1,6 @@
 // Prototypes of a one-atomic send, measured by fanin_bench beside the library's actor and
-// the protocol baseline (mini_actor over the Vyukov mailbox) before the library moves.
+// the protocol baseline (mini_actor over the Vyukov mailbox): the library moved to the
+// packed word; consumer batching (lines) and the sticky release stay prototypes.
 //
 // The ownership word packs the message count and a message ticket:
 //
@@ -19,7 +20,8 @@
 // The slots are a ring of 2^16 per actor, preallocated: enough that the fan-in rows never
 // wrap it, so that the figure is the protocol's, not an allocator's. A sender that would
 // lap the owner waits for its slot (the sequence tells which lap a slot is on). The
-// library's version would link pooled chunks instead, so that an idle actor holds none.
+// library's version links pooled chunks instead, so that an idle actor holds none
+// (lockfree_ownership in include/handoff/detail/ownership.hpp).
 #pragma once
 
 #include <atomic>
