@@ -46,6 +46,7 @@ void lockfree_ownership::place_slow(std::uint32_t t, mailbox_node* n) noexcept {
     if (index == 0) {
       // No chunk (the actor was idle): install the first one, of the chunk-aligned base.
       const std::uint32_t c = allocate_chunk(chunk_of(t), 0);
+      chunk_at(c).first.store(c, std::memory_order_relaxed);  // published by the CAS
       // release; pairs with the acquire loads of the head: the chunk's initialisation.
       if (!head_.compare_exchange_strong(h, head(chunk_of(t), c, 0), std::memory_order_release,
                                          std::memory_order_relaxed)) {
@@ -65,6 +66,8 @@ void lockfree_ownership::place_slow(std::uint32_t t, mailbox_node* n) noexcept {
       // Past the head's chunk: install the next one. The winner links the old head to it;
       // the owner cannot leave (and free) the old head before that link.
       const std::uint32_t c = allocate_chunk(base + slots_per_chunk, index);
+      // `index` may be back in the pool by now (a stale head): then the CAS below fails.
+      chunk_at(c).first.store(chunk_at(index).first.load(std::memory_order_relaxed), std::memory_order_relaxed);
       if (head_.compare_exchange_strong(h, head(base + slots_per_chunk, c, 0), std::memory_order_release,
                                         std::memory_order_relaxed)) {
         chunk_at(index).next.store(c, std::memory_order_release);  // pairs with the acquire in pop_slow()
@@ -101,22 +104,23 @@ void lockfree_ownership::place_slow(std::uint32_t t, mailbox_node* n) noexcept {
 }
 
 mailbox_node* lockfree_ownership::pop_slow() noexcept {
-  if (read_ == 0) {
-    if (!find_first_chunk()) return nullptr;
-  } else {
-    // At the end of our chunk: move on once its installer has linked the next one.
-    const std::uint32_t next = chunk_at(read_).next.load(std::memory_order_acquire);  // pairs with place_slow()
+  if (read_ == 0 && !find_first_chunk()) return nullptr;
+  for (;;) {
+    slot_chunk& c = chunk_at(read_);
+    const std::uint32_t i = next_ - c.base.load(std::memory_order_relaxed);
+    if (i < slots_per_chunk) {
+      mailbox_node* n = c.slots[i].load(std::memory_order_acquire);  // pairs with enqueue()
+      if (n != nullptr) ++next_;
+      return n;
+    }
+    // Past our chunk (its end, or a chunk of the turn before ours): move on once its
+    // installer has linked the next one, and return this one.
+    const std::uint32_t next = c.next.load(std::memory_order_acquire);  // pairs with place_slow()
     if (next == 0) return nullptr;
     chunk_at(next).prev.store(0, std::memory_order_relaxed);  // no sender walks back past it: all ran
     free_chunk(read_);
     read_ = next;
   }
-  slot_chunk& c = chunk_at(read_);
-  const std::uint32_t i = next_ - c.base.load(std::memory_order_relaxed);
-  HANDOFF_ASSERT(i < slots_per_chunk);
-  mailbox_node* n = c.slots[i].load(std::memory_order_acquire);  // pairs with enqueue()
-  if (n != nullptr) ++next_;
-  return n;
 }
 
 bool lockfree_ownership::find_first_chunk() noexcept {
@@ -129,24 +133,18 @@ bool lockfree_ownership::find_first_chunk() noexcept {
       h &= ~std::uint64_t{0xff};
     }
   }
-  if (index_of(h) == 0 || !before(next_, base_of(h) + slots_per_chunk)) return false;  // not installed yet
-  std::uint32_t c = index_of(h);
+  if (index_of(h) == 0) return false;  // not installed yet
+  // The head chunk names the first chunk of our turn (alive: only we free chunks now, and
+  // a detach's chunk is the head's until cancelled). Start there: the chunks before our
+  // next ticket, if any, are returned as pop_slow() passes them.
+  std::uint32_t c = chunk_at(index_of(h)).first.load(std::memory_order_relaxed);
+  HANDOFF_ASSERT(c != 0);
   while (before(next_, chunk_at(c).base.load(std::memory_order_relaxed))) {
     const std::uint32_t p = chunk_at(c).prev.load(std::memory_order_acquire);
     if (p == 0) return false;  // the sender of next_ is putting its chunk in front
     c = p;
   }
   read_ = c;
-  // The chunks before ours serve no ticket we read (a released owner's chunk that a sender
-  // took back, and those appended after it up to ours); all their tickets ran. Free each
-  // once the installer of its successor has linked it (after that nobody touches it).
-  std::uint32_t cur = c;
-  for (std::uint32_t p; (p = chunk_at(cur).prev.load(std::memory_order_acquire)) != 0; cur = p) {
-    wait_for([&] { return chunk_at(p).next.load(std::memory_order_acquire) != 0; });
-    chunk_at(cur).prev.store(0, std::memory_order_relaxed);
-    if (cur != c) free_chunk(cur);
-  }
-  if (cur != c) free_chunk(cur);
   return true;
 }
 
@@ -170,9 +168,13 @@ bool lockfree_ownership::close_head(std::uint64_t consumed, detach& d) noexcept 
   HANDOFF_ASSERT(count_of(d.word) >= consumed);
   if (count_of(d.word) != consumed) return false;
   d.held = read_;
-  const std::uint32_t base = chunk_at(d.held).base.load(std::memory_order_relaxed);
+  slot_chunk& held = chunk_at(d.held);
+  const std::uint32_t base = held.base.load(std::memory_order_relaxed);
   d.open = head(base, d.held, 0);
   d.closing = head(base, d.held, next_ - base + 1);
+  // Where the next turn starts if a sender takes the chunk back (published by the word's
+  // release, which the next owner acquires).
+  held.first.store(d.held, std::memory_order_relaxed);
   std::uint64_t h = d.open;
   // Relaxed: ordered before the word's release in release_closed(), which a later sender
   // acquires before it reads the head (so it sees closing, or later).

@@ -83,6 +83,7 @@ std::uint32_t allocate_chunk(std::uint32_t base, std::uint32_t prev) noexcept {
   c.base.store(base, std::memory_order_relaxed);
   c.prev.store(prev, std::memory_order_relaxed);
   c.next.store(0, std::memory_order_relaxed);
+  c.first.store(0, std::memory_order_relaxed);
   for (auto& s : c.slots) s.store(nullptr, std::memory_order_relaxed);
   return i;
 }

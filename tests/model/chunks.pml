@@ -22,13 +22,17 @@
  *                            the owner has not passed: none is back in the pool. A chunk
  *                            installed from idx 0 has no prev: the walk puts one in front
  *                            (CAS prev 0 -> new).
- *   owner:   reads its chunk's slots in ticket order, empties each; at the end of a chunk
+ *   first:   every chunk names the first chunk of the turn it was installed in: itself
+ *            when installed on an empty head, its predecessor's when appended, and the
+ *            detaching owner names its own chunk (for the next turn, if a sender takes it
+ *            back) before it marks the head closing.
+ *   owner:   reads its chunk's slots in ticket order, empties each; past the end of a chunk
  *            it moves to next(c) once linked, clears its prev and returns c to the pool.
- *            A new owner holds no chunk: once a message is in flight it finds the chunk of
- *            its next ticket from the head (cancelling a detach, as senders do), then
- *            returns the chunks before it, which serve no ticket it reads (a detached chunk
- *            that a sender took back, and the chunks appended after it), each once its
- *            next is linked.
+ *            A new owner holds no chunk: once a message is in flight it starts at the first
+ *            chunk that the head's chunk names (cancelling a detach, as senders do; walking
+ *            prev over a chunk a sender puts in front), and moves on from there: the
+ *            chunks before its next ticket (a detached chunk that a sender took back, and
+ *            the chunks appended after it) go back to the pool as it passes them.
  *   release: X = messages run. count > X, or no chunk held: fetch_sub(X), released iff
  *            count == X. count == X with a chunk: CAS head to closing, drop the chunk from
  *            the owner's state, CAS word (X, t) -> (0, t). Released: CAS head (closing) ->
@@ -71,6 +75,8 @@
  *                         and T0 = N - 1 to be reached within 3 senders x 2)
  *   BROKEN_KEEP_CHUNK     the owner releases by fetch_sub and keeps its chunk: the idle
  *                         actor holds memory (the end assertion)
+ *   BROKEN_STALE_FIRST    the detaching owner does not name its chunk the first of the
+ *                         next turn: a new owner starts from a chunk back in the pool
  */
 
 #ifndef NS
@@ -112,6 +118,7 @@ byte cgen[K + 1];         /* ghost: allocations of each chunk, to catch a reuse 
 byte cbase[K + 1];
 byte cprev[K + 1];
 byte cnext[K + 1];
+byte cfirst[K + 1];       /* the first chunk of the owner's turn, as of this chunk's install */
 byte slot[(K + 1) * N];   /* message + 1, or 0 */
 #define SLOT(c, t) slot[(c) * N + ((t) % N)]
 #define ALIVE(c) ((c) != 0 && !pooled[c])
@@ -149,7 +156,8 @@ inline alloc(c, b, p) {
     cgen[c]++;
     cbase[c] = b;
     cprev[c] = p;
-    cnext[c] = 0
+    cnext[c] = 0;
+    cfirst[c] = 0
   }
 }
 
@@ -176,6 +184,7 @@ inline place(t, mm, c, lidx, lbase, lclose, ok) {
      if
      :: lidx == 0 ->
         alloc(c, t - t % N, 0);
+        cfirst[c] = c;  /* the first chunk of the turn: itself */
         d_step {
           ok = (hidx == 0 && hbase == lbase && hclose == 0);
           if
@@ -187,6 +196,7 @@ inline place(t, mm, c, lidx, lbase, lclose, ok) {
         settle_closing(lidx, lbase, lclose)
      :: lidx != 0 && lclose == 0 && t >= lbase + N ->
         alloc(c, lbase + N, lidx);
+        cfirst[c] = cfirst[lidx];  /* lidx may be back in the pool: then the CAS fails */
 #ifdef BROKEN_PLAIN_INSTALL
         d_step { hidx = c; hbase = lbase + N; ok = true }
 #else
@@ -255,14 +265,14 @@ inline drain(next, ran, rc, before, mm, lidx, lbase, lclose, ok) {
      next++;
      ran++
   /* end of a chunk: move on, return it to the pool */
-  :: rc != 0 && ALIVE(rc) && next == cbase[rc] + N && cnext[rc] != 0 ->
+  :: rc != 0 && ALIVE(rc) && next >= cbase[rc] + N && cnext[rc] != 0 ->
      d_step { assert(cgen[rc] == rgen); lidx = rc; rc = cnext[rc]; cprev[rc] = 0; rgen = cgen[rc] }
      recycle(lidx);
      lidx = 0
 #ifdef BROKEN_EARLY_RECYCLE
-  :: rc != 0 && next == cbase[rc] + N && cnext[rc] == 0 && !pooled[rc] ->
+  :: rc != 0 && next >= cbase[rc] + N && cnext[rc] == 0 && !pooled[rc] ->
      recycle(rc)
-  :: rc != 0 && next == cbase[rc] + N && cnext[rc] != 0 && pooled[rc] ->
+  :: rc != 0 && next >= cbase[rc] + N && cnext[rc] != 0 && pooled[rc] ->
      rc = cnext[rc];
      rgen = cgen[rc]
 #endif
@@ -271,8 +281,12 @@ inline drain(next, ran, rc, before, mm, lidx, lbase, lclose, ok) {
      d_step { lidx = hidx; lbase = hbase; lclose = hclose }
      settle_closing(lidx, lbase, lclose);
      lidx = 0; lbase = 0; lclose = 0; ok = false
-  :: rc == 0 && count > ran && hidx != 0 && hclose == 0 && next < hbase + N ->
-     d_step { lidx = hidx; lbase = hbase }
+  :: rc == 0 && count > ran && hidx != 0 && hclose == 0 ->
+     /* the head chunk names the first chunk of this turn; start there (walking back over
+        a chunk a sender is putting in front); the chunks before `next` are passed, and
+        returned, by the moves to next */
+     d_step { lbase = hidx; assert(ALIVE(lbase)) }
+     d_step { lidx = cfirst[lbase]; assert(ALIVE(lidx)) }
      do
      :: d_step { assert(ALIVE(lidx)); ok = (cbase[lidx] <= next) }
         if
@@ -284,25 +298,11 @@ inline drain(next, ran, rc, before, mm, lidx, lbase, lclose, ok) {
      od;
      skip;  /* the walk's exit: a jump may not land on a d_step */
      d_step { rc = lidx; rgen = cgen[rc] }
-     /* Chunks before it serve no ticket this owner reads: the last owner's chunk, whose
-        detach a sender cancelled, and the chunks appended after it up to this one. All
-        their tickets ran; once its next is linked, nobody else touches one of them. */
-     lbase = rc;  /* the chunk whose prev is looked at */
-     do
-     :: cprev[lbase] != 0 ->
-        lidx = cprev[lbase];
-        (cnext[lidx] != 0);
-        d_step { assert(cnext[lidx] == lbase && cbase[lidx] + N <= next); cprev[lbase] = 0 }
-        if :: lbase != rc -> recycle(lbase) :: else fi;
-        lbase = lidx
-     :: else -> break
-     od;
-     if :: lbase != rc -> recycle(lbase) :: else fi;
      lidx = 0; lbase = 0; ok = false
   /* nothing to read: release what ran (nothing ran: wait for the sender in flight) */
   :: ran != 0 && (RELEASE_EACH ||
      (!(rc != 0 && next < cbase[rc] + N && SLOT(rc, next) != 0) &&
-      !(rc != 0 && next == cbase[rc] + N && cnext[rc] != 0))) ->
+      !(rc != 0 && next >= cbase[rc] + N && cnext[rc] != 0))) ->
      d_step { before = count }
      if
      :: before != ran || rc == 0 ->
@@ -328,6 +328,9 @@ inline drain(next, ran, rc, before, mm, lidx, lbase, lclose, ok) {
         /* detach, then try the release */
         lbase = cbase[rc];
         lclose = next - lbase + 1;
+#ifndef BROKEN_STALE_FIRST
+        cfirst[rc] = rc;  /* the next turn starts here if a sender takes the chunk back */
+#endif
 #ifdef BROKEN_NO_CLOSING
         d_step {
           ok = (hidx == rc && hbase == lbase && hclose == 0);

@@ -34,6 +34,11 @@ struct slot_chunk {
   // The chunk of the tickets after this one, or 0 until its installer links it (release;
   // pairs with the owner's acquire). In the pool: the free stack's link.
   std::atomic<std::uint32_t> next;
+  // The first chunk of the owner's turn this chunk was installed in, where a new owner
+  // starts: itself when installed on an empty head, its predecessor's when appended; a
+  // detaching owner names its own chunk, for the turn after it if a sender takes it back.
+  // Published with the chunk (or, for the detach, by the word's release).
+  std::atomic<std::uint32_t> first;
   // nullptr until the sender of that ticket stores its message (release; pairs with the
   // owner's acquire load). Emptied when the chunk is taken from the pool.
   std::atomic<mailbox_node*> slots[slots_per_chunk];
