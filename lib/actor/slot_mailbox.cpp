@@ -108,11 +108,7 @@ mailbox_node* lockfree_ownership::pop_slow() noexcept {
   for (;;) {
     slot_chunk& c = chunk_at(read_);
     const std::uint32_t i = next_ - c.base.load(std::memory_order_relaxed);
-    if (i < slots_per_chunk) {
-      mailbox_node* n = c.slots[i].load(std::memory_order_acquire);  // pairs with enqueue()
-      if (n != nullptr) ++next_;
-      return n;
-    }
+    if (i < slots_per_chunk) return take(c, i);
     // Past our chunk (its end, or a chunk of the turn before ours): move on once its
     // installer has linked the next one, and return this one.
     const std::uint32_t next = c.next.load(std::memory_order_acquire);  // pairs with place_slow()

@@ -156,11 +156,7 @@ class lockfree_ownership {
     if (read_ != 0) {
       slot_chunk& c = chunk_at(read_);
       const std::uint32_t i = next_ - c.base.load(std::memory_order_relaxed);
-      if (i < slots_per_chunk) {
-        mailbox_node* n = c.slots[i].load(std::memory_order_acquire);  // pairs with enqueue()
-        if (n != nullptr) ++next_;
-        return n;
-      }
+      if (i < slots_per_chunk) return take(c, i);
     }
     return pop_slow();
   }
@@ -204,6 +200,13 @@ class lockfree_ownership {
   static constexpr std::uint32_t base_of(std::uint64_t h) noexcept { return static_cast<std::uint32_t>(h >> 32); }
   static constexpr std::uint64_t head(std::uint32_t base, std::uint32_t index, std::uint32_t tag) noexcept {
     return std::uint64_t{base} << 32 | std::uint64_t{index} << 8 | tag;
+  }
+
+  // Owner only: the request of ticket next_, in slot i of its chunk c, if stored yet.
+  mailbox_node* take(slot_chunk& c, std::uint32_t i) noexcept {
+    mailbox_node* n = c.slots[i].load(std::memory_order_acquire);  // pairs with enqueue()
+    if (n != nullptr) ++next_;
+    return n;
   }
 
   admission admitted(std::uint64_t before) noexcept {
