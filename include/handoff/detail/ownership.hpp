@@ -12,7 +12,9 @@
 //
 // The lock-free protocol. The word (`word_`):
 //
-//   bits  0..31  count: requests accepted and not finished (the owner's own included)
+//   bits  0..31  count: requests accepted and not finished (the owner's own included; at
+//                most 2^32 - 1, checked by an assertion: a count that carried into the
+//                ticket would corrupt both)
 //   bits 32..63  ticket: requests ever counted, modulo 2^32
 //
 //   acquire:  prev = word.fetch_add(1 + 2^32)   count(prev) == 0: the caller owns (the 0 -> 1
@@ -41,8 +43,9 @@
 //                                     t past the chunk: install the next one (CAS, prev =
 //                                       the head's), then link the old head's `next`
 //                                     else: walk `prev` to the chunk of t, store the slot
-//   owner:    at a chunk's end, moves to `next` once it is linked and frees the chunk. A new
-//             owner finds its first chunk from the head and frees the chunks before it.
+//   owner:    past a chunk's end, moves to `next` once it is linked and frees the chunk. A
+//             new owner starts at the first chunk of its turn, which every chunk names
+//             (`first`), and frees the chunks before its ticket as it passes them.
 //   release with a chunk: head -> closing, word (X, t) -> (0, t) by CAS; released: head ->
 //             empty if it still carries our tag, and free the chunk; else take it back.
 //
