@@ -30,18 +30,21 @@ detach_bucket& bucket_of(const void* actor) noexcept {
   return detaching[(reinterpret_cast<std::uintptr_t>(actor) >> 6) % std::size(detaching)];
 }
 
-// Waits for another thread's store that is a few instructions away.
-template <class Ready>
-void wait_for(Ready ready) noexcept {
-  for (unsigned spins = 0; !ready(); ++spins) backoff(spins < spins_before_yield ? spins : spins_before_yield);
-}
-
 }  // namespace
+
+std::uint64_t lockfree_ownership::open_head() noexcept {
+  // acquire; pairs with the release of whoever installed the head's chunk.
+  std::uint64_t h = head_.load(std::memory_order_acquire);
+  while (tag_of(h) != 0) {
+    const std::uint64_t open = head(base_of(h), index_of(h), 0);
+    if (head_.compare_exchange_weak(h, open, std::memory_order_acquire, std::memory_order_acquire)) return open;
+  }
+  return h;
+}
 
 void lockfree_ownership::place_slow(std::uint32_t t, mailbox_node* n) noexcept {
   for (;;) {
-    // acquire; pairs with the release of whoever installed the head's chunk.
-    std::uint64_t h = head_.load(std::memory_order_acquire);
+    std::uint64_t h = open_head();
     const std::uint32_t index = index_of(h);
     if (index == 0) {
       // No chunk (the actor was idle): install the first one, of the chunk-aligned base.
@@ -52,13 +55,6 @@ void lockfree_ownership::place_slow(std::uint32_t t, mailbox_node* n) noexcept {
                                          std::memory_order_relaxed)) {
         free_chunk(c);
       }
-      continue;
-    }
-    if (tag_of(h) != 0) {
-      // The owner is detaching this chunk: cancel (its CAS then fails, it keeps the chunk
-      // or, released, leaves it to the next owner). Relaxed: the chunk is published by h's
-      // release sequence, which this RMW continues.
-      head_.compare_exchange_strong(h, h & ~std::uint64_t{0xff}, std::memory_order_relaxed, std::memory_order_relaxed);
       continue;
     }
     const std::uint32_t base = base_of(h);
@@ -122,14 +118,8 @@ mailbox_node* lockfree_ownership::pop_slow() noexcept {
 bool lockfree_ownership::find_first_chunk() noexcept {
   // Nothing counted after our own requests: no sender will install anything for us.
   if (ticket_of(word_.load(std::memory_order_relaxed)) == next_) return false;
-  std::uint64_t h = head_.load(std::memory_order_acquire);  // pairs with the installers' release
-  while (tag_of(h) != 0) {                                  // a released owner's detach: cancel it, as a sender does
-    if (head_.compare_exchange_weak(h, h & ~std::uint64_t{0xff}, std::memory_order_acquire,
-                                    std::memory_order_acquire)) {
-      h &= ~std::uint64_t{0xff};
-    }
-  }
-  if (index_of(h) == 0) return false;  // not installed yet
+  const std::uint64_t h = open_head();  // a released owner's detach: cancelled, as a sender does
+  if (index_of(h) == 0) return false;   // not installed yet
   // The head chunk names the first chunk of our turn (alive: only we free chunks now, and
   // a detach's chunk is the head's until cancelled). Start there: the chunks before our
   // next ticket, if any, are returned as pop_slow() passes them.
@@ -206,7 +196,9 @@ void lockfree_ownership::finish_detach(const detach& d) noexcept {
 void lockfree_ownership::discard() noexcept {
   // A released owner's last touch of the head may be in flight (a sender may even have
   // cancelled its detach already): wait for every detaching owner of this bucket.
-  wait_for([this] { return bucket_of(this).owners.load(std::memory_order_acquire) == 0; });
+  for (unsigned spins = 0; bucket_of(this).owners.load(std::memory_order_acquire) != 0; ++spins) {
+    backoff(spins < spins_before_yield ? spins : spins_before_yield);
+  }
   const std::uint64_t h = head_.load(std::memory_order_acquire);
   HANDOFF_ASSERT(tag_of(h) == 0);
   front_ = nullptr;

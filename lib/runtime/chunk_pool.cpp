@@ -1,16 +1,17 @@
 // The slot-chunk arena and its free stack (detail/slot_chunk.hpp).
 //
 // The arena is a table of segments of 1024 chunks each (chunk_segments), a segment
-// allocated the first time an index in it is carved and never freed. Free chunks form a Treiber stack (R. K.
-// Treiber, "Systems Programming: Coping with Parallelism", IBM RJ 5118, 1986) linked
-// through their `next`, whose top word carries a version beside the index so that a pop
-// racing with a pop and a push of the same chunk fails its CAS (the ABA problem).
+// allocated the first time an index in it is carved and never freed. Free chunks form a
+// Treiber stack (R. K. Treiber, "Systems Programming: Coping with Parallelism", IBM RJ 5118,
+// 1986) linked through their `next`, whose top word carries a version beside the index so
+// that a pop racing with a pop and a push of the same chunk fails its CAS (the ABA problem).
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <mutex>
 #include <new>
+#include <type_traits>
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/slot_chunk.hpp"
@@ -30,11 +31,10 @@ struct arena {
   std::atomic<std::uint64_t> in_use{0};  // statistics only: relaxed
 };
 
-arena& the_arena() noexcept {
-  // Never destroyed: threads may still send while static destructors run.
-  static arena& a = *new arena;  // NOLINT(bugprone-unhandled-exception-at-new): at first use, as a static would
-  return a;
-}
+// Constant-initialized and trivially destructible: usable before main and while static
+// destructors run (threads may still send then).
+constinit arena pool;
+static_assert(std::is_trivially_destructible_v<arena>);
 
 [[noreturn]] void out_of_chunks(const char* why) noexcept {
   std::fprintf(stderr, "handoff: cannot allocate a mailbox chunk (%s)\n", why);
@@ -42,7 +42,7 @@ arena& the_arena() noexcept {
 }
 
 std::uint32_t carve() noexcept {
-  arena& a = the_arena();
+  arena& a = pool;
   const std::uint32_t i = a.carved.fetch_add(1, std::memory_order_relaxed) + 1;
   if (i > max_chunks) out_of_chunks("the arena's 2^24 chunks are all in use");
   std::atomic<slot_chunk*>& segment = chunk_segments[i >> chunk_segment_bits];
@@ -62,7 +62,7 @@ std::uint32_t carve() noexcept {
 constinit std::atomic<slot_chunk*> chunk_segments[chunk_segment_count]{};
 
 std::uint32_t allocate_chunk(std::uint32_t base, std::uint32_t prev) noexcept {
-  arena& a = the_arena();
+  arena& a = pool;
   std::uint32_t i = 0;
   std::uint64_t top = a.free_top.load(std::memory_order_acquire);
   while (static_cast<std::uint32_t>(top) != 0) {
@@ -89,7 +89,7 @@ std::uint32_t allocate_chunk(std::uint32_t base, std::uint32_t prev) noexcept {
 }
 
 void free_chunk(std::uint32_t i) noexcept {
-  arena& a = the_arena();
+  arena& a = pool;
   slot_chunk& c = chunk_at(i);
   a.in_use.fetch_sub(1, std::memory_order_relaxed);
   std::uint64_t top = a.free_top.load(std::memory_order_relaxed);
@@ -100,6 +100,6 @@ void free_chunk(std::uint32_t i) noexcept {
   }
 }
 
-std::uint64_t chunks_in_use() noexcept { return the_arena().in_use.load(std::memory_order_relaxed); }
+std::uint64_t chunks_in_use() noexcept { return pool.in_use.load(std::memory_order_relaxed); }
 
 }  // namespace handoff::detail

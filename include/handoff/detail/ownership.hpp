@@ -224,6 +224,9 @@ class lockfree_ownership {
   void place_slow(std::uint32_t t, mailbox_node* n) noexcept;
   [[nodiscard]] mailbox_node* pop_slow() noexcept;
   [[nodiscard]] bool find_first_chunk() noexcept;
+  // The head, read (acquire) and with a released owner's detach cancelled: that owner's
+  // last CAS then fails, and the chunk stays for whoever needed the head.
+  [[nodiscard]] std::uint64_t open_head() noexcept;
   [[nodiscard]] std::uint64_t release_detaching(std::uint64_t consumed) noexcept;
 
   // release_detaching()'s three steps, which tests drive with other parties' steps between.
