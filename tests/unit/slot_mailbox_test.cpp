@@ -8,7 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 namespace handoff::detail {
@@ -133,6 +136,28 @@ TEST_F(SlotMailbox, ASenderWhoseChunkComesBeforeTheFirstInstalledOnePutsItInFron
   expect_pop(&m2);  // across the boundary: the first chunk is freed
   EXPECT_EQ(o.pop(), nullptr);
   EXPECT_TRUE(o.try_release(3));
+}
+
+TEST_F(SlotMailbox, TheDestructorWaitsForAReleasedOwnersLastTouchOfTheHead) {
+  ASSERT_EQ(count(), admission::owner);
+  const admission a1 = count();
+  o.enqueue(a1, &m1);
+  expect_pop(&m1);
+  ownership_access::detach d{};
+  ASSERT_TRUE(ownership_access::close_head(o, 2, d));
+  ASSERT_TRUE(ownership_access::release_closed(o, 2, d));  // released, its last CAS still to come
+  ASSERT_EQ(count(), admission::owner);                    // the destructor takes the idle actor
+  std::atomic<bool> discarded{false};
+  std::thread destructor([&] {
+    o.discard();
+    discarded = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(discarded.load()) << "the destructor went on while a released owner could still touch the actor";
+  ownership_access::finish_detach(o, d);
+  destructor.join();
+  EXPECT_TRUE(discarded.load());
+  EXPECT_TRUE(o.try_release(1));
 }
 
 TEST_F(SlotMailbox, AFullBoundedWordCountsNothingAndTakesNoTicket) {
