@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "../keyed/lock_parking.hpp"
+#include "../keyed/driver_interface.hpp"
 #include "driver.hpp"
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/lock_table.hpp"
