@@ -39,8 +39,8 @@
 //    async request is granted through an event even when the key is free.
 //  - An exception that no hook takes (an actor handler's without on_error, a lock_async
 //    callback's, a job's) fails the run instead of being printed to stderr.
-// Outside a scheduler nothing changes: each hook is one test of a thread-local pointer on
-// a path that already waits, allocates or hands work on.
+// Outside a scheduler nothing changes: each hook is one test of a pointer that is null
+// (the thread's, or a keyed mutex's, set when it was made under a scheduler).
 //
 // Not covered: Redis calls; objects made before the scheduler (a keyed_mutex keeps its
 // real clock; a thread_pool already running work); interleavings inside one event (two

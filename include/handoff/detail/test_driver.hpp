@@ -2,18 +2,30 @@
 // what the library would otherwise run, wait for or time by itself on a thread.
 //
 // tls.driver (detail/run_queue.hpp) points at the scheduler on the threads it runs (the
-// test's own and the ones it runs events on) and is nullptr on every other thread. Each
-// hook is one test of that pointer, placed on a path that already waits, allocates, hands
-// work on or starts a turn, never on an uncontended post or lock:
+// test's own and the ones it runs events on) and is nullptr on every other thread. A keyed
+// mutex's table keeps the pointer it found when it was made (lock_table::driver_), so its
+// hooks follow the table whichever thread calls it: a thread the scheduler does not run
+// can reach block_until and yield through it.
+//
+// Each hook is one test of one of those two pointers. Without a scheduler it is a load
+// and a branch not taken. Most hooks sit on a path that already waits, allocates or hands
+// work on; these sit on paths that need do none of that:
+//   an actor's constructor and its destructor, which name actors in the trace
+//   the start of a drain turn, so an uncontended post (which runs its handler inline)
+//                      tests tls.driver once
+//   the keyed mutex's uncontended lock: lock_table::try_acquire_fast tests driver_
+//                      before it takes a free key
+// What each hook does under a scheduler:
 //   ask()              answers through block_until instead of the caller's own wait
 //   ~actor             waits for its destroy marker through block_until
 //   a drain turn       runs one message, then the actor queues again (one event each)
 //   continue_elsewhere the actor queues on the run queue instead of going to its executor
 //   thread_pool        execute() becomes an event (execute below)
 //   a full mailbox     the test's post waits for room through block_until
-//   keyed lock         each blocking request is a scheduling point (yield), a wait goes
-//                      through block_until, an async request that finds the key free is
-//                      still granted through an event, and the table's clock is virtual
+//   keyed lock         every request (lock, try_lock, try_lock_for) is a scheduling point
+//                      (yield), a wait goes through block_until, an async request that
+//                      finds the key free is still granted through an event, and the
+//                      table's clock is virtual
 //   report_to_stderr   a handler's exception that no hook takes fails the run (unhandled)
 #pragma once
 
