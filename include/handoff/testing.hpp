@@ -150,9 +150,11 @@ class scheduler {
 
 struct explore_options {
   // Runs to try; each run orders events differently (when the program gives it a choice).
+  // At least 1 (unless replay is set).
   std::size_t runs = 200;
   // The seed of the first run's order (the seed of run i is derived from it). Overridden
-  // by the environment variable HANDOFF_TEST_SEED, when set.
+  // by the environment variable HANDOFF_TEST_SEED, when set and not empty: a decimal
+  // number, or 0x and a hex number, below 2^64.
   std::uint64_t seed = 1;
   // At most this many times per run, the explorer runs another event than the oldest
   // runnable one (at random steps, as PCT places its priority changes).
@@ -175,7 +177,9 @@ struct exploration {
 // anywhere, an exception no hook took, a deadlock, or events or blocked calls left when
 // the body returns (a keyed waiter never granted counts). Stops at the first failure and
 // prints its seed and replay line to stderr. A GoogleTest failure recorded inside the
-// body also fails the run, when <gtest/gtest.h> is included before this header.
+// body also fails the run, when <gtest/gtest.h> is included before this header. Throws
+// std::invalid_argument, before any run, when o.runs is 0 without o.replay (nothing would
+// run) or HANDOFF_TEST_SEED is set to anything but a seed.
 exploration explore(const std::function<void(scheduler&)>& body, const explore_options& o = {});
 
 }  // namespace handoff::testing

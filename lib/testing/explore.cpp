@@ -1,11 +1,15 @@
 // handoff::testing's public calls (handoff/testing.hpp): the scheduler's members, check()
 // and explore(), over the engine in lib/testing/driver.hpp.
 #include <algorithm>
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <utility>
 
 #include "driver.hpp"
@@ -178,12 +182,36 @@ struct explorer {
   }
 };
 
+namespace {
+
+// HANDOFF_TEST_SEED's value: decimal digits, or 0x (0X) and hex digits, below 2^64; nothing
+// else (no sign, no spaces, no octal). Throws std::invalid_argument naming the value.
+std::uint64_t parse_seed(std::string_view text) {
+  int base = 10;
+  std::string_view digits = text;
+  if (digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) {
+    base = 16;
+    digits.remove_prefix(2);
+  }
+  std::uint64_t seed = 0;
+  const char* end = digits.data() + digits.size();
+  const auto [stop, ec] = std::from_chars(digits.data(), end, seed, base);
+  if (digits.empty() || ec != std::errc() || stop != end) {
+    throw std::invalid_argument("handoff::testing::explore: HANDOFF_TEST_SEED=\"" + std::string(text) +
+                                "\" is not a seed: a decimal number, or 0x and a hex number, below 2^64");
+  }
+  return seed;
+}
+
+}  // namespace
+
 exploration explore(const std::function<void(scheduler&)>& body, const explore_options& o) {
+  if (o.runs == 0 && !o.replay) {
+    throw std::invalid_argument("handoff::testing::explore: explore_options::runs is 0: nothing would run");
+  }
   std::uint64_t base = o.seed;
   // NOLINTNEXTLINE(concurrency-mt-unsafe): read once per exploration; nothing here sets it
-  if (const char* env = std::getenv("HANDOFF_TEST_SEED"); env != nullptr && *env != '\0') {
-    base = std::strtoull(env, nullptr, 0);
-  }
+  if (const char* env = std::getenv("HANDOFF_TEST_SEED"); env != nullptr && *env != '\0') base = parse_seed(env);
   exploration r;
   const std::size_t runs = o.replay ? 1 : o.runs;
   for (std::size_t i = 0; i < runs; ++i) {

@@ -404,6 +404,60 @@ TEST(TestingExplore, TakesItsSeedFromTheEnvironmentWhenSet) {
   EXPECT_EQ(from_env.trace, from_options.trace);
 }
 
+// Sets HANDOFF_TEST_SEED for its scope.
+class seed_in_environment {
+ public:
+  explicit seed_in_environment(const char* value) { ::setenv("HANDOFF_TEST_SEED", value, 1); }
+  ~seed_in_environment() { ::unsetenv("HANDOFF_TEST_SEED"); }
+  seed_in_environment(const seed_in_environment&) = delete;
+  seed_in_environment& operator=(const seed_in_environment&) = delete;
+};
+
+TEST(TestingExplore, ReadsAnEnvironmentSeedInHexAsInDecimal) {
+  test_timeout limit(120s);
+  auto body = [](scheduler& s) { racy_counter(s); };
+  const auto decimal = [&] {
+    seed_in_environment env("99");
+    return handoff::testing::explore(body);
+  }();
+  seed_in_environment env("0x63");
+  const auto hex = handoff::testing::explore(body);
+  EXPECT_EQ(hex.seed, decimal.seed);
+  EXPECT_EQ(hex.trace, decimal.trace);
+}
+
+TEST(TestingExplore, RefusesAnEnvironmentSeedThatIsNotANumberBeforeAnyRun) {
+  test_timeout limit(60s);
+  for (const char* bad : {"banana", "12abc", "-1", "+1", " 7", "0x", "0xg", "18446744073709551616"}) {
+    seed_in_environment env(bad);
+    int ran = 0;
+    try {
+      (void)handoff::testing::explore([&](scheduler&) { ++ran; });
+      ADD_FAILURE() << "HANDOFF_TEST_SEED=" << bad << " was taken as a seed";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("HANDOFF_TEST_SEED=\"" + std::string(bad) + "\""), std::string::npos) << what;
+    }
+    EXPECT_EQ(ran, 0) << bad;
+  }
+}
+
+TEST(TestingExplore, RefusesZeroRunsUnlessItReplays) {
+  test_timeout limit(60s);
+  int ran = 0;
+  auto body = [&](scheduler&) { ++ran; };
+  try {
+    (void)handoff::testing::explore(body, {.runs = 0});
+    ADD_FAILURE() << "explore with runs = 0 returned";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("runs is 0"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ran, 0);
+  const auto replayed = handoff::testing::explore(body, {.runs = 0, .replay = 7});
+  EXPECT_EQ(replayed.runs, 1U);
+  EXPECT_EQ(ran, 1);
+}
+
 TEST(TestingExplore, FailsARunThatLeavesACallWaiting) {
   test_timeout limit(120s);
   const auto r = handoff::testing::explore(
