@@ -6,10 +6,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "driver.hpp"
@@ -72,6 +76,37 @@ void impl::throw_failure_once() {
   if (!failed_ || thrown_) return;
   abort_parked();  // the calls still waiting give up before the test unwinds
   rethrow_failure();
+}
+
+void refused_waits::record(std::string why) {
+  std::lock_guard lock(mutex_);
+  if (!first_.empty()) return;
+  first_ = std::move(why);
+  any_.store(true, std::memory_order_relaxed);  // see any_
+}
+
+std::optional<std::string> refused_waits::take() {
+  if (!any_.load(std::memory_order_relaxed)) return std::nullopt;  // see any_
+  std::lock_guard lock(mutex_);
+  any_.store(false, std::memory_order_relaxed);
+  if (first_.empty()) return std::nullopt;
+  return std::exchange(first_, std::string());
+}
+
+void impl::refuse_wait(std::string_view what) {
+  std::ostringstream thread;
+  thread << std::this_thread::get_id();
+  std::string why = "thread " + thread.str() + " (neither the test's nor one of the scheduler's: a thread the test " +
+                    "started itself?) waits in " + std::string(what) +
+                    ": only the test's thread and the scheduler's events may wait on what was made under it";
+  foreign_.record(why);
+  throw std::logic_error("handoff::testing: " + why);
+}
+
+void impl::take_refused_wait() {
+  if (std::optional<std::string> why = foreign_.take()) {
+    fail_with(*why, std::make_exception_ptr(std::logic_error("handoff::testing: " + *why)));
+  }
 }
 
 std::string_view to_string(event_kind k) noexcept {

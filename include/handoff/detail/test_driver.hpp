@@ -5,7 +5,7 @@
 // test's own and the ones it runs events on) and is nullptr on every other thread. A keyed
 // mutex's table keeps the pointer it found when it was made (lock_table::driver_), so its
 // hooks follow the table whichever thread calls it: a thread the scheduler does not run
-// can reach block_until and yield through it.
+// can reach block_until and yield through it (see there).
 //
 // Each hook is one test of one of those two pointers. Without a scheduler it is a load
 // and a branch not taken. Most hooks sit on a path that already waits, allocates or hands
@@ -49,10 +49,14 @@ class test_driver {
   // the call in the trace ("ask", "lock", "~actor"). Throws handoff::testing::deadlock
   // when the run has failed (a deadlock found, or a check failed) and the call must give
   // up; with `may_throw` false (a noexcept caller) that terminates with the trace instead.
+  // Called on a thread the scheduler does not run (one the test started itself, through a
+  // keyed mutex made under the scheduler), it waits for nothing: it fails the run and
+  // throws std::logic_error naming that thread and `what` (terminates if !may_throw).
   virtual bool block_until(ready_fn ready, const void* arg, std::int64_t deadline, std::string_view what,
                            bool may_throw) = 0;
   // A scheduling point: the scheduler may run other events before the caller goes on.
-  // Throws as block_until does.
+  // Throws as block_until does. Returns at once on the test's own thread and on a thread
+  // the scheduler does not run: neither is an event that could be ordered.
   virtual void yield(std::string_view what) = 0;
   // Whether the caller is the test itself (outside every event): what it calls behaves
   // as at top level (a send to a full mailbox waits for room), not as inside a handler.
