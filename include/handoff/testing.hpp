@@ -39,8 +39,18 @@
 //    async request is granted through an event even when the key is free.
 //  - An exception that no hook takes (an actor handler's without on_error, a lock_async
 //    callback's, a job's) fails the run instead of being printed to stderr.
-// Outside a scheduler nothing changes: each hook is one test of a thread-local pointer on
-// a path that already waits, allocates or hands work on.
+// Outside a scheduler nothing changes: each hook is one test of a pointer that is null
+// (the thread's, or a keyed mutex's, set when it was made under a scheduler).
+//
+// Threads the test starts itself (std::thread, std::jthread, a pool of its own) are not
+// the scheduler's: it neither runs nor orders their calls, so none of them can park. The
+// first call such a thread makes that would wait on an object made under the scheduler (a
+// keyed_mutex lock or try_lock_for that finds the key held) waits for nothing: it throws
+// std::logic_error naming that thread's id and the call ("thread <id> ... waits in lock
+// "k""), and the run fails with the same reason at the scheduler's next step (explore: at
+// the latest when the body returns). Its other calls run at once on that thread, at
+// moments no seed orders. Give such work to actors or thread_pool jobs instead: those are
+// events.
 //
 // Not covered: Redis calls; objects made before the scheduler (a keyed_mutex keeps its
 // real clock; a thread_pool already running work); interleavings inside one event (two
@@ -113,7 +123,8 @@ class scheduler {
   scheduler& operator=(const scheduler&) = delete;
 
   // Runs one event: true, or false when none can run. Throws what failed the run
-  // (check_failed, deadlock, or the exception no hook took), once.
+  // (check_failed, deadlock, the exception no hook took, or the std::logic_error of a
+  // thread of the test's own that tried to wait; see the overview), once.
   bool run_one();
   // Runs events until none can run (time events included: virtual time passes to each
   // deadline in turn); returns how many ran. Calls parked waiting for something only the
@@ -150,9 +161,11 @@ class scheduler {
 
 struct explore_options {
   // Runs to try; each run orders events differently (when the program gives it a choice).
+  // At least 1 (unless replay is set).
   std::size_t runs = 200;
   // The seed of the first run's order (the seed of run i is derived from it). Overridden
-  // by the environment variable HANDOFF_TEST_SEED, when set.
+  // by the environment variable HANDOFF_TEST_SEED, when set and not empty: a decimal
+  // number, or 0x and a hex number, below 2^64.
   std::uint64_t seed = 1;
   // At most this many times per run, the explorer runs another event than the oldest
   // runnable one (at random steps, as PCT places its priority changes).
@@ -172,10 +185,13 @@ struct exploration {
 // Runs body(scheduler&) under `o.runs` orders of events (or one, to replay). The body sets
 // the program up, sends, runs the events (run_all) and checks, throwing on a failure. A
 // run fails on an exception out of the body (check_failed included), a check failed
-// anywhere, an exception no hook took, a deadlock, or events or blocked calls left when
-// the body returns (a keyed waiter never granted counts). Stops at the first failure and
-// prints its seed and replay line to stderr. A GoogleTest failure recorded inside the
-// body also fails the run, when <gtest/gtest.h> is included before this header.
+// anywhere, an exception no hook took, a wait refused on a thread of the test's own (see
+// the overview), a deadlock, or events or blocked calls left when the body returns (a
+// keyed waiter never granted counts). Stops at the first failure and prints its seed and
+// replay line to stderr. A GoogleTest failure recorded inside the
+// body also fails the run, when <gtest/gtest.h> is included before this header. Throws
+// std::invalid_argument, before any run, when o.runs is 0 without o.replay (nothing would
+// run) or HANDOFF_TEST_SEED is set to anything but a seed.
 exploration explore(const std::function<void(scheduler&)>& body, const explore_options& o = {});
 
 }  // namespace handoff::testing

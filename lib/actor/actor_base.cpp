@@ -9,6 +9,7 @@
 
 #include "../runtime/thread_exit.hpp"
 #include "handoff/detail/backoff.hpp"
+#include "handoff/detail/test_driver.hpp"
 
 namespace handoff::detail {
 
@@ -54,7 +55,7 @@ actor_base::actor_base(actor_options options) : actor_base(std::make_shared<cons
 
 actor_base::actor_base(std::shared_ptr<const actor_options> options) : options_(std::move(options)) {
   if (tls.driver != nullptr) [[unlikely]]
-    tls.driver->actor_created(this);
+    name_under_driver();
   if (options_ == nullptr) return;
   if ((options_->max_messages != 0 || options_->max_time.count() != 0) && !options_->executor) {
     throw std::invalid_argument("handoff: a drain budget needs an executor to hand the actor to");
@@ -244,6 +245,8 @@ void actor_base::resume(void* a) noexcept {
   self->drain(0, 0);
   run_queued();
 }
+
+void actor_base::name_under_driver() noexcept { tls.driver->actor_created(this); }
 
 void actor_base::ask_driven(message* m, admission a, test_driver::ready_fn ready, const void* answer) {
   if (a == admission::queued) {

@@ -49,6 +49,7 @@
 #include <utility>
 
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/test_driver.hpp"
 #include "handoff/metrics.hpp"
 
 namespace handoff::detail {

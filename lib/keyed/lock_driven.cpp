@@ -6,6 +6,7 @@
 #include <string>
 
 #include "handoff/detail/lock_table.hpp"
+#include "handoff/detail/test_driver.hpp"
 #include "lease_timer.hpp"
 #include "lock_parking.hpp"
 

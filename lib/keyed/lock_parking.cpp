@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "../runtime/task_thread.hpp"
+#include "driver_interface.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/backoff.hpp"
 #include "handoff/detail/clock.hpp"

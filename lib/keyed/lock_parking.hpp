@@ -29,10 +29,6 @@ bool cancel_wait(waiter* w, std::uint32_t seen) noexcept;
 // after a lost competition put w back to waiting.
 std::uint32_t wait_for_turn(waiter* w, std::int64_t deadline) noexcept;
 
-// Whether t, an entry of a run queue, is a waiter queued by complete_waiter (a test
-// scheduler names its events by kind).
-bool is_completion(const task* t) noexcept;
-
 // While non-null on a thread (the lease timer's), complete_waiter posts waiters to this
 // completion thread instead of running them there. Owned by its thread.
 void redirect_completions(task_thread* to) noexcept;

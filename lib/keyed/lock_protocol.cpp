@@ -12,6 +12,7 @@
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/run_queue.hpp"
+#include "handoff/detail/test_driver.hpp"
 #include "lease_timer.hpp"
 #include "lock_parking.hpp"
 

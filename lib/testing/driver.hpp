@@ -14,11 +14,20 @@
 // to the earliest deadline (the tables' timers, parked calls'). Candidates are ordered by
 // when they became runnable, time last; the strategy runs the first, or, at random steps
 // from the seed, another (a preemption).
+//
+// Threads the test starts itself are none of the scheduler's: their calls are not events,
+// and they cannot park. One that would wait on an object made under the scheduler (a keyed
+// mutex's table calls block_until on whatever thread locks) is refused: block_until
+// records why in foreign_ and throws to it, and the loop fails the run with that reason at
+// its next step. Only foreign_ is touched by such threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <semaphore>
 #include <string>
 #include <string_view>
@@ -37,6 +46,22 @@ namespace handoff::testing {
 std::string duration_text(std::int64_t ns);
 // An exception's what(), for the trace.
 std::string describe_exception(const std::exception_ptr& e);
+
+// Waits refused on threads the scheduler does not run: recorded by those threads, taken by
+// the loop. Thread-safe.
+class refused_waits {
+ public:
+  // Keeps `why` unless an earlier one is still to be taken.
+  void record(std::string why);
+  // The reason recorded since the last take, if any.
+  std::optional<std::string> take();
+
+ private:
+  // relaxed: a hint that spares the loop the mutex at each step; the mutex orders first_.
+  std::atomic<bool> any_{false};
+  std::mutex mutex_;
+  std::string first_;  // guarded by mutex_
+};
 
 class scheduler::impl final : public detail::test_driver {
  public:
@@ -111,6 +136,7 @@ class scheduler::impl final : public detail::test_driver {
   void fail_with(std::string_view why, std::exception_ptr e) noexcept;
   void rethrow_failure();     // once, to the test
   void throw_failure_once();  // failed and not thrown yet: the parked calls give up, then rethrow
+  void take_refused_wait();   // fails the run if a thread of the test's own tried to wait
 
   // --- any running thread ---
   void collect();  // this thread's run queue -> queued_
@@ -120,6 +146,8 @@ class scheduler::impl final : public detail::test_driver {
   void note(std::string_view line);   // appends to the trace
   std::size_t choose(std::size_t n);  // the strategy
   std::uint64_t next_random() noexcept;
+  // block_until on a thread the scheduler does not run: records the refusal and throws it.
+  [[noreturn]] void refuse_wait(std::string_view what);
 
  private:
   friend class scheduler;
@@ -146,6 +174,7 @@ class scheduler::impl final : public detail::test_driver {
   bool thrown_ = false;  // the failure went to the test once
   std::exception_ptr failure_;
   std::string trace_;
+  refused_waits foreign_;  // the only member other threads touch
 };
 
 }  // namespace handoff::testing

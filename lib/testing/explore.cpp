@@ -1,11 +1,19 @@
 // handoff::testing's public calls (handoff/testing.hpp): the scheduler's members, check()
 // and explore(), over the engine in lib/testing/driver.hpp.
 #include <algorithm>
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "driver.hpp"
@@ -68,6 +76,37 @@ void impl::throw_failure_once() {
   if (!failed_ || thrown_) return;
   abort_parked();  // the calls still waiting give up before the test unwinds
   rethrow_failure();
+}
+
+void refused_waits::record(std::string why) {
+  std::lock_guard lock(mutex_);
+  if (!first_.empty()) return;
+  first_ = std::move(why);
+  any_.store(true, std::memory_order_relaxed);  // see any_
+}
+
+std::optional<std::string> refused_waits::take() {
+  if (!any_.load(std::memory_order_relaxed)) return std::nullopt;  // see any_
+  std::lock_guard lock(mutex_);
+  any_.store(false, std::memory_order_relaxed);
+  if (first_.empty()) return std::nullopt;
+  return std::exchange(first_, std::string());
+}
+
+void impl::refuse_wait(std::string_view what) {
+  std::ostringstream thread;
+  thread << std::this_thread::get_id();
+  std::string why = "thread " + thread.str() + " (neither the test's nor one of the scheduler's: a thread the test " +
+                    "started itself?) waits in " + std::string(what) +
+                    ": only the test's thread and the scheduler's events may wait on what was made under it";
+  foreign_.record(why);
+  throw std::logic_error("handoff::testing: " + why);
+}
+
+void impl::take_refused_wait() {
+  if (std::optional<std::string> why = foreign_.take()) {
+    fail_with(*why, std::make_exception_ptr(std::logic_error("handoff::testing: " + *why)));
+  }
 }
 
 std::string_view to_string(event_kind k) noexcept {
@@ -178,12 +217,36 @@ struct explorer {
   }
 };
 
+namespace {
+
+// HANDOFF_TEST_SEED's value: decimal digits, or 0x (0X) and hex digits, below 2^64; nothing
+// else (no sign, no spaces, no octal). Throws std::invalid_argument naming the value.
+std::uint64_t parse_seed(std::string_view text) {
+  int base = 10;
+  std::string_view digits = text;
+  if (digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) {
+    base = 16;
+    digits.remove_prefix(2);
+  }
+  std::uint64_t seed = 0;
+  const char* end = digits.data() + digits.size();
+  const auto [stop, ec] = std::from_chars(digits.data(), end, seed, base);
+  if (digits.empty() || ec != std::errc() || stop != end) {
+    throw std::invalid_argument("handoff::testing::explore: HANDOFF_TEST_SEED=\"" + std::string(text) +
+                                "\" is not a seed: a decimal number, or 0x and a hex number, below 2^64");
+  }
+  return seed;
+}
+
+}  // namespace
+
 exploration explore(const std::function<void(scheduler&)>& body, const explore_options& o) {
+  if (o.runs == 0 && !o.replay) {
+    throw std::invalid_argument("handoff::testing::explore: explore_options::runs is 0: nothing would run");
+  }
   std::uint64_t base = o.seed;
   // NOLINTNEXTLINE(concurrency-mt-unsafe): read once per exploration; nothing here sets it
-  if (const char* env = std::getenv("HANDOFF_TEST_SEED"); env != nullptr && *env != '\0') {
-    base = std::strtoull(env, nullptr, 0);
-  }
+  if (const char* env = std::getenv("HANDOFF_TEST_SEED"); env != nullptr && *env != '\0') base = parse_seed(env);
   exploration r;
   const std::size_t runs = o.replay ? 1 : o.runs;
   for (std::size_t i = 0; i < runs; ++i) {

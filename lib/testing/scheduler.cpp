@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "../keyed/lock_parking.hpp"
+#include "../keyed/driver_interface.hpp"
 #include "driver.hpp"
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/lock_table.hpp"
@@ -178,6 +178,7 @@ event impl::describe(const candidate& c) const {
 }
 
 bool impl::step() {
+  take_refused_wait();
   collect();
   const std::vector<candidate> cs = candidates();
   if (cs.empty()) return false;
@@ -251,6 +252,7 @@ void impl::work(context* c) noexcept {
 }
 
 bool impl::block_until(ready_fn ready, const void* arg, std::int64_t deadline, std::string_view what, bool may_throw) {
+  if (detail::tls.driver != this) refuse_wait(what);  // a thread of the test's own: it cannot park
   context* c = self;
   if (c != nullptr) {
     if (failed_ && may_throw)
@@ -311,7 +313,8 @@ bool impl::home_wait(ready_fn ready, const void* arg, std::int64_t deadline, std
 }
 
 void impl::yield(std::string_view what) {
-  if (self != nullptr && !failed_) {  // the test's own requests are not scheduling points
+  // Neither the test's own requests nor those of threads it started are scheduling points.
+  if (self != nullptr && !failed_) {
     (void)block_until([](const void*) noexcept { return true; }, nullptr, detail::no_deadline, what, true);
   }
 }

@@ -4,7 +4,9 @@
 #   add_subdirectory  the project in add_subdirectory/, with handoff's source tree vendored
 #   fetchcontent      the project in fetchcontent/, FetchContent from the source tree (no download)
 #   pkgconfig         installs the already-built handoff into a scratch prefix and compiles
-#                     main.cpp with the flags of `pkg-config --cflags --libs handoff`
+#                     main.cpp with the flags of `pkg-config --cflags --libs handoff`; with
+#                     WITH_REDIS (WITH_PROMETHEUS) on, also redis_main.cpp with those of
+#                     handoff-redis (prometheus_main.cpp, handoff-prometheus), and runs each
 # Same compiler, generator, configuration and sanitizers as the handoff build that runs it;
 # everything happens in WORK_DIR (wiped first).
 #
@@ -12,7 +14,7 @@
 #         -DCXX_COMPILER=<compiler> [-DCONFIG=<config>] [-DSANITIZERS=<list>]
 #         [-DGENERATOR=<generator>]
 #         [-DHANDOFF_BINARY_DIR=<handoff build dir>]  (find_package, pkgconfig)
-#         [-DPKG_CONFIG=<pkg-config>]  (pkgconfig)
+#         [-DPKG_CONFIG=<pkg-config>] [-DWITH_REDIS=ON] [-DWITH_PROMETHEUS=ON]  (pkgconfig)
 #         -P run.cmake
 cmake_minimum_required(VERSION 3.25)
 
@@ -65,19 +67,39 @@ if(WAY STREQUAL "pkgconfig")
     message(FATAL_ERROR "consumer test (${WAY}): the install has no pkgconfig/handoff.pc")
   endif()
   get_filename_component(pc_dir "${pc_file}" DIRECTORY)
+  # The scratch prefix first, then the system's .pc files (hiredis, libssl, prometheus-cpp),
+  # where handoff itself is not.
+  execute_process(COMMAND "${PKG_CONFIG}" --variable=pc_path pkg-config OUTPUT_VARIABLE system_pc_path
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
   set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
-  set(ENV{PKG_CONFIG_LIBDIR} "${pc_dir}")
-  run_step("pkg-config --cflags --libs handoff" "${PKG_CONFIG}" --cflags --libs handoff)
-  string(STRIP "${step_output}" pc_flags)
-  message(STATUS "consumer test (${WAY}): flags: ${pc_flags}")
-  separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
+  set(ENV{PKG_CONFIG_LIBDIR} "${pc_dir}:${system_pc_path}")
   # For a shared libhandoff (BUILD_SHARED_LIBS): the consumer has no rpath to it.
   execute_process(COMMAND "${PKG_CONFIG}" --variable=libdir handoff OUTPUT_VARIABLE libdir OUTPUT_STRIP_TRAILING_WHITESPACE)
   set(ENV{LD_LIBRARY_PATH} "${libdir}")
-  set(consumer "${WORK_DIR}/handoff_consumer")
-  # The standard is the user's to choose (the .pc file does not force one).
-  run_step("compile and link consumer"
-    "${CXX_COMPILER}" -std=c++20 ${sanitizer_flags} "${CMAKE_CURRENT_LIST_DIR}/main.cpp" ${pc_flags} -o "${consumer}")
+  # Each package built, the program that uses it, and the executable.
+  set(packages handoff main handoff_consumer)
+  if(WITH_REDIS)
+    list(APPEND packages handoff-redis redis_main handoff_redis_consumer)
+  endif()
+  if(WITH_PROMETHEUS)
+    list(APPEND packages handoff-prometheus prometheus_main handoff_prometheus_consumer)
+  endif()
+  set(consumers)
+  while(packages)
+    list(POP_FRONT packages package source program)
+    if(NOT EXISTS "${pc_dir}/${package}.pc")
+      message(FATAL_ERROR "consumer test (${WAY}): the install has no pkgconfig/${package}.pc")
+    endif()
+    run_step("pkg-config --cflags --libs ${package}" "${PKG_CONFIG}" --cflags --libs ${package})
+    string(STRIP "${step_output}" pc_flags)
+    message(STATUS "consumer test (${WAY}): flags of ${package}: ${pc_flags}")
+    separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
+    # The standard is the user's to choose (the .pc files do not force one).
+    run_step("compile and link ${source}.cpp"
+      "${CXX_COMPILER}" -std=c++20 ${sanitizer_flags} "${CMAKE_CURRENT_LIST_DIR}/${source}.cpp" ${pc_flags}
+      -o "${WORK_DIR}/${program}")
+    list(APPEND consumers "${WORK_DIR}/${program}")
+  endwhile()
 else()
   set(consumer_build "${WORK_DIR}/build")
   set(configure_args
@@ -100,12 +122,14 @@ else()
   run_step("configure consumer" "${CMAKE_COMMAND}" ${configure_args})
   run_step("build consumer" "${CMAKE_COMMAND}" --build "${consumer_build}" --parallel ${config_args})
   # Single- and multi-config generators put the executable in different places.
-  find_program(consumer NAMES handoff_consumer PATHS "${consumer_build}" "${consumer_build}/${CONFIG}"
+  find_program(consumers NAMES handoff_consumer PATHS "${consumer_build}" "${consumer_build}/${CONFIG}"
                NO_DEFAULT_PATH NO_CACHE REQUIRED)
 endif()
 
-execute_process(COMMAND "${consumer}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-message(STATUS "${out}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "consumer test (${WAY}): the consumer failed (${rc})")
-endif()
+foreach(consumer IN LISTS consumers)
+  execute_process(COMMAND "${consumer}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  message(STATUS "${out}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "consumer test (${WAY}): ${consumer} failed (${rc})")
+  endif()
+endforeach()

@@ -13,6 +13,7 @@
 #include <handoff/metrics.hpp>
 #include <handoff/multi_guard.hpp>
 #include <handoff/redis/actor_system.hpp>
+#include <handoff/redis/client_stats.hpp>
 #include <handoff/redis/fenced_store.hpp>
 #include <handoff/redis/keyed_mutex.hpp>
 #include <handoff/redis/options.hpp>

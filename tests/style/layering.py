@@ -1,23 +1,35 @@
 #!/usr/bin/env python3
 """The layering rules of the source tree, checked on every test run.
 
-- include/handoff/detail/ holds the protocols: it includes only other detail headers and
-  the small vocabulary headers, never a facade (actor.hpp, keyed_mutex.hpp, ...).
-- lib/ implements detail/: no lib/ file includes the keyed-mutex facade, and the Redis
-  client (include/handoff/redis/, lib/redis/) never includes the in-process lock table,
-  directly or through another header.
+"Reaches" means: includes, directly or through a chain of includes, following both
+handoff/ headers (resolved under include/) and relative includes between lib/ files.
+
+- include/handoff/detail/ holds the protocols: each of its headers includes (directly)
+  only other detail/ headers and the vocabulary headers (VOCABULARY below), never a facade
+  (actor.hpp, keyed_mutex.hpp, ...).
+- No public header (include/handoff/, detail/ included) reaches detail/test_driver.hpp:
+  the test scheduler's seam, with its vtable, stays out of users' builds. The headers
+  declare `class test_driver;` and only lib/ .cpp files include it.
+- No lib/ file includes the keyed-mutex facade (handoff/keyed_mutex.hpp) directly.
+- The Redis client (include/handoff/redis/, lib/redis/) never reaches the in-process lock
+  table (handoff/keyed_mutex.hpp, handoff/key_guard.hpp, handoff/detail/lock_*.hpp)
+  through handoff/ headers.
 - lib/ is laid out by part, and the parts stack: the runtime (lib/runtime/, and the
   headers it owns: detail/run_queue.hpp, detail/node_pool.hpp, detail/tls_model.hpp)
-  includes neither the actor (detail/actor_base.hpp, actor.hpp, basic_actor.hpp,
+  reaches neither the actor (detail/actor_base.hpp, actor.hpp, basic_actor.hpp,
   lib/actor/) nor the keyed mutex (detail/lock_table.hpp, detail/lock_entry.hpp,
   keyed_mutex.hpp, key_guard.hpp, lib/keyed/); the keyed mutex (lib/keyed/) does not
-  include the actor. Checked through every chain of handoff/ includes, and for relative
-  includes between lib/ folders. The run queue drives the actor through the interface it
-  declares (runnable, run_runnable), never through actor_base.hpp.
-- lib/redis/ is laid out by part the same way: common/ (the connection, names, counters,
-  leases, ids, shared Lua) includes none of lock/, store/ and actor/; the stores
-  (lib/redis/store/) and the actors (lib/redis/actor/) never reach the lock client
-  (lib/redis/lock/, or the Redis keyed mutex's facade handoff/redis/keyed_mutex.hpp).
+  reach the actor. The run queue drives the actor through the interface it declares
+  (runnable, run_runnable), never through actor_base.hpp.
+- The test scheduler (lib/testing/) reaches no private file of another part of lib/ but
+  the internal interfaces declared for it (TESTING_INTERFACES below): what it needs of a
+  part beyond that part's detail/ headers is declared there, for it alone.
+- lib/redis/ is laid out by part the same way: common/ (what the parts share: the
+  connection, the router, names, counters, leases, ids, shared Lua) reaches none of lock/,
+  store/ and actor/, nor any Redis facade (a header under include/handoff/redis/ other
+  than the Redis vocabulary, REDIS_VOCABULARY below); the stores (lib/redis/store/) and
+  the actors (lib/redis/actor/) never reach the lock client (lib/redis/lock/, or the Redis
+  keyed mutex's facade handoff/redis/keyed_mutex.hpp).
 - No file in lib/ or include/ is longer than MAX_LINES: a protocol reads in one sitting.
 
 Usage: layering.py SOURCE_DIR. Prints each violation and exits 1 if there is any.
@@ -44,6 +56,13 @@ KEYED = {
     "handoff/key_guard.hpp",
 }
 REDIS_LOCK = {"handoff/redis/keyed_mutex.hpp"}
+# The Redis parts' shared vocabulary (the error, the options, the client's counts): every
+# other header under include/handoff/redis/ is a facade.
+REDIS_VOCABULARY = {"handoff/redis/options.hpp", "handoff/redis/client_stats.hpp"}
+TEST_DRIVER = "handoff/detail/test_driver.hpp"
+# The files of other parts that lib/testing/ may include: interfaces their part declares
+# for the test scheduler (relative to lib/).
+TESTING_INTERFACES = {"keyed/driver_interface.hpp"}
 RUNTIME_HEADERS = ["run_queue.hpp", "node_pool.hpp", "tls_model.hpp"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
@@ -100,11 +119,15 @@ def forbidden(root, f, headers, folders):
 
 def main():
     root = pathlib.Path(sys.argv[1])
+    lib = (root / "lib").resolve()
     errors = []
     for f in sorted((root / "include/handoff/detail").glob("*.hpp")):
         for inc in includes(f):
             if inc.startswith("handoff/") and not inc.startswith("handoff/detail/") and inc not in VOCABULARY:
                 errors.append(f"{f.relative_to(root)}: detail/ includes the facade {inc}")
+    for f in sorted(root.glob("include/handoff/**/*.hpp")):
+        if f.relative_to(root / "include").as_posix() != TEST_DRIVER and TEST_DRIVER in reachable(root, f):
+            errors.append(f"{f.relative_to(root)}: a public header includes {TEST_DRIVER} (declare the class instead)")
     for f in sorted(root.glob("lib/**/*.[ch]pp")):
         for inc in includes(f):
             if inc == "handoff/keyed_mutex.hpp":
@@ -120,8 +143,18 @@ def main():
     for f in sorted(root.glob("lib/keyed/*.[ch]pp")):
         for inc in forbidden(root, f, ACTOR, {"actor"}):
             errors.append(f"{f.relative_to(root)}: the keyed mutex includes the actor ({inc})")
+    for f in sorted(root.glob("lib/testing/*.[ch]pp")):
+        for t in sorted(lib_files(f)):
+            if lib not in t.parents or t.parent == (lib / "testing"):
+                continue
+            if t.relative_to(lib).as_posix() not in TESTING_INTERFACES:
+                errors.append(f"{f.relative_to(root)}: lib/testing/ includes a private file of another part "
+                              f"(lib/{t.relative_to(lib).as_posix()}; declare what it needs in an interface for it)")
+    redis_facades = {
+        h.relative_to(root / "include").as_posix() for h in root.glob("include/handoff/redis/*.hpp")
+    } - REDIS_VOCABULARY
     for f in sorted(root.glob("lib/redis/common/*.[ch]pp")):
-        for inc in forbidden(root, f, set(), {"redis/lock", "redis/store", "redis/actor"}):
+        for inc in forbidden(root, f, redis_facades, {"redis/lock", "redis/store", "redis/actor"}):
             errors.append(f"{f.relative_to(root)}: lib/redis/common/ includes a part built on it ({inc})")
     for part in ("store", "actor"):
         for f in sorted(root.glob(f"lib/redis/{part}/*.[ch]pp")):

@@ -10,8 +10,10 @@
 #include <handoff/testing.hpp>
 #include <handoff/thread_pool.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -402,6 +404,105 @@ TEST(TestingExplore, TakesItsSeedFromTheEnvironmentWhenSet) {
   ::unsetenv("HANDOFF_TEST_SEED");
   EXPECT_EQ(from_env.seed, from_options.seed);
   EXPECT_EQ(from_env.trace, from_options.trace);
+}
+
+// Sets HANDOFF_TEST_SEED for its scope.
+class seed_in_environment {
+ public:
+  explicit seed_in_environment(const char* value) { ::setenv("HANDOFF_TEST_SEED", value, 1); }
+  ~seed_in_environment() { ::unsetenv("HANDOFF_TEST_SEED"); }
+  seed_in_environment(const seed_in_environment&) = delete;
+  seed_in_environment& operator=(const seed_in_environment&) = delete;
+};
+
+TEST(TestingExplore, ReadsAnEnvironmentSeedInHexAsInDecimal) {
+  test_timeout limit(120s);
+  auto body = [](scheduler& s) { racy_counter(s); };
+  const auto decimal = [&] {
+    seed_in_environment env("99");
+    return handoff::testing::explore(body);
+  }();
+  seed_in_environment env("0x63");
+  const auto hex = handoff::testing::explore(body);
+  EXPECT_EQ(hex.seed, decimal.seed);
+  EXPECT_EQ(hex.trace, decimal.trace);
+}
+
+TEST(TestingExplore, RefusesAnEnvironmentSeedThatIsNotANumberBeforeAnyRun) {
+  test_timeout limit(60s);
+  for (const char* bad : {"banana", "12abc", "-1", "+1", " 7", "0x", "0xg", "18446744073709551616"}) {
+    seed_in_environment env(bad);
+    int ran = 0;
+    try {
+      (void)handoff::testing::explore([&](scheduler&) { ++ran; });
+      ADD_FAILURE() << "HANDOFF_TEST_SEED=" << bad << " was taken as a seed";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("HANDOFF_TEST_SEED=\"" + std::string(bad) + "\""), std::string::npos) << what;
+    }
+    EXPECT_EQ(ran, 0) << bad;
+  }
+}
+
+TEST(TestingExplore, RefusesZeroRunsUnlessItReplays) {
+  test_timeout limit(60s);
+  int ran = 0;
+  auto body = [&](scheduler&) { ++ran; };
+  try {
+    (void)handoff::testing::explore(body, {.runs = 0});
+    ADD_FAILURE() << "explore with runs = 0 returned";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("runs is 0"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ran, 0);
+  const auto replayed = handoff::testing::explore(body, {.runs = 0, .replay = 7});
+  EXPECT_EQ(replayed.runs, 1U);
+  EXPECT_EQ(ran, 1);
+}
+
+// The test holds "k" while a thread it started itself locks "k". That thread is not the
+// scheduler's, so its wait cannot be an event: the lock throws at once, naming that thread
+// and the key, and the run fails with the same reason. Never a deadlock blamed on the test,
+// which is not waiting.
+TEST(TestingExplore, RefusesAWaitOnAThreadTheTestStartedItselfNamingThatThread) {
+  test_timeout limit(120s);
+  std::string thread_id;
+  std::string thrown;  // what the thread's lock threw
+  bool logic_error = false;
+  const auto r = handoff::testing::explore(
+      [&](scheduler&) {
+        handoff::keyed_mutex<> m;
+        auto g = m.lock("k");
+        std::atomic<bool> done{false};
+        std::thread t([&] {
+          std::ostringstream id;
+          id << std::this_thread::get_id();
+          thread_id = id.str();
+          try {
+            auto mine = m.lock("k");
+          } catch (const std::exception& e) {
+            thrown = e.what();
+            logic_error = dynamic_cast<const std::logic_error*>(&e) != nullptr;
+          }
+          done = true;
+        });
+        // Unlock only once the thread's lock has returned or thrown (it found the key held),
+        // or after 10 s (a wait that blocks for real: the checks below then fail).
+        for (int i = 0; i < 10'000 && !done; ++i) std::this_thread::sleep_for(1ms);
+        g.unlock();
+        t.join();
+      },
+      {.runs = 5});
+  ASSERT_FALSE(thread_id.empty());
+  EXPECT_TRUE(logic_error) << thrown;
+  EXPECT_NE(thrown.find("thread " + thread_id + " "), std::string::npos) << thrown;
+  EXPECT_NE(thrown.find("waits in lock \"k\""), std::string::npos) << thrown;
+  EXPECT_EQ(thrown.find("the test waits"), std::string::npos) << thrown;
+  ASSERT_TRUE(r.failed);
+  EXPECT_EQ(r.runs, 1U);
+  EXPECT_NE(r.trace.find("failed: thread " + thread_id + " "), std::string::npos) << r.trace;
+  EXPECT_NE(r.trace.find("waits in lock \"k\""), std::string::npos) << r.trace;
+  EXPECT_EQ(r.trace.find("the test waits"), std::string::npos) << r.trace;
 }
 
 TEST(TestingExplore, FailsARunThatLeavesACallWaiting) {

@@ -47,7 +47,6 @@
 #include "handoff/detail/ownership.hpp"
 #include "handoff/detail/report.hpp"
 #include "handoff/detail/run_queue.hpp"
-#include "handoff/detail/test_driver.hpp"
 #include "handoff/detail/tls_model.hpp"
 
 namespace handoff::detail {
@@ -116,7 +115,7 @@ class actor_base : public runnable {
 
   actor_base() noexcept {
     if (tls.driver != nullptr) [[unlikely]]
-      tls.driver->actor_created(this);  // a test scheduler names actors by creation
+      name_under_driver();
   }
   // Both throw std::invalid_argument for a budget without an executor or a negative time.
   explicit actor_base(actor_options options);
@@ -295,7 +294,7 @@ class actor_base : public runnable {
   void drain_now(std::uint64_t ran, std::int64_t turn_start = 0) noexcept;
 
   // ask() under a test scheduler: `m` (counted as `a`) is an event; waits until ready(answer).
-  void ask_driven(message* m, admission a, test_driver::ready_fn ready, const void* answer);
+  void ask_driven(message* m, admission a, bool (*ready)(const void*) noexcept, const void* answer);
   // Called before counting an ask(): throws std::system_error(resource_deadlock_would_occur)
   // if this thread is draining this actor, where waiting for the answer could never end.
   void check_not_draining() const;
@@ -332,6 +331,7 @@ class actor_base : public runnable {
     return make();
   }
   void discard(message* m) noexcept { m->invoke(m, this, false); }  // never counted: destroy unrun
+  void name_under_driver() noexcept;  // tls.driver set: the test scheduler's trace names actors
 
   // Bounded and full (lib/actor/mailbox_room.cpp): under full_policy::block at top level, runs
   // this thread's queue, then waits for room until max_block; inside a handler, under

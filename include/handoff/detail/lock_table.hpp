@@ -76,7 +76,6 @@
 #include "handoff/detail/lock_shard.hpp"
 #include "handoff/detail/lock_stats.hpp"
 #include "handoff/detail/node_pool.hpp"
-#include "handoff/detail/test_driver.hpp"
 #include "handoff/detail/wait_mode.hpp"
 #include "handoff/metrics.hpp"
 
@@ -91,6 +90,7 @@ struct lock_request {
 };
 
 class lease_timer;
+class test_driver;
 
 // The key-independent part of a keyed_mutex: shards, protocol, timer.
 class lock_table {

@@ -2,18 +2,30 @@
 // what the library would otherwise run, wait for or time by itself on a thread.
 //
 // tls.driver (detail/run_queue.hpp) points at the scheduler on the threads it runs (the
-// test's own and the ones it runs events on) and is nullptr on every other thread. Each
-// hook is one test of that pointer, placed on a path that already waits, allocates, hands
-// work on or starts a turn, never on an uncontended post or lock:
+// test's own and the ones it runs events on) and is nullptr on every other thread. A keyed
+// mutex's table keeps the pointer it found when it was made (lock_table::driver_), so its
+// hooks follow the table whichever thread calls it: a thread the scheduler does not run
+// can reach block_until and yield through it (see there).
+//
+// Each hook is one test of one of those two pointers. Without a scheduler it is a load
+// and a branch not taken. Most hooks sit on a path that already waits, allocates or hands
+// work on; these sit on paths that need do none of that:
+//   an actor's constructor and its destructor, which name actors in the trace
+//   the start of a drain turn, so an uncontended post (which runs its handler inline)
+//                      tests tls.driver once
+//   the keyed mutex's uncontended lock: lock_table::try_acquire_fast tests driver_
+//                      before it takes a free key
+// What each hook does under a scheduler:
 //   ask()              answers through block_until instead of the caller's own wait
 //   ~actor             waits for its destroy marker through block_until
 //   a drain turn       runs one message, then the actor queues again (one event each)
 //   continue_elsewhere the actor queues on the run queue instead of going to its executor
 //   thread_pool        execute() becomes an event (execute below)
 //   a full mailbox     the test's post waits for room through block_until
-//   keyed lock         each blocking request is a scheduling point (yield), a wait goes
-//                      through block_until, an async request that finds the key free is
-//                      still granted through an event, and the table's clock is virtual
+//   keyed lock         every request (lock, try_lock, try_lock_for) is a scheduling point
+//                      (yield), a wait goes through block_until, an async request that
+//                      finds the key free is still granted through an event, and the
+//                      table's clock is virtual
 //   report_to_stderr   a handler's exception that no hook takes fails the run (unhandled)
 #pragma once
 
@@ -37,10 +49,14 @@ class test_driver {
   // the call in the trace ("ask", "lock", "~actor"). Throws handoff::testing::deadlock
   // when the run has failed (a deadlock found, or a check failed) and the call must give
   // up; with `may_throw` false (a noexcept caller) that terminates with the trace instead.
+  // Called on a thread the scheduler does not run (one the test started itself, through a
+  // keyed mutex made under the scheduler), it waits for nothing: it fails the run and
+  // throws std::logic_error naming that thread and `what` (terminates if !may_throw).
   virtual bool block_until(ready_fn ready, const void* arg, std::int64_t deadline, std::string_view what,
                            bool may_throw) = 0;
   // A scheduling point: the scheduler may run other events before the caller goes on.
-  // Throws as block_until does.
+  // Throws as block_until does. Returns at once on the test's own thread and on a thread
+  // the scheduler does not run: neither is an event that could be ordered.
   virtual void yield(std::string_view what) = 0;
   // Whether the caller is the test itself (outside every event): what it calls behaves
   // as at top level (a send to a full mailbox waits for room), not as inside a handler.

@@ -101,6 +101,7 @@
 #include "handoff/detail/wait_mode.hpp"
 #include "handoff/lease.hpp"
 #include "handoff/multi_guard.hpp"
+#include "handoff/redis/client_stats.hpp"
 #include "handoff/redis/options.hpp"
 
 namespace handoff::redis {
@@ -166,16 +167,6 @@ class [[nodiscard]] guard {
 };
 
 using multi_guard = handoff::basic_multi_guard<guard>;
-
-// What a keyed_mutex's client did since it was constructed (keyed_mutex::stats()).
-struct client_stats {
-  client_stats(std::uint64_t trips, std::uint64_t reconnected, std::uint64_t lost, std::uint64_t checks) noexcept
-      : round_trips(trips), reconnects(reconnected), notifications_lost(lost), rechecks(checks) {}
-  std::uint64_t round_trips;         // commands (or pipelined pairs) sent and answered, or failed
-  std::uint64_t reconnects;          // connections opened to replace one that broke or was closed
-  std::uint64_t notifications_lost;  // subscriber connection drops: grants announced meanwhile were missed
-  std::uint64_t rechecks;            // attempts a waiter repeated because no notification answered in time
-};
 
 // One client of the keyed locks on a Redis server. Thread-safe. Owns a pool of command
 // connections, one subscriber connection, one background thread (notifications, the

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "handoff/metrics.hpp"
-#include "handoff/redis/keyed_mutex.hpp"
+#include "handoff/redis/client_stats.hpp"
 
 namespace handoff::redis::detail {
 
