@@ -346,7 +346,7 @@ void check_memory() {
     expect(by_id.size() == 1, "a held key has state");
   }
   for (std::uint64_t id = 0; id < 100'000; ++id) by_id.lock(id).unlock();
-  expect(by_id.size() == 0, "released keys keep no state");
+  expect(by_id.size() == 0, "released keys are neither held nor waited for");
   // [/snippet]
 }
 

@@ -65,7 +65,8 @@ class [[nodiscard]] key_guard {
   void unlock() noexcept {
     if (entry_ == nullptr) return;
     if (lease_ != 0) return unlock_leased();
-    release_held();
+    detail::lock_entry* e = std::exchange(entry_, nullptr);
+    if (!detail::release_uncontended(e)) release_held(e);
   }
 
   // The fencing token of this grant: greater than every earlier grant's token for the same
@@ -106,8 +107,9 @@ class [[nodiscard]] key_guard {
       : table_(t), entry_(g.entry), token_(g.token), lease_(g.lease) {}
 
  private:
-  // unlock() of a hold without a lease: hands the entry back to the table.
-  void release_held() noexcept;
+  // unlock() of a hold without a lease, when the uncontended release declined: hands the
+  // entry back to the table.
+  void release_held(detail::lock_entry* e) noexcept;
   void unlock_leased() noexcept;
   // Only the holder writes holder_thread, and a guard that holds is the holder (an
   // expired one is not, but then the timer has cleared it already or will).

@@ -1,6 +1,6 @@
 // handoff::keyed_mutex<Key>: one lock per key ("player:42"), with FIFO waiters, try-lock,
 // wait timeouts, leases, fencing tokens, coroutine and callback waiting, and multi-key
-// locking, and no memory kept for keys nobody holds or waits for.
+// locking, and a bounded amount of memory kept for keys nobody holds or waits for.
 //
 //   handoff::keyed_mutex<> m;
 //   auto g = m.lock("player:42");                        // blocks; RAII guard
@@ -10,11 +10,12 @@
 //   auto g2 = co_await m.async_lock("player:42");        // suspends, never blocks a thread
 //   m.lock_async("player:42", [](handoff::key_guard g) { ... });
 //
-// Each key's state is an entry sharing the actor's ownership word and mailbox storage, under
-// a serialized protocol (acquire and final release under the table's shard lock): the request that finds
-// the key free holds it at once; later requests queue in its mailbox in arrival order and
-// the holder's unlock hands the key to the first live one. See detail/lock_table.hpp for
-// the protocol and docs/keyed_mutex.md for a guide.
+// Each key's state is an entry that follows the actor's hand-off rule with a count and a
+// waiter queue of its own: the request that finds the key free holds it at once (under the
+// table's shard lock, with the lookup); later requests queue in arrival order and the
+// holder's unlock hands the key to the first live one, or, with nobody queued, releases it
+// with one CAS and no lock. See detail/lock_table.hpp for the protocol and
+// docs/keyed_mutex.md for a guide.
 //
 // Guarantees:
 //  - Mutual exclusion per key, and everything a holder wrote before unlocking is visible
@@ -31,8 +32,10 @@
 //    for that key, across the key's state being freed and recreated.
 //  - Leases: when one runs out the key passes to the next waiter (or is freed) a moment
 //    after the old guard's expired() turns true; its check() throws, unlock() is a no-op.
-//  - Memory: a key's state exists only while a request or guard refers to it; size() is 0
-//    when no guard or waiter is alive, and the table shrinks back.
+//  - Memory: size() counts keys with a holder, a waiter or an expired guard, and is 0 when
+//    no guard or waiter is alive. An unlocked key's entry may stay in the table, idle, for
+//    the next lock of that key: at most 16 per shard, 4,096 per mutex (about 600 KB with
+//    short keys), reclaimed by locks of new keys. The rest is freed at the key's unlock.
 //
 // Not promised: fairness across keys; FIFO between a try_lock and waiters (try_lock fails
 // whenever the key is held; under fifo it never jumps the queue, under eventual it takes a
@@ -63,10 +66,10 @@
 // metrics_sink (metrics.hpp), on the slow paths only: never on the uncontended lock/unlock.
 //
 // Keys: Hash, Eq and Key's copy constructor may throw; the exception propagates out of the
-// locking call with nothing held, nothing queued and no state left for the key. A thread
-// keeps its last idle entry for reuse only when its key is small (a string of at most 256
-// bytes of capacity, or a trivially destructible key of at most 256 bytes): a big key's
-// memory goes back at its unlock.
+// locking call with nothing held, nothing queued and no state left for the key. An entry
+// stays idle in the table (or as its thread's last freed entry, kept for reuse) only when
+// its key is small (a string of at most 256 bytes of capacity, or a trivially
+// destructible key of at most 256 bytes): a big key's memory goes back at its unlock.
 #pragma once
 
 #include <algorithm>
@@ -87,6 +90,7 @@
 #include <vector>
 
 #include "handoff/detail/clock.hpp"
+#include "handoff/detail/keyed_awaiter.hpp"
 #include "handoff/detail/keyed_entry.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/longest_waits.hpp"
@@ -130,12 +134,12 @@ class keyed_mutex {
   // a blocking lock (not reentrant); std::bad_alloc; std::system_error if the lease timer
   // thread cannot start. Allocates the key's state when the key has none (operator new,
   // or this thread's recycled entry), and a pooled waiter node when it must wait.
-  guard lock(const Key& key) { return acquire(key, {}); }
+  guard lock(const Key& key) { return acquire(key, wait_forever); }
   guard lock(const Key& key, lease l) { return acquire(key, {.lease = l.duration.count()}); }
 
   // Thread-safe, never blocks or waits in a queue: acquires only if nobody holds the key
   // (under eventual fairness, also when an unlock freed it with waiters queued).
-  guard try_lock(const Key& key) { return acquire(key, {.mode = wait_mode::none}); }
+  guard try_lock(const Key& key) { return acquire(key, never_wait); }
   guard try_lock(const Key& key, lease l) {
     return acquire(key, {.mode = wait_mode::none, .lease = l.duration.count()});
   }
@@ -258,32 +262,78 @@ class keyed_mutex {
  private:
   friend struct detail::lock_table_access;  // tests: the table's manual clock
   using wait_mode = detail::lock_request::wait_mode;
+  // The requests of lock(key) and try_lock(key), as constants: the slow path takes them by
+  // reference, so that the fast path builds none.
+  static constexpr detail::lock_request wait_forever{};
+  static constexpr detail::lock_request never_wait{.mode = wait_mode::none};
 
   using entry = detail::keyed_entry<Key>;
-  // The lookup every request starts with: locks s (the shard of hash h) and returns key's
-  // entry, created if absent, with s still locked. A throw from Eq or the key's copy
-  // propagates with s unlocked and nothing created (keyed_entry::find_or_create).
-  detail::lock_entry* lock_entry_of(detail::lock_shard& s, std::size_t h, const Key& key) {
-    s.lock.lock();
+  // With s (the shard of hash h) locked: key's entry, or nullptr. A throw from Eq
+  // propagates with s unlocked.
+  detail::lock_entry* find_locked(detail::lock_shard& s, std::size_t h, const Key& key) {
     try {
-      return entry::find_or_create(s, h, key, eq_);
+      return entry::find(s, h, key, eq_);
     } catch (...) {
       s.lock.unlock();
       throw;
     }
   }
+  // With s locked: a new entry of key (keyed_entry::create). A throw from the key's copy
+  // or the allocation propagates with s unlocked and nothing created.
+  detail::lock_entry* create_locked(detail::lock_shard& s, std::size_t h, const Key& key) {
+    try {
+      return entry::create(s, h, key);
+    } catch (...) {
+      s.lock.unlock();
+      throw;
+    }
+  }
+  // The lookup every async request starts with: locks s (the shard of hash h) and returns
+  // key's entry, created if absent, with s still locked. Throws as the two above.
+  detail::lock_entry* lock_entry_of(detail::lock_shard& s, std::size_t h, const Key& key) {
+    s.lock.lock();
+    detail::lock_entry* e = find_locked(s, h, key);
+    return e != nullptr ? e : create_locked(s, h, key);
+  }
 
-  guard acquire(const Key& key, detail::lock_request r) { return guard({}, &table_, acquire_grant(key, r)); }
-  detail::grant acquire_grant(const Key& key, detail::lock_request r) {
+  // Every blocking and try request. The uncontended lock of a key whose entry is in
+  // place, inline: one shard lock around the lookup and the entry's CAS (try_acquire_fast).
+  // Anything else goes on out of line (acquire_grant).
+  [[gnu::always_inline]] guard acquire(const Key& key, const detail::lock_request& r) {
+    if (r.lease != 0) return guard({}, &table_, acquire_grant(key, r));
+    const std::size_t h = detail::mix_hash(hash_(key));
+    detail::lock_shard& s = table_.shard_for(h);
+    s.lock.lock();
+    detail::lock_entry* e = find_locked(s, h, key);
+    detail::grant g;
+    if (e != nullptr && !table_.driven() && detail::lock_table::try_acquire_fast(s, e, g)) [[likely]]
+      return guard({}, &table_, g);
+    return guard({}, &table_, acquire_locked(key, r, h, s, e));
+  }
+  [[gnu::noinline]] detail::grant acquire_grant(const Key& key, const detail::lock_request& r) {
     if (r.lease != 0) table_.start_timer();
     const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
+    s.lock.lock();
+    return acquire_locked(key, r, h, s, find_locked(s, h, key));
+  }
+  // With s locked and e key's entry in it (nullptr: none yet): the request, from the top.
+  [[gnu::noinline]] detail::grant acquire_locked(const Key& key, const detail::lock_request& r, std::size_t h,
+                                                 detail::lock_shard& s, detail::lock_entry* e) {
+    bool scheduled = !table_.driven();  // under a test scheduler: a scheduling point first
     for (;;) {
-      detail::lock_entry* e = lock_entry_of(s, h, key);
-      detail::grant g;
-      if (r.lease == 0 && table_.try_acquire_fast(s, e, g)) return g;
-      g = table_.acquire(s, e, r);
-      if (!g.retry) return g;
+      if (e == nullptr) e = create_locked(s, h, key);
+      if (!scheduled) {
+        scheduled = true;
+        table_.schedule_point(s, e);
+      } else {
+        detail::grant g;
+        if (r.lease == 0 && detail::lock_table::try_acquire_fast(s, e, g)) return g;
+        g = table_.acquire(s, e, r);
+        if (!g.retry) return g;
+      }
+      s.lock.lock();  // look the key up again: its entry may have gone meanwhile
+      e = find_locked(s, h, key);
     }
   }
 
@@ -297,68 +347,11 @@ class keyed_mutex {
     return detail::deadline_at(table_.now(), t);
   }
 
-  class [[nodiscard]] lock_awaiter {
-   public:
-    lock_awaiter(keyed_mutex& m, Key key, std::int64_t deadline, std::int64_t lease_ns)
-        : m_(m), key_(std::move(key)), deadline_(deadline), lease_(lease_ns) {}
-    lock_awaiter(const lock_awaiter&) = delete;
-    lock_awaiter& operator=(const lock_awaiter&) = delete;
-    ~lock_awaiter() = default;
-    [[nodiscard]] bool await_ready() const noexcept { return false; }
-
-    bool await_suspend(std::coroutine_handle<> h) {
-      if (deadline_ != detail::no_deadline || lease_ != 0) m_.table_.start_timer();
-      const std::size_t hash = detail::mix_hash(m_.hash_(key_));  // first: a throw leaves nothing to free
-      auto* w = detail::new_node<detail::waiter>();
-      w->type = detail::waiter::kind::coroutine;
-      w->handle = h;
-      w->table = &m_.table_;
-      // Owners: this awaiter, the queue, and with a deadline the timer (relaxed: w is not
-      // shared until the push, which the shard lock publishes).
-      if (deadline_ != detail::no_deadline) w->refs.store(3, std::memory_order_relaxed);
-      detail::lock_shard& s = m_.table_.shard_for(hash);
-      detail::lock_entry* e;
-      try {
-        e = m_.lock_entry_of(s, hash, key_);
-      } catch (...) {
-        detail::delete_node(w);
-        throw;
-      }
-      // Stored before the enqueue: once queued, the coroutine may be resumed on another
-      // thread at any moment, and *this must not be touched after that.
-      w_ = w;
-      if (m_.table_.acquire_or_enqueue(s, e, w, deadline_)) {
-        w_ = nullptr;
-        detail::delete_node(w);
-        result_ = {e, e->token, lease_};
-        return false;  // free: continue without suspending
-      }
-      return true;
-    }
-
-    guard await_resume() {
-      if (w_ != nullptr) {
-        detail::waiter* w = std::exchange(w_, nullptr);
-        const bool granted = w->state.load(std::memory_order_acquire) == detail::waiter::granted;
-        if (granted) {
-          result_ = {w->entry, w->token, lease_};
-          m_.table_.note_wait(w->entry, w->queued_at);
-        }
-        detail::release_waiter(w);
-        if (!granted) return guard();
-      }
-      if (result_.lease != 0) m_.table_.arm_lease(result_.entry, result_.token, result_.lease);
-      return guard({}, &m_.table_, result_);
-    }
-
-   private:
-    keyed_mutex& m_;
-    Key key_;
-    std::int64_t deadline_;
-    std::int64_t lease_;
-    detail::waiter* w_ = nullptr;
-    detail::grant result_;
-  };
+  // co_await async_lock(key): detail/keyed_awaiter.hpp.
+  using lock_awaiter = detail::keyed_lock_awaiter<keyed_mutex>;
+  friend lock_awaiter;
+  // A guard of a grant, for the awaiter (only keyed_mutex may make one).
+  static guard make_guard(detail::lock_table* t, const detail::grant& g) noexcept { return guard({}, t, g); }
 
   template <class Fn>
   struct callback_waiter final : detail::waiter {

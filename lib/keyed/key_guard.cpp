@@ -9,7 +9,7 @@
 
 namespace handoff {
 
-void key_guard::release_held() noexcept { table_->release(std::exchange(entry_, nullptr)); }
+void key_guard::release_held(detail::lock_entry* e) noexcept { table_->release_contended(e); }
 
 void key_guard::unlock_leased() noexcept {
   detail::lock_entry* e = std::exchange(entry_, nullptr);

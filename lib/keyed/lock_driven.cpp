@@ -12,6 +12,18 @@
 
 namespace handoff::detail {
 
+void lock_table::schedule_point(lock_shard& s, const lock_entry* e) {
+  std::string what;
+  try {
+    what = "lock " + describe(e);  // while s is locked: e may go once it is not
+  } catch (...) {
+    s.lock.unlock();
+    throw;
+  }
+  s.lock.unlock();
+  driver_->yield(what);
+}
+
 std::uint32_t lock_table::wait_driven(lock_entry* e, waiter* w, std::int64_t deadline) {
   auto ready = [](const void* p) noexcept {
     // acquire; pairs with try_grant (the token, the last holder's writes).

@@ -19,8 +19,8 @@
 namespace handoff::detail {
 
 lock_table::lock_table(destroy_fn destroy, keep_fn keep, describe_fn describe)
-    : shard_shift_(64 - shard_bits), shards_(std::make_unique<lock_shard[]>(shard_count())), driver_(tls.driver),
-      destroy_(destroy), keep_(keep), describe_(describe) {
+    : shards_(std::make_unique<lock_shard[]>(shard_count())), driver_(tls.driver), destroy_(destroy), keep_(keep),
+      describe_(describe) {
   if (driver_ == nullptr) return;
   use_manual_clock(driver_->now());
   driver_->attach(this);
@@ -43,6 +43,7 @@ lock_table::~lock_table() {
                  live);
     std::terminate();
   }
+  for (std::size_t i = 0; i < shard_count(); ++i) shards_[i].for_each(destroy_);  // idle entries
 }
 
 std::size_t lock_table::size() const noexcept {
@@ -50,7 +51,18 @@ std::size_t lock_table::size() const noexcept {
   for (std::size_t i = 0; i < shard_count(); ++i) {
     lock_shard& s = shards_[i];
     s.lock.lock();
-    n += s.size;
+    s.for_each([&](const lock_entry* e) { n += lock_shard::reclaimable(e) ? 0 : 1; });
+    s.lock.unlock();
+  }
+  return n;
+}
+
+std::size_t lock_table::entries() const noexcept {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < shard_count(); ++i) {
+    lock_shard& s = shards_[i];
+    s.lock.lock();
+    n += s.size();
     s.lock.unlock();
   }
   return n;
@@ -74,34 +86,18 @@ std::int64_t lock_table::now() const noexcept {
   return manual_clock_ ? manual_now_.load(std::memory_order_relaxed) : now_ns();
 }
 
-namespace {
-// The request that just passed its scheduling point under a test scheduler (see acquire()).
-constinit thread_local const lock_request* yielded_for = nullptr;
-}  // namespace
-
 grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
-  if (driver_ != nullptr) [[unlikely]] {
-    // Each request is a scheduling point: the scheduler may run others first. The entry
-    // may go meanwhile, so the caller looks it up again.
-    if (yielded_for != &r) {
-      s.lock.unlock();
-      const std::string what = "lock " + describe(e);
-      yielded_for = &r;
-      driver_->yield(what);
-      return {.retry = true};
-    }
-    yielded_for = nullptr;
-  }
   const std::uintptr_t me = this_thread_id();
-  if (e->own.try_take() || take_open(e)) {
-    // Free: nobody else counts under this lock, and the last release zeroed it (or opened
-    // it) here, so its writes (the token included) are visible.
+  // Free: the last holder's release (its CAS, or opening the key under this lock) made its
+  // writes, the token included, visible to the taker.
+  auto hold = [&] {
     const std::uint64_t token = ++e->token;
     e->holder_thread.store(me, std::memory_order_relaxed);
     s.lock.unlock();
     if (r.lease != 0) arm_lease(e, token, r.lease);
-    return {e, token, r.lease};
-  }
+    return grant{e, token, r.lease};
+  };
+  if (e->own.try_take() || take_open(e)) return hold();
   if (r.mode == lock_request::wait_mode::none || (r.mode == lock_request::wait_mode::until && r.deadline <= now())) {
     s.lock.unlock();
     if (r.mode == lock_request::wait_mode::until) note_timeout();
@@ -138,7 +134,10 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   w->entry = e;
   w->table = this;
   w->queued_at = now();  // before the push: a releasing holder reads it (eventual fairness)
-  e->own.join(w);        // held: counted behind the holder, then queued
+  if (e->own.join(w)) {  // released since try_take(): ours, and w was not queued
+    delete_node(w);
+    return hold();
+  }
   s.lock.unlock();
 
   const std::int64_t deadline = r.mode == lock_request::wait_mode::until ? r.deadline : no_deadline;
@@ -165,18 +164,22 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
 }
 
 bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) {
-  if (e->own.try_take() || take_open(e)) {
+  bool free = e->own.try_take() || take_open(e);
+  if (!free) {
+    w->entry = e;
+    w->table = this;
+    w->queued_at = now();                               // before the push: read by the waiter's completion
+    if (deadline != no_deadline) w->timeout.owner = w;  // before the push: the granter reads it
+    free = e->own.join(w);                              // true: released meanwhile, w not queued
+  }
+  if (free) {
+    e->holder_thread.store(0, std::memory_order_relaxed);  // an async hold: no thread to name
     if (driver_ != nullptr) [[unlikely]]
       return grant_driven(s, e, w, deadline);
     ++e->token;
     s.lock.unlock();
     return true;
   }
-  w->entry = e;
-  w->table = this;
-  w->queued_at = now();                               // before the push: read by the waiter's completion
-  if (deadline != no_deadline) w->timeout.owner = w;  // before the push: the granter reads it
-  e->own.join(w);
   s.lock.unlock();
   if (driver_ != nullptr) [[unlikely]]
     keep_driven(w);
@@ -211,13 +214,16 @@ bool lock_table::take_open(lock_entry* e) noexcept {
   }
   auto* w = e->own.looks_empty() ? nullptr : static_cast<waiter*>(e->own.pop());
   if (w != nullptr) return w;
+  // Nothing queued: release, the entry staying (idle) if its shard has room for it.
   lock_shard& s = shard_for(e->hash);
+  if (e->may_idle && e->own.try_release(uncounted)) return nullptr;
   s.lock.lock();
   // Requests are counted and pushed under this lock: the mailbox is exact here.
   w = e->own.looks_empty() ? nullptr : static_cast<waiter*>(e->own.pop());
   if (w == nullptr) {
-    e->own.release(uncounted);  // count == uncounted: nobody else is counted
-    lock_entry* dead = remove_if_unused(s, e);
+    [[maybe_unused]] const bool released = e->own.try_release(uncounted);  // nobody else is counted
+    HANDOFF_ASSERT(released);
+    lock_entry* dead = e->may_idle ? nullptr : remove_if_unused(s, e);
     s.lock.unlock();
     if (dead != nullptr) recycle(dead);
     return nullptr;
@@ -226,9 +232,11 @@ bool lock_table::take_open(lock_entry* e) noexcept {
   return w;
 }
 
-void lock_table::release(lock_entry* e) noexcept {
+void lock_table::release_contended(lock_entry* e) noexcept {
   HANDOFF_ASSERT(e->own.pending() >= 1);  // the releasing holder is counted
   HANDOFF_ASSERT(!e->open);               // held: not free
+  // Before any hand-off: until the next holder names itself, a relock by this thread must
+  // not take the key for its own.
   e->holder_thread.store(0, std::memory_order_relaxed);
   std::uint64_t uncounted = 1;  // ours
   while (waiter* w = next_waiter(e, uncounted)) {
@@ -318,13 +326,13 @@ void lock_table::drop_ref(lock_entry* e) noexcept {
   s.lock.lock();
   HANDOFF_ASSERT(e->refs > 0);
   --e->refs;
-  lock_entry* dead = e->own.pending() == 0 ? remove_if_unused(s, e) : nullptr;
+  lock_entry* dead = e->own.idle() && !e->may_idle ? remove_if_unused(s, e) : nullptr;
   s.lock.unlock();
   if (dead != nullptr) recycle(dead);
 }
 
 lock_entry* lock_table::remove_if_unused(lock_shard& s, lock_entry* e) noexcept {
-  HANDOFF_ASSERT(e->own.pending() == 0);
+  HANDOFF_ASSERT(e->own.idle());
   HANDOFF_ASSERT(e->front == nullptr && !e->open);  // eventual fairness: nobody woken is left
   HANDOFF_ASSERT(e->own.looks_empty());             // released: every waiter was consumed
   if (e->refs != 0) return nullptr;

@@ -20,12 +20,12 @@ void lock_shard::resize(std::size_t capacity) {
     std::fill_n(inline_table, inline_slots, table_slot{0, nullptr});  // unused until a shrink refills it
   }
   slots = to;
-  mask = capacity - 1;
+  mask = static_cast<std::uint32_t>(capacity - 1);
 }
 
 void lock_shard::shrink() noexcept {
   std::size_t capacity = mask + 1;
-  while (capacity > inline_slots && std::size_t{size} * shrink_above < capacity) capacity /= 2;
+  while (capacity > inline_slots && std::size_t{size()} * shrink_above < capacity) capacity /= 2;
   try {
     resize(capacity);
   } catch (const std::bad_alloc&) {

@@ -32,7 +32,7 @@ std::size_t lock_table::waiting() const noexcept {
   for (std::size_t i = 0; i < shard_count(); ++i) {
     lock_shard& s = shards_[i];
     s.lock.lock();
-    for (std::size_t j = 0; s.size != 0 && j <= s.mask; ++j) {
+    for (std::size_t j = 0; s.size() != 0 && j <= s.mask; ++j) {
       const lock_entry* e = s.slots[j].entry;
       // The count is the holder plus the queued requests (lock_entry::own).
       if (e != nullptr && e->own.pending() > 1) n += e->own.pending() - 1;

@@ -1,10 +1,11 @@
 /*
  * Promela model of the keyed mutex's per-key protocol (include/handoff/detail/lock_table.hpp,
- * lib/keyed/lock_protocol.cpp): the storage of handoff.pml's hand-off primitive (count before
- * enqueue, the 0 -> 1 increment owns, release subtracts what was consumed) under the
- * serialized protocol (serialized_ownership): acquirers and the final release hold the
- * table's shard lock, plus what the keyed mutex adds:
- * waiters that time out, leases that the timer expires, and the entry's life in the table.
+ * lib/keyed/lock_protocol.cpp, detail/lock_entry.hpp's lock_word): handoff.pml's hand-off
+ * rule (count before enqueue, the 0 -> 1 increment owns, release subtracts what was
+ * consumed), with lockers that take and join under the table's shard lock and holders that
+ * release by CAS without it, plus what the keyed mutex adds: waiters that time out, leases
+ * that the timer expires, and the entry's life in the table (idle entries that stay, and
+ * that a lock of another key in the same shard may reclaim at any moment).
  * Checked by spin through check.sh (MODEL=keyed_lock.pml); see tests/model/README.md.
  *
  * NL lockers take one key once each. Each chooses nondeterministically whether it asks
@@ -15,15 +16,23 @@
  *
  * What is modelled, as in the code:
  *   lookup    under the shard lock: find the entry, or create it (a new object each time,
- *             so a reference kept past its removal is caught)
- *   lock      count == 0 -> count = 1, the key is held; else count++ and push a waiter
- *             node (reserve, link), both before the shard lock is let go
+ *             so a reference kept past its removal is caught); whether it may stay idle
+ *             is chosen at creation (both explored)
+ *   lock      under the shard lock: CAS count 0 -> 1, the key is held; else (after the
+ *             waiter node is allocated) count++, and if that found 0 (released meanwhile
+ *             by a holder's CAS) the key is held, else push a waiter node (reserve, link),
+ *             both before the shard lock is let go
  *   wait      the waiter may go to sleep (CAS waiting -> sleeping); a timed one may give
  *             up: CAS waiting|sleeping -> cancelled. The grant is the CAS the other way.
  *   release   (the holder, or the timer for an expired lease) pop outside the lock;
  *             count -= uncounted; CAS the waiter to granted, or find it cancelled, count
- *             it as uncounted and pop again. Mailbox empty: under the shard lock, pop
- *             again; still empty: count = 0, and the entry leaves the table if refs == 0.
+ *             it as uncounted and pop again. Mailbox empty: an entry that may stay idle is
+ *             released by CAS count uncounted -> 0 without the lock (failing, a waiter is
+ *             counted: under the shard lock its node is linked); otherwise, under the
+ *             shard lock, pop again; still empty: count = 0, and the entry leaves the
+ *             table if refs == 0.
+ *   reclaim   a lock of another key in the same shard (process `evictor`), under the shard
+ *             lock, takes over the entry if it is idle: count == 0 and refs == 0.
  *   lease     armed after the grant; the holder's unlock and the timer's expiry both CAS
  *             `leased` token -> 0 under the timer mutex; the winner releases. The timer
  *             counts the expired guard in `refs` (under the shard lock, inside its timer
@@ -38,10 +47,16 @@
  * monitor's invariant in every state; at the end the key is free, nothing is counted and
  * the entry is gone. Invalid end states (a waiter blocked forever) are errors too.
  *
+ * The idle entry may outlive every locker: at the end the key is free, nothing is counted,
+ * and the entry is gone or may stay idle.
+ *
  * Switches (spin -DNAME=VALUE):
  *   NL             lockers (default 3)
  *   LEASES         0: nobody asks for a lease (no timer process). Default 1.
  *   TIMEOUTS       0: every wait is untimed. Default 1.
+ *   EVICT          times the evictor looks for an idle entry to reclaim. Default 1.
+ *   IDLE           whether a new entry may stay idle: 0 never, 1 always, 2 either
+ *                  (chosen by the creating locker). Default 2.
  * Broken variants, each expected to be rejected:
  *   PUSH_OUTSIDE   the waiter pushes its node after leaving the shard lock
  *   SUB_AFTER      the holder uncounts after its grant instead of before
@@ -51,6 +66,13 @@
  *                  releases: after an expiry the key is released twice
  *   BROKEN_REFS    the timer does not count the expired guard in refs: the entry may be
  *                  removed while that guard still refers to it
+ *   JOIN_BLIND     join pushes the waiter whatever count it found (as when the release
+ *                  took the shard lock): a key released meanwhile strands the waiter
+ *   STORE_RELEASE  the lock-free release checks count == uncounted, then stores 0: a
+ *                  request counted in between is lost
+ *   TAKE_OUTSIDE   the lock's CAS comes after the shard lock is let go: the entry may be
+ *                  reclaimed in between
+ *   RECLAIM_HELD   the reclaim checks refs only, not count: it takes a held entry
  */
 
 #ifndef NL
@@ -62,6 +84,12 @@
 #ifndef TIMEOUTS
 #define TIMEOUTS 1
 #endif
+#ifndef EVICT
+#define EVICT 1
+#endif
+#ifndef IDLE
+#define IDLE 2
+#endif
 
 #define NONE 255
 #define TIMER NL      /* `own` while the timer releases an expired lease */
@@ -72,6 +100,7 @@
 #define CANCELLED 3
 
 bit shard = 0;        /* the shard lock */
+bit may_idle = 0;     /* the entry's: chosen at its creation */
 bit tmx = 0;          /* the lease timer's mutex */
 
 /* The table: the id of the key's entry, NONE when it has none. Each creation makes a new
@@ -128,12 +157,13 @@ inline pop(e, w, ws) {
   }
 }
 
-/* With the shard lock held and count == 0: removes the entry unless a guard refers to it. */
+/* With the shard lock held and count == 0: removes the entry unless a guard refers to it
+ * or it may stay idle. */
 inline remove_if_unused(e) {
   d_step {
     assert(alive(e) && count == 0);
     if
-    :: refs == 0 -> assert(head == reserved); cur = NONE
+    :: refs == 0 && !may_idle -> assert(head == reserved); cur = NONE
     :: else -> skip
     fi
   }
@@ -171,7 +201,31 @@ inline release(r, e, w, ws, unc, granted) {
   do
   :: pop(e, w, ws);
      if
-     :: w == NONE ->
+     :: w == NONE && may_idle ->            /* the lock-free release: CAS unc -> 0 */
+#ifndef STORE_RELEASE
+        d_step {
+          assert(alive(e) && own == r);
+          if
+          :: count == unc -> count = 0; own = NONE; granted = 1
+          :: else -> granted = 0
+          fi
+        }
+#else
+        granted = (count == unc);
+        if
+        :: granted -> d_step { count = 0; own = NONE }
+        :: else -> skip
+        fi
+#endif
+        if
+        :: granted -> break                 /* e is not touched again: it may go now */
+        :: else ->
+           lock_shard();                    /* the counted request's push is done under it */
+           pop(e, w, ws);
+           assert(w != NONE);
+           unlock_shard()
+        fi
+     :: w == NONE && !may_idle ->
         lock_shard();
         pop(e, w, ws);                      /* exact here: requests push under this lock */
         if
@@ -205,6 +259,33 @@ inline release(r, e, w, ws, unc, granted) {
   w = 0; ws = 0; unc = 0; granted = 0
 }
 
+/* Another key's lock in the same shard, finding it full: takes over an idle entry. It
+ * looks EVICT times, each at any moment. */
+active proctype evictor() {
+  byte tries = 0;
+  do
+  :: tries == EVICT -> break
+  :: else ->
+     tries++;
+     lock_shard();
+     d_step {
+#ifndef RECLAIM_HELD
+       if
+       :: cur != NONE && count == 0 && refs == 0 -> assert(head == reserved && leased == 0); cur = NONE
+       :: else -> skip
+       fi
+#else
+       if
+       :: cur != NONE && refs == 0 -> cur = NONE
+       :: else -> skip
+       fi
+#endif
+     }
+     unlock_shard()
+  od;
+  tries = 0
+}
+
 /* A guard whose lease expired lets go of the entry. */
 inline drop_ref(e) {
   lock_shard();
@@ -218,7 +299,7 @@ inline drop_ref(e) {
 
 proctype locker(byte me) {
   byte e, w, ws, unc, mytok;
-  bit lease, timed, granted;
+  bit lease, timed, granted, stays;
 
   if
   :: lease = 0
@@ -233,22 +314,51 @@ proctype locker(byte me) {
 #endif
   fi;
 
+  if                                        /* whether an entry this lock creates may stay idle */
+#if IDLE != 1
+  :: stays = 0
+#endif
+#if IDLE != 0
+  :: stays = 1
+#endif
+  fi;
   lock_shard();
-  d_step {                                  /* find_or_create */
+  d_step {                                  /* find, or create */
     if
     :: cur == NONE ->
        assert(count == 0 && refs == 0 && leased == 0 && head == reserved);
-       cur = nextid; nextid++
+       cur = nextid; nextid++; may_idle = stays
     :: else -> skip
     fi;
     e = cur
   }
+#ifdef TAKE_OUTSIDE
+  unlock_shard();
+#endif
   if
-  :: count == 0 ->
-     d_step { assert(own == NONE); count = 1; own = me; token++; mytok = token }
+  :: d_step { count == 0 -> assert(alive(e) && own == NONE); count = 1; own = me; token++; mytok = token }
+#ifndef TAKE_OUTSIDE
      unlock_shard()
+#endif
   :: else ->
-     count++;
+#ifdef TAKE_OUTSIDE
+     lock_shard();
+#endif
+     d_step {                               /* join: fetch_add */
+       assert(alive(e));
+       granted = (count == 0); count++;
+#ifdef JOIN_BLIND
+       granted = 0;
+#endif
+       if
+       :: granted -> assert(own == NONE); own = me; token++; mytok = token
+       :: else -> skip
+       fi
+     }
+     if
+     :: granted -> granted = 0; unlock_shard(); goto held
+     :: else -> skip
+     fi;
      d_step { ws = reserved; slot_id[ws] = me; reserved++ };
 #ifdef PUSH_OUTSIDE
      unlock_shard();
@@ -276,6 +386,7 @@ proctype locker(byte me) {
      od;
      atomic { assert(own == me && state[me] == GRANTED); granted = 0; mytok = token }
   fi;
+held:
 
   if
   :: lease ->                               /* arm_lease, after the grant */
@@ -312,7 +423,7 @@ proctype locker(byte me) {
   fi;
 
 finished:
-  e = 0; mytok = 0; lease = 0; timed = 0;
+  e = 0; mytok = 0; lease = 0; timed = 0; stays = 0;
   done++
 }
 
@@ -365,5 +476,5 @@ init {
   /* quiescent: every locker returned, the key is free and no release is finishing (the
    * last one lets go of the shard lock after removing the entry) */
   (done == NL && own == NONE && shard == 0 && tmx == 0);
-  assert(count == 0 && refs == 0 && leased == 0 && cur == NONE && head == reserved)
+  assert(count == 0 && refs == 0 && leased == 0 && (cur == NONE || may_idle) && head == reserved)
 }

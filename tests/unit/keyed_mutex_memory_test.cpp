@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core_access.hpp"
 #include "keyed_mutex_support.hpp"
 
 namespace {
@@ -69,17 +70,68 @@ TEST_F(KeyedMutex, LocksAndReleasesAHundredThousandDistinctKeysAndKeepsNoState) 
   EXPECT_EQ(m.size(), 0u);
 }
 
-// A thread keeps the last entry it removed for its next new key (detail::cached_entry).
-// Under ASan this also checks that an entry is reused only by its own key type, outlives
-// the mutex it came from safely, and is freed when its thread exits.
+// An unlocked key's entry stays in its table, idle, and the next lock of the key finds it
+// instead of creating one; size() counts only keys with a holder or a waiter.
+TEST_F(KeyedMutex, AnUnlockedKeysEntryStaysIdleAndItsNextLockFindsIt) {
+  keyed_mutex<> m;
+  const auto& table = handoff::detail::lock_table_access::table(m);
+  const std::uint64_t first = m.lock("player:1").token();
+  EXPECT_EQ(m.size(), 0u);
+  EXPECT_EQ(table.entries(), 1u);
+  EXPECT_EQ(m.lock("player:1").token(), first + 1);
+  EXPECT_EQ(table.entries(), 1u);  // found, not created again
+  key_guard g = m.lock("player:1");
+  EXPECT_EQ(m.size(), 1u);
+}
+
+// What idle keys keep is capped per shard, whether the keys come one by one or are all
+// held at once and then released.
+TEST_F(KeyedMutex, IdleEntriesStayUnderTheirCapPerShard) {
+  keyed_mutex<> m;
+  const auto& table = handoff::detail::lock_table_access::table(m);
+  const std::size_t cap = handoff::detail::lock_table::shard_count() * handoff::detail::lock_shard::kept_idle;
+  constexpr int n = 20000;  // about five times the cap
+  for (int i = 0; i < n; ++i) EXPECT_TRUE(m.lock("one:" + std::to_string(i)).owns_lock());
+  EXPECT_EQ(m.size(), 0u);
+  EXPECT_LE(table.entries(), cap);
+  {
+    std::vector<key_guard> all;
+    all.reserve(n);
+    for (int i = 0; i < n; ++i) all.push_back(m.lock("all:" + std::to_string(i)));
+    EXPECT_EQ(m.size(), static_cast<std::size_t>(n));
+    EXPECT_GT(table.entries(), cap);
+  }
+  EXPECT_EQ(m.size(), 0u);
+  EXPECT_LE(table.entries(), cap);
+}
+
+// An idle entry taken over by a new key (the shard was full) leaves its token in the
+// shard's floor: the key's next entry starts above it.
+TEST_F(KeyedMutex, TokensKeepRisingAcrossTheReclaimOfAnIdleEntry) {
+  keyed_mutex<> m;
+  const auto& table = handoff::detail::lock_table_access::table(m);
+  std::uint64_t last = 0;
+  for (int i = 0; i < 5; ++i) last = m.lock("player:1").token();
+  for (int i = 0; i < 50000; ++i) EXPECT_TRUE(m.lock("churn:" + std::to_string(i)).owns_lock());
+  EXPECT_LE(table.entries(), handoff::detail::lock_table::shard_count() * handoff::detail::lock_shard::kept_idle);
+  EXPECT_GT(m.lock("player:1").token(), last);
+}
+
+// A thread keeps the last entry it removed (one that could not stay idle in its table) for
+// its next new key (detail::cached_entry). Under ASan this also checks that an entry is
+// reused only by its own key type, outlives the mutex it came from safely, and is freed
+// when its thread exits.
 TEST_F(KeyedMutex, ARecycledEntryServesAnyMutexOfItsKeyTypeWithTheRightKeyAndToken) {
   keyed_mutex<> b;
   keyed_mutex<int> ints;
   std::uint64_t first = 0;
   {
     keyed_mutex<> a;
+    std::vector<key_guard> full;  // every shard over its cap: a new key's entry cannot stay idle
+    for (int k = 0; k < 20000; ++k) full.push_back(a.lock("fill:" + std::to_string(k)));
     first = a.lock("player:1").token();  // unlocked: its entry is now this thread's
-    key_guard g = b.lock("player:2");    // a's old entry, now b's "player:2"
+    full.clear();
+    key_guard g = b.lock("player:2");  // a's old entry, now b's "player:2"
     EXPECT_EQ(a.size(), 0u);
     EXPECT_EQ(b.size(), 1u);
     EXPECT_FALSE(free_elsewhere(b, std::string("player:2")));
@@ -203,10 +255,10 @@ TEST_F(KeyedMutex, AHugeKeysMemoryGoesBackAtItsUnlockAndIsNotKeptForTheThread) {
       .join();
 }
 
-// A key that is large in place (no heap to measure) is not kept either: the thread's
-// cached entry would hold its whole size. A small one is.
+// A key that is large in place (no heap to measure) is not kept either, idle in the table
+// or as the thread's cached entry: either would hold its whole size. A small one is.
 template <std::size_t N>
-bool kept_for_the_thread_after_one_lock() {
+bool kept_after_one_lock() {
   using key = std::array<char, N>;
   struct hash {
     std::size_t operator()(const key& k) const noexcept { return static_cast<std::size_t>(k[0]); }
@@ -217,15 +269,16 @@ bool kept_for_the_thread_after_one_lock() {
     key k{};
     k[0] = 'k';
     { key_guard g = m->lock(k); }
-    kept = handoff::detail::cached_entry.entry != nullptr;
+    kept =
+        handoff::detail::cached_entry.entry != nullptr || handoff::detail::lock_table_access::table(*m).entries() != 0;
   })
       .join();
   return kept;
 }
 
-TEST_F(KeyedMutex, AKeyLargeInPlaceIsNotKeptForTheThreadAndASmallOneIs) {
-  EXPECT_TRUE(kept_for_the_thread_after_one_lock<16>());
-  EXPECT_FALSE(kept_for_the_thread_after_one_lock<4096>());
+TEST_F(KeyedMutex, AKeyLargeInPlaceIsNotKeptAndASmallOneIs) {
+  EXPECT_TRUE(kept_after_one_lock<16>());
+  EXPECT_FALSE(kept_after_one_lock<4096>());
 }
 
 }  // namespace

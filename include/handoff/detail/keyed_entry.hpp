@@ -2,7 +2,11 @@
 // (reusing this thread's cached entry), and which idle entries a thread may keep.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -13,6 +17,30 @@
 #include "handoff/detail/report.hpp"
 
 namespace handoff::detail {
+
+// Whether two keys are equal, as eq says. For std::string under std::equal_to, the
+// comparison every lookup of the default keyed_mutex makes, short keys are compared inline
+// in words instead of through a call of memcmp (about 20 instructions of the ~200 an
+// uncontended lock/unlock costs).
+template <class Key, class Eq>
+bool keys_equal(Eq& eq, const Key& a, const Key& b) {
+  if constexpr (std::is_same_v<Key, std::string> &&
+                (std::is_same_v<Eq, std::equal_to<std::string>> || std::is_same_v<Eq, std::equal_to<>>)) {
+    const std::size_t n = a.size();
+    if (n != b.size()) return false;
+    const char* x = a.data();
+    const char* y = b.data();
+    auto word = [](const char* p) {
+      std::uint64_t w;
+      std::memcpy(&w, p, sizeof w);
+      return w;
+    };
+    if (n >= 8 && n <= 16) return word(x) == word(y) && word(x + n - 8) == word(y + n - 8);  // may overlap
+    return std::memcmp(x, y, n) == 0;
+  } else {
+    return eq(a, b);
+  }
+}
 
 template <class Key>
 struct keyed_entry final : lock_entry {
@@ -54,27 +82,44 @@ struct keyed_entry final : lock_entry {
     }
   }
 
-  // With s locked: the entry of `key` (hash h) in s, or a new one inserted there: this
-  // thread's cached entry of this key type if it has one, else allocated. Propagates what
-  // eq, Key's copy or the allocation throws, with s unchanged (a cached entry whose key
-  // assignment threw stays cached).
+  // With s locked: the entry of `key` (hash h) in s, or nullptr. Propagates what eq throws.
   template <class Eq>
-  static lock_entry* find_or_create(lock_shard& s, std::size_t h, const Key& key, Eq& eq) {
-    lock_entry* e = s.find(h, [&](lock_entry* x) { return eq(static_cast<keyed_entry*>(x)->key, key); });
-    if (e != nullptr) return e;
-    keyed_entry* fresh;
-    entry_cache& c = cached_entry;
-    if (std::is_copy_assignable_v<Key> && c.entry != nullptr && c.destroy == &destroy) {
-      // Idle (count 0, empty mailbox, no lease, no holder): only the key, hash and token
-      // floor change.
-      fresh = static_cast<keyed_entry*>(c.entry);
-      if constexpr (std::is_copy_assignable_v<Key>) fresh->key = key;
-      fresh->hash = h;
-      c.entry = nullptr;
-    } else {
-      fresh = new keyed_entry(h, key);
+  static lock_entry* find(const lock_shard& s, std::size_t h, const Key& key, Eq& eq) {
+    return s.find(h, [&](lock_entry* x) { return keys_equal(eq, static_cast<keyed_entry*>(x)->key, key); });
+  }
+
+  // With s locked: a new entry of `key` inserted in s. It is, first choice, an idle one
+  // that s gives up (when it holds lock_shard::kept_idle entries or more: the clock
+  // hand's), then this thread's cached entry of this key type, else allocated. It may stay
+  // once idle if s held fewer than kept_idle entries before it, and its key is small.
+  // Propagates what Key's copy or the allocation throws, with s unchanged but for an idle
+  // entry given up (a cached entry whose key assignment threw stays cached). Out of line:
+  // the lock of a key in use never comes here.
+  [[gnu::noinline]] static lock_entry* create(lock_shard& s, std::size_t h, const Key& key) {
+    keyed_entry* fresh = nullptr;
+    if (s.size() >= lock_shard::kept_idle) {
+      if (lock_entry* victim = s.evict_idle()) {
+        s.token_floor = std::max(s.token_floor, victim->token);
+        fresh = static_cast<keyed_entry*>(victim);
+        if (!fresh->may_idle || !reuse(fresh, h, key)) {
+          destroy(fresh);
+          fresh = nullptr;
+        }
+      }
+    }
+    if (fresh == nullptr) {
+      entry_cache& c = cached_entry;
+      if (std::is_copy_assignable_v<Key> && c.entry != nullptr && c.destroy == &destroy) {
+        fresh = static_cast<keyed_entry*>(c.entry);
+        if constexpr (std::is_copy_assignable_v<Key>) fresh->key = key;
+        fresh->hash = h;
+        c.entry = nullptr;
+      } else {
+        fresh = new keyed_entry(h, key);
+      }
     }
     fresh->token = s.token_floor;
+    fresh->may_idle = s.size() < lock_shard::kept_idle && keep(fresh);
     try {
       s.insert(fresh);
     } catch (...) {
@@ -82,6 +127,24 @@ struct keyed_entry final : lock_entry {
       throw;
     }
     return fresh;
+  }
+
+ private:
+  // An idle entry taken out of a table, made the entry of `key`: false if Key cannot be
+  // assigned. Idle: only the key and hash change (count 0, empty queue, no lease or holder).
+  static bool reuse(keyed_entry* e, std::size_t h, const Key& key) {
+    if constexpr (std::is_copy_assignable_v<Key>) {
+      try {
+        e->key = key;
+      } catch (...) {
+        destroy(e);
+        throw;
+      }
+      e->hash = h;
+      return true;
+    } else {
+      return false;
+    }
   }
 };
 

@@ -26,8 +26,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "handoff/detail/assert.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
-#include "handoff/detail/ownership.hpp"
 #include "handoff/detail/run_queue.hpp"
 
 namespace handoff::detail {
@@ -87,6 +87,85 @@ void complete_waiter(waiter* w) noexcept;
 // Drops one reference to a waiter node, freeing it with the last.
 void release_waiter(waiter* w) noexcept;
 
+// A key's request count and the queue of its waiters: the hand-off rule of the actor (the
+// request that takes the count from 0 to 1 holds the key; later ones are counted, then
+// queued, and the holder hands over to them), with a word and a queue of its own. Encoding:
+// `count_` is the requests accepted and not finished, the holder's included (0: free).
+//
+//   take:      count 0 -> 1 by CAS            under the shard lock (a lookup that found the
+//                                             entry keeps it from being reclaimed meanwhile)
+//   join:      count += 1; was 0: holds it;   under the shard lock; counted before pushed,
+//              else push the waiter           and pushed before that lock is let go
+//   release:   count 1 -> 0 by CAS            the holder, no lock: nobody waits (uncontended)
+//   hand-off:  uncount(X), then grant the     the holder, no lock, with a waiter popped; X =
+//              popped waiter                  its own and skipped waiters' counts (never to 0)
+//   drain:     count X -> 0 by CAS            the holder, having popped nothing; failing, the
+//                                             new requests are pushed once the shard lock is
+//                                             taken (join pushes under it)
+//
+// Counting before pushing is what makes the lock-free release safe: a CAS from X to 0 fails
+// while any request the holder has not consumed is counted. The CASes are strong: a
+// spurious failure would send an uncontended unlock to the slow path for nothing.
+class lock_word {
+ public:
+  lock_word() noexcept = default;
+  lock_word(const lock_word&) = delete;
+  lock_word& operator=(const lock_word&) = delete;
+  lock_word(lock_word&&) = delete;
+  lock_word& operator=(lock_word&&) = delete;
+  ~lock_word() = default;
+
+  // Requests accepted and not finished: the holder plus the queued waiters; a snapshot
+  // unless the caller is the holder under the shard lock. 0: free.
+  [[nodiscard]] std::uint64_t pending() const noexcept { return count_.load(std::memory_order_relaxed); }
+  // Under the shard lock, deciding whether to reclaim an idle entry: acquire, pairing with
+  // the release of the last holder's CAS, so that its writes (the token) are visible.
+  [[nodiscard]] bool idle() const noexcept { return count_.load(std::memory_order_acquire) == 0; }
+
+  // Under the shard lock: takes a free word (0 -> 1: true), else counts nothing (false), so
+  // that a try-lock can decline to wait before join(). acquire; pairs with the release of
+  // the last holder's release CAS (its writes and the token are visible).
+  [[nodiscard]] bool try_take() noexcept {
+    std::uint64_t free = 0;
+    return count_.compare_exchange_strong(free, 1, std::memory_order_acquire, std::memory_order_relaxed);
+  }
+
+  // Under the shard lock: counts a request; if the key was released since try_take() found
+  // it held, the caller now holds it (true; n is not queued), else n is queued (false).
+  // acquire: as try_take().
+  [[nodiscard]] bool join(mailbox_node* n) noexcept {
+    if (count_.fetch_add(1, std::memory_order_acquire) == 0) return true;
+    mailbox_.push(n);
+    return false;
+  }
+
+  // The holder: releases the key if `consumed` (its own request and the skipped waiters')
+  // is all that is counted: true; false when more are counted, which are queued or about to
+  // be (under the shard lock). release; pairs with try_take(), join() and idle().
+  [[nodiscard]] bool try_release(std::uint64_t consumed) noexcept {
+    HANDOFF_ASSERT(consumed >= 1);
+    return count_.compare_exchange_strong(consumed, 0, std::memory_order_release, std::memory_order_relaxed);
+  }
+
+  // The holder, handing the key to a request it popped (still counted): uncounts what it
+  // consumed before; never reaches 0. Relaxed: the hand-off itself (the waiter's state)
+  // publishes the holder's writes.
+  void uncount(std::uint64_t consumed) noexcept {
+    [[maybe_unused]] const std::uint64_t before = count_.fetch_sub(consumed, std::memory_order_relaxed);
+    HANDOFF_ASSERT(before > consumed);
+  }
+
+  // The holder: the oldest queued request, or nullptr when none is linked yet (a join()
+  // between the queue's two steps: see mpsc_queue).
+  [[nodiscard]] mailbox_node* pop() noexcept { return mailbox_.pop(); }
+  // The holder: true when pop() would return nullptr now (two loads, no write).
+  [[nodiscard]] bool looks_empty() const noexcept { return mailbox_.looks_empty(); }
+
+ private:
+  std::atomic<std::uint64_t> count_{0};  // see the encoding above
+  mpsc_queue mailbox_;                   // producers: joiners under the shard lock; consumer: the holder
+};
+
 // A key's lock state. The keyed part (the Key) follows it in keyed_mutex.hpp's entry type.
 struct lock_entry {
   explicit lock_entry(std::size_t h) noexcept : hash(h) {}
@@ -97,20 +176,24 @@ struct lock_entry {
   // Eventual fairness: the key is free although waiters still count (see `front` below).
   // Here, in refs' padding, so that the entry stays two cache lines (128 bytes).
   bool open = false;
+  // Whether the entry stays in the table once idle, set when it is inserted: its key is
+  // small enough to keep (entry_keep_fn) and its shard held fewer than the cap's entries
+  // (detail/keyed_entry.hpp). Read by its holders; an entry that may not is removed at
+  // its last unlock.
+  bool may_idle = false;
 
   // --- hand-off protocol (lib/keyed/lock_protocol.cpp only) ---
-  // The hand-off primitive's storage, driven by the serialized protocol: its count is the
-  // requests accepted and not finished (the holder and the queued waiters), its mailbox
-  // the waiters. Taken and joined only under the shard lock, released to 0 only under it;
-  // the holder's hand-offs subtract outside it (never to 0: the granted waiter is
-  // counted). Relaxed throughout: the shard lock or the waiter's `state` publishes what it
-  // guards.
-  serialized_ownership own;
+  // The count and the waiters (see lock_word): taken and joined under the shard lock,
+  // released and handed over by the holder without it.
+  lock_word own;
   // Fencing token of the current (or last) grant. Written by the holder; read under the
-  // shard lock when count == 0 (the releasing holder's shard unlock publishes it).
+  // shard lock when the word is idle (the last holder's release CAS publishes it).
   std::uint64_t token = 0;
   // The thread that holds the key through the blocking API (for deadlock detection), 0
-  // otherwise. Relaxed: it is only compared with the reader's own identity.
+  // otherwise. Written at every grant (0 by an async one), and cleared before a hand-off;
+  // an idle entry may keep its last holder's, which nobody reads while the key is free
+  // (the check runs only on a held key). Relaxed: it is only compared with the reader's
+  // own identity.
   std::atomic<std::uintptr_t> holder_thread{0};
   // Eventual fairness only (lock_table::fair_after_ != 0; always null/false under fifo).
   // `front`: the oldest waiter, taken out of the mailbox by an unlock that freed the key and
@@ -129,6 +212,12 @@ struct lock_entry {
   timer_node lease;               // timer mutex
   std::uint64_t lease_token = 0;  // timer mutex: the token `lease` expires
 };
+
+// The holder's unlock when nobody waits and the entry may stay idle in its table: true if
+// it released the key (the entry is idle, and the caller must not touch it again); false:
+// lock_table::release_contended() does the rest. Inline: the uncontended unlock is one
+// CAS. It leaves holder_thread as it is: every grant writes it (see there).
+inline bool release_uncontended(lock_entry* e) noexcept { return e->may_idle && e->own.try_release(1); }
 
 // The result of a lock request; token == 0: not acquired. retry: look the key up again.
 struct grant {

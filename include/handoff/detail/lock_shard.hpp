@@ -34,6 +34,10 @@ struct table_slot {
 // that left it, in one cache line: the table starts in the line itself (two slots, room
 // for one entry at load 1/2), so an uncontended lock/unlock touches the shard's line and
 // the entry's, nothing else. Everything here is touched only under `lock`.
+//
+// Entries may stay in the table while idle (no holder, no waiter): a lock of a key used
+// recently finds its entry instead of creating one. Which ones may, and how many, the
+// inserting lock decides (lock_entry::may_idle, detail/keyed_entry.hpp).
 struct alignas(cache_line_bytes) lock_shard {
   // Two 16-byte slots are what is left of the 64-byte line after the lock and counters.
   static constexpr std::size_t inline_slots = 2;
@@ -42,21 +46,32 @@ struct alignas(cache_line_bytes) lock_shard {
   // Shrink under load 1/8 (a quarter of the growth threshold), so that a table hovering at
   // one size does not resize on every insert and erase.
   static constexpr std::size_t shrink_above = 8;  // shrink when capacity > shrink_above * size
+  // The most entries of a shard that stay once idle: an entry inserted while its shard
+  // holds fewer may stay (lock_entry::may_idle), and an insert into a shard that holds this
+  // many first takes over an idle one (evict_idle). Idle entries are so at most 256 shards
+  // * 16 = 4,096 per mutex (about 600 KB with short keys). 16: 1,024 keys in use spread
+  // over 256 shards leave about one shard in 100,000 with more (Poisson, mean 4).
+  static constexpr std::uint32_t kept_idle = 16;
+  // Slots an insert into a full shard looks at for an idle entry to take over, from the
+  // clock hand on: a few, so that a shard full of held keys costs an insert little.
+  static constexpr std::uint32_t evict_scan = 4;
 
   spin_lock lock;
-  std::uint32_t size = 0;               // entries (4 bytes, so that two slots fit in the line)
-  std::size_t mask = inline_slots - 1;  // capacity - 1; capacity is a power of two
+  std::uint32_t entries = 0;              // idle ones included (4 bytes, so that two slots fit in the line)
+  std::uint32_t mask = inline_slots - 1;  // capacity - 1; capacity is a power of two
+  std::uint32_t hand = 0;                 // the clock hand: where evict_idle() looks first
   // Tokens of removed entries never exceed this; a new entry starts from it, so tokens
   // stay monotonic per key across the entry's lives.
   std::uint64_t token_floor = 0;
   table_slot* slots = inline_table;  // inline_table, or a heap table of more than inline_slots
   table_slot inline_table[inline_slots] = {};
 
+  [[nodiscard]] std::uint32_t size() const noexcept { return entries; }
+
   // The entry with hash h for which match(entry) is true, or nullptr. Propagates what
   // match throws (a user's operator==), changing nothing.
   template <class Match>
   lock_entry* find(std::size_t h, Match&& match) const {
-    if (size == 0) return nullptr;
     for (std::size_t i = h & mask;; i = (i + 1) & mask) {
       const table_slot& s = slots[i];
       if (s.entry == nullptr) return nullptr;
@@ -65,29 +80,40 @@ struct alignas(cache_line_bytes) lock_shard {
   }
   // Adds e (not present). May allocate a bigger table: throws std::bad_alloc.
   void insert(lock_entry* e) {
-    if ((std::size_t{size} + 1) * grow_below > mask + 1) resize((mask + 1) * 2);
+    if ((std::size_t{size()} + 1) * grow_below > std::size_t{mask} + 1) resize((std::size_t{mask} + 1) * 2);
     place(slots, mask, e);
-    ++size;
+    ++entries;
   }
-  // Removes e (present). Shrinks the table when it is mostly empty. Inline: every
-  // uncontended unlock removes its key.
+  // Removes e (present). Shrinks the table when it is mostly empty.
   void erase(lock_entry* e) noexcept {
-    HANDOFF_ASSERT(size > 0);
     std::size_t i = e->hash & mask;
     while (slots[i].entry != e) i = (i + 1) & mask;
-    // Backward-shift deletion: move later members of the probe run into the hole so that
-    // lookups never need tombstones.
-    for (std::size_t j = (i + 1) & mask; slots[j].entry != nullptr; j = (j + 1) & mask) {
-      const std::size_t home = slots[j].hash & mask;
-      if (((j - home) & mask) >= ((j - i) & mask)) {  // j's home is cyclically outside (i, j]
-        slots[i] = slots[j];
-        i = j;
+    erase_at(i);
+  }
+  // An idle entry (no holder, waiter or expired guard: reclaimable) among the evict_scan
+  // slots from the clock hand on, removed from the table; nullptr if none is there. The
+  // hand moves past the slots looked at.
+  lock_entry* evict_idle() noexcept {
+    std::uint32_t i = hand;
+    for (const std::uint32_t end = i + evict_scan; i != end; ++i) {
+      lock_entry* e = slots[i & mask].entry;
+      if (e != nullptr && reclaimable(e)) {
+        hand = i + 1;
+        erase_at(i & mask);
+        return e;
       }
     }
-    slots[i] = {0, nullptr};
-    --size;
-    // Give memory back after a burst.
-    if (std::size_t{size} * shrink_above < mask + 1 && mask + 1 > inline_slots) shrink();
+    hand = i;
+    return nullptr;
+  }
+  // Whether e, in this table, may leave it: idle, and no expired guard refers to it.
+  static bool reclaimable(const lock_entry* e) noexcept { return e->refs == 0 && e->own.idle(); }
+  // Every entry, for the table's destructor (all idle by then).
+  template <class F>
+  void for_each(F&& f) const {
+    for (std::size_t i = 0; size() != 0 && i <= mask; ++i) {
+      if (slots[i].entry != nullptr) f(slots[i].entry);
+    }
   }
 
   lock_shard() = default;
@@ -98,6 +124,22 @@ struct alignas(cache_line_bytes) lock_shard {
   ~lock_shard();
 
  private:
+  // Empties slot i (occupied). Backward-shift deletion: later members of the probe run
+  // move into the hole, so that lookups never need tombstones.
+  void erase_at(std::size_t i) noexcept {
+    HANDOFF_ASSERT(size() > 0 && slots[i].entry != nullptr);
+    for (std::size_t j = (i + 1) & mask; slots[j].entry != nullptr; j = (j + 1) & mask) {
+      const std::size_t home = slots[j].hash & mask;
+      if (((j - home) & mask) >= ((j - i) & mask)) {  // j's home is cyclically outside (i, j]
+        slots[i] = slots[j];
+        i = j;
+      }
+    }
+    slots[i] = {0, nullptr};
+    --entries;
+    // Give memory back after a burst.
+    if (std::size_t{size()} * shrink_above < std::size_t{mask} + 1 && mask + 1 > inline_slots) shrink();
+  }
   static void place(table_slot* to, std::size_t to_mask, lock_entry* e) noexcept {
     std::size_t i = e->hash & to_mask;
     while (to[i].entry != nullptr) i = (i + 1) & to_mask;

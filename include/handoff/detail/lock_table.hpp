@@ -7,23 +7,26 @@
 // (leases, async wait times, and where their completions run), lock_shard.cpp,
 // entry_cache.cpp.
 //
-// A key's entry shares the actor hand-off primitive's storage (detail/ownership.hpp): its
-// word and its mailbox. Owning the entry's `own` word is holding the lock (design (b) in
-// docs/design.md), but the entry drives it with the serialized protocol
-// (serialized_ownership): the acquire and the final release are plain loads and stores
-// under the shard lock, not the actor's atomic ones. Its count is the lock requests
-// accepted and not finished (the holder plus the queued waiters), and its mailbox holds
-// the requests that found it owned.
+// A key's entry follows the actor's hand-off rule with a word and a queue of its own
+// (lock_word, detail/lock_entry.hpp): owning the entry's word is holding the lock (design
+// (b) in docs/design.md). Its count is the lock requests accepted and not finished (the
+// holder plus the queued waiters), and its queue holds the requests that found it held.
+// Requests take and join it under the shard lock; holders release it by CAS without it.
 //
 //   lock:    under the shard lock, find or create the entry, then
-//            count == 0 -> count = 1: the caller holds the key (no node, no wait)
-//            count != 0 -> count += 1, push a waiter node (still under the lock), wait
-//   unlock:  (the holder, no table lock) pop the next waiter; count -= uncounted;
-//            CAS waiting -> granted: the key is handed over. A waiter that gave up (the
-//            CAS finds `cancelled`) is skipped and counted as `uncounted` for the next round.
-//            Mailbox empty: take the shard lock and pop again. Every request is counted and
-//            pushed inside that lock, so an empty mailbox there means count == uncounted:
-//            count = 0, and the entry leaves the table unless an expired guard refers to it.
+//            CAS count 0 -> 1: the caller holds the key (no node, no wait)
+//            else count += 1; found 0 (released meanwhile): held; else push a waiter
+//            node (still under the lock), unlock, wait
+//   unlock:  (the holder, no table lock) nobody queued and the entry may stay idle: CAS
+//            count 1 -> 0, done (the uncontended unlock: one CAS). Else pop the next
+//            waiter; count -= uncounted; CAS waiting -> granted: the key is handed over.
+//            A waiter that gave up (the CAS finds `cancelled`) is skipped and counted as
+//            `uncounted` for the next round. Queue empty: CAS count uncounted -> 0; a
+//            failure means a request was counted, whose node is pushed once the shard
+//            lock is taken: pop it under that lock. An entry that may not stay idle is
+//            released under the shard lock instead, where an empty queue means count ==
+//            uncounted: count = 0, and it leaves the table unless an expired guard refers
+//            to it.
 //
 // Eventual fairness (keyed_mutex_options::fairness; fair_after_ != 0 here) changes only
 // what an unlock does with a blocked thread's waiter that has waited less than fair_after:
@@ -43,17 +46,23 @@
 // and callback waiters are always handed the key: they would need a wake-up on another
 // thread's run queue to compete, for a barging window nobody but a thread could use.
 //
-// Why the 0 -> 1 transition and the final release happen under the shard lock rather than
-// through a lock-free count: the table must be locked to find or remove the entry anyway,
-// so doing them in the same critical sections makes an uncontended lock/unlock two short
-// critical sections and no other atomic (what a striped mutex costs), and it closes the
-// race between "the last release removes the entry" and "a new locker finds it" by
-// construction: removal and lookup exclude each other, and a locker counts itself before it
-// lets go of the lock. Hand-offs between holders (the contended path) take no table lock.
+// Why the lookup and the 0 -> 1 transition share one critical section, while the release
+// needs none: the table must be locked to find the entry anyway, and taking the word
+// inside that section keeps the entry from being reclaimed between the lookup and the
+// take (a reclaim is under the same lock and needs count == 0). The release's CAS is the
+// holder's last touch of the entry, so an uncontended lock/unlock costs one shard lock
+// and two CASes (a striped mutex: two atomics). Hand-offs between holders (the contended
+// path) take no table lock either.
 //
 // Entry lifetime: the entry lives while count > 0 (a holder, or a queued request, live or
 // given up) or refs > 0 (guards whose lease expired: they no longer count, but still read
-// the entry). It is freed when both are zero, under the shard lock.
+// the entry), and after that, idle, while its table keeps it: an entry inserted while its
+// shard held fewer than lock_shard::kept_idle entries stays (lock_entry::may_idle), until
+// the lock of a new key in a full shard reclaims it (lock_shard::evict_idle, under the
+// shard lock, only with count == 0 and refs == 0) or the table goes. The others leave at
+// their last release, under the shard lock. Idle entries are so at most shard_count() *
+// kept_idle per mutex. Tokens of reclaimed entries go to the shard's token floor, from
+// which a new entry starts, so a key's tokens rise across its entries.
 //
 // Threads: the lease timer thread (one per mutex, started by the first lease or async
 // wait time) only fires deadlines and runs this protocol; the coroutines and callbacks it
@@ -110,8 +119,11 @@ class lock_table {
   lock_table(lock_table&&) = delete;
   lock_table& operator=(lock_table&&) = delete;
 
-  lock_shard& shard_for(std::size_t h) noexcept { return shards_[h >> shard_shift_]; }
+  lock_shard& shard_for(std::size_t h) noexcept { return shards_[h >> (64 - shard_bits)]; }
   [[nodiscard]] std::size_t size() const noexcept;
+  // Entries in the table, idle ones included (at most shard_count() * lock_shard::kept_idle
+  // of them idle), summed shard by shard under each shard's lock.
+  [[nodiscard]] std::size_t entries() const noexcept;
 
   // Called with s locked and e in the table (possibly just created): performs the request,
   // unlocks s, and waits when the mode allows (blocking the thread). token == 0 in the
@@ -129,7 +141,11 @@ class lock_table {
 
   // The holder's release of e (its unlock, or the lease timer's expiry). Hands the key to
   // the next live waiter or releases it; may complete async waiters (complete_waiter).
-  void release(lock_entry* e) noexcept;
+  void release(lock_entry* e) noexcept {
+    if (!release_uncontended(e)) release_contended(e);
+  }
+  // release() after release_uncontended() declined (waiters, or an entry that leaves).
+  void release_contended(lock_entry* e) noexcept;
   // A guard whose lease expired lets go of the entry.
   void drop_ref(lock_entry* e) noexcept;
 
@@ -187,21 +203,28 @@ class lock_table {
 
   // With s locked and e in the table: the uncontended lock, inline (part of the protocol
   // in lib/keyed/lock_protocol.cpp). Holds the key and unlocks s if e is free and no lease is
-  // asked for; else leaves both to acquire() (always, under a test scheduler).
-  [[nodiscard]] bool try_acquire_fast(lock_shard& s, lock_entry* e, grant& g) const noexcept {
-    if (driver_ != nullptr || !e->own.try_take()) return false;
+  // asked for; else leaves both to acquire().
+  [[nodiscard]] static bool try_acquire_fast(lock_shard& s, lock_entry* e, grant& g) noexcept {
+    if (!e->own.try_take()) return false;
     g = {e, ++e->token, 0};
     e->holder_thread.store(this_thread_id(), std::memory_order_relaxed);
     s.lock.unlock();
     return true;
   }
 
+  // Under a test scheduler (handoff/testing.hpp), every blocking request is first a
+  // scheduling point: with s locked and e in the table, unlocks s and lets the scheduler
+  // run other events; the caller then looks the key up again. Throws as
+  // test_driver::yield does.
+  [[nodiscard]] bool driven() const noexcept { return driver_ != nullptr; }
+  void schedule_point(lock_shard& s, const lock_entry* e);
+
   // Shards: 256, one cache line each (16 KB, within L1). Threads on different keys rarely
   // meet in a shard's lock: measured with 16 shards instead, the 2-thread
   // uncontended benchmark spent a quarter of its time spinning there (21.6 ns per
   // operation against 16.1 ns with 256).
   static constexpr unsigned shard_bits = 8;
-  [[nodiscard]] std::size_t shard_count() const noexcept { return std::size_t{1} << (64 - shard_shift_); }
+  static constexpr std::size_t shard_count() noexcept { return std::size_t{1} << shard_bits; }
 
  private:
   friend class lease_timer;
@@ -210,7 +233,8 @@ class lock_table {
   lease_timer* timer_if_started() noexcept;
   // The steps of release(), one protocol action each. next_waiter: the waiter to consider
   // next (`front`, else the mailbox's oldest), or, when none is queued, releases the key
-  // (the count, `uncounted`, goes to 0 under the shard lock) and returns nullptr.
+  // (the count, `uncounted`, goes to 0: by CAS, or under the shard lock for an entry that
+  // leaves the table) and returns nullptr.
   // hand_over: the fifo hand-off to w; false if w gave up. free_for: eventual fairness,
   // frees the key and wakes w to compete for it; false if w gave up. `uncounted`: the
   // requests consumed and still counted (the releasing holder's, skipped waiters').
@@ -223,7 +247,7 @@ class lock_table {
   std::uint32_t compete(lock_entry* e, waiter* w, std::int64_t deadline) noexcept;
   // With s locked: takes e if it is open (eventual fairness: free with waiters queued).
   static bool take_open(lock_entry* e) noexcept;
-  // With s locked: e has count == 0; removes it if nothing refers to it. Returns the
+  // With s locked: e is idle; removes it if nothing refers to it. Returns the
   // removed entry, for recycle() after unlocking, or nullptr.
   static lock_entry* remove_if_unused(lock_shard& s, lock_entry* e) noexcept;
   // Without a shard lock: keeps e (removed, idle) as this thread's cached entry, or frees
@@ -242,12 +266,11 @@ class lock_table {
   void abandon_driven() noexcept;
 
   // All set at construction, except the timer (once, through timer_once_). The first
-  // three are read by every lock: one cache line with the table's address.
-  unsigned shard_shift_;                    // 64 - shard_bits
+  // two are read by every lock: one cache line with the table's address.
+  std::unique_ptr<lock_shard[]> shards_;
+  test_driver* driver_;                     // the test scheduler this table was made under; nullptr: none
   bool manual_clock_ = false;               // see use_manual_clock()
   std::atomic<bool> timer_started_{false};  // release in timer(); pairs with timer_if_started()
-  std::unique_ptr<lock_shard[]> shards_;
-  test_driver* driver_;  // the test scheduler this table was made under; nullptr: none
   destroy_fn destroy_;
   keep_fn keep_;
   describe_fn describe_;
