@@ -10,6 +10,8 @@
 # redis-server it starts on loopback; redis_actor_bench: handoff::redis::actor_system against a
 # worker per key in BLPOP and the in-process actor, 4 sender processes), then print the
 # comparison table and regenerate docs/benchmarks.md and its plots docs/benchmarks.png and docs/benchmarks_keyed_mutex.png.
+# A full run also counts instructions per operation on the single-thread paths
+# (tools/instructions.sh, callgrind, about 5 minutes more) for the page's last table.
 #
 #   bash tools/bench.sh [--update-docs] [extra benchmark flags, given to every binary, e.g. --benchmark_filter=mailbox]
 #
@@ -69,7 +71,10 @@ echo
 rc=0
 if (($# == 0)); then
   dir=build/release/bench
+  # Instructions per operation on the single-thread paths (callgrind), beside the timings.
+  bash tools/instructions.sh --tsv "$dir/instructions.tsv"
   python3 tools/bench_table.py "${outs[@]}" -o "$dir/benchmarks.md" --image benchmarks.png \
+    --instructions "$dir/instructions.tsv" \
     --plot-data "$dir/ratios.tsv" --km-image benchmarks_keyed_mutex.png --km-plot-data "$dir/ratios_keyed_mutex.tsv" ||
     rc=$?
   gnuplot -e "datafile='$dir/ratios.tsv'; outfile='$dir/benchmarks.png'" tools/plot.gp

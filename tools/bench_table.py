@@ -669,6 +669,22 @@ def plot_label(workload, handoff_impl, baseline):
     return f"{w}{' ' + h if h else ''} vs {baseline}"
 
 
+def instructions_section(path):
+    """The table of tools/instructions.sh --tsv (mode, what, O2, O3), as Markdown."""
+    out = ["### Instructions per operation (callgrind)", "",
+           "Counted by `bash tools/instructions.sh` in the same run as the timings above: "
+           "bench/instructions.cpp, built against this tree's library at -O2 and at -O3, each path "
+           "run at 200,000 and 400,000 operations under callgrind; the difference per operation. "
+           "Deterministic where the 2-thread timings swing with the machine's load.", "",
+           "| path | what it counts | -O2 | -O3 |", "|---|---|---:|---:|"]
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            cols = line.rstrip("\n").split("\t")
+            if len(cols) >= 4:
+                out.append(f"| {cols[0]} | {cols[1]} | {cols[2]} | {cols[3]} |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="+", help="Google Benchmark JSON output files")
@@ -679,12 +695,16 @@ def main(argv):
     ap.add_argument("--km-plot-data", help="write the keyed-mutex pairs' 'label<TAB>ratio' lines here "
                     "(without it they go to --plot-data)")
     ap.add_argument("--headline", help="rewrite the generated headline table in this Markdown file (README.md)")
+    ap.add_argument("--instructions", help="tools/instructions.sh --tsv output: adds its table of instructions "
+                    "per operation")
     args = ap.parse_args(argv)
     contexts, results = load(args.files)
     if not results:
         print("no benchmark results found in " + ", ".join(args.files), file=sys.stderr)
         return 1
     text, plot, km_plot = render(contexts, results)
+    if args.instructions:
+        text += "\n" + instructions_section(args.instructions)
     if args.headline:
         write_headline(args.headline, headline(contexts, results))
     if not args.km_plot_data:

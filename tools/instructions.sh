@@ -11,8 +11,8 @@
 # differ between the two. Each mode runs at 200,000 and 400,000 operations under callgrind;
 # the difference divided by 200,000 is the cost of one operation, start-up cancelled.
 # Prints a Markdown table (one row per mode, `bench/instructions --list` says what each
-# counts); --tsv also writes it as tab-separated values (mode, O2, O3[, old O2, old O3]), the
-# form tools/bench_table.py puts into docs/benchmarks.md. Takes a few minutes per tree on 2
+# counts); --tsv also writes it as tab-separated values (mode, what it counts, O2, O3[, old
+# O2, old O3]), the form tools/bench_table.py puts into docs/benchmarks.md. Takes a few minutes per tree on 2
 # cores. Output files under build/instructions/ (the clone stays clean).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -99,7 +99,7 @@ for m in $modes; do
   a=$(per_op new O2 "$m")
   b=$(per_op new O3 "$m")
   row="| $m | $a | $b |"
-  fields="$m	$a	$b"
+  fields="$m	$("$out/new/instructions-O2" --list | awk -F'\t' -v m="$m" '$1 == m { print $2 }')	$a	$b"
   if [[ -n $old ]]; then
     c=$(per_op old O2 "$m")
     d=$(per_op old O3 "$m")
