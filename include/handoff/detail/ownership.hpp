@@ -33,10 +33,12 @@
 // The slots live in chunks of `slots_per_chunk` (detail/slot_chunk.hpp) that an idle actor
 // does not hold. `head_` names the newest chunk:
 //
-//   bits  0..7   closing tag: 0, or while the owner detaches the chunk to release the actor,
-//                its next ticket - base + 1 (two detaches of one chunk never look alike)
-//   bits  8..31  chunk index (0: no chunk)
-//   bits 32..63  the chunk's base ticket
+//   bits  0..5   closing tag: 0, or while the owner detaches the chunk to release the actor,
+//                its next ticket - base + 1, at most 33 (two detaches of one chunk never
+//                look alike)
+//   bits  6..36  chunk index (0: no chunk)
+//   bits 32..63  the chunk's base ticket: a multiple of slots_per_chunk, whose low 5 bits
+//                (always 0) leave bits 32..36 to the index
 //
 //   sender t, from the head it read:  no chunk: install one of base t - t % N (CAS)
 //                                     closing: cancel the detach (CAS), read again
@@ -51,9 +53,11 @@
 //
 // tests/model/chunks.pml checks these steps (and the bounded form below) with spin. Every
 // chunk a sender touches serves a ticket the owner has not passed, so none is back in the
-// pool. After a release the old owner touches only `head_`, counted meanwhile in a static
-// bucket by the actor's address, which the destructor waits to drain (discard()): a
-// sender may cancel the detach (clearing the tag) before the old owner's last CAS.
+// pool. After a release the old owner touches only `head_`, and marks the actor in its
+// thread's record meanwhile (mark_detaching() in detail/slot_chunk.hpp); the destructor
+// waits until no thread's record names its actor (discard()): a sender may cancel the
+// detach (clearing the tag) before the old owner's last CAS. A thread that has returned
+// its record at exit keeps its chunk instead of detaching it; the next owner detaches it.
 //
 // Bounded use (an actor with a capacity): try_acquire_below() counts only while the count
 // is below the capacity, by a CAS loop, so that a full word is never counted and takes no
@@ -196,13 +200,20 @@ class lockfree_ownership {
   static constexpr std::uint64_t count_mask = 0xffffffff;
   static constexpr std::uint32_t count_of(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w); }
   static constexpr std::uint32_t ticket_of(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w >> 32); }
-  static constexpr std::uint32_t tag_of(std::uint64_t h) noexcept { return static_cast<std::uint32_t>(h & 0xff); }
+  static constexpr unsigned index_shift = 6;
+  static constexpr std::uint64_t tag_mask = (std::uint64_t{1} << index_shift) - 1;
+  static_assert(slots_per_chunk + 1 <= tag_mask, "a closing tag must fit its bits");
+  static_assert(index_shift + chunk_index_bits <= 32 + 5 && slots_per_chunk == 32,
+                "the index may only share the base's bits that are always 0");
+  static constexpr std::uint32_t tag_of(std::uint64_t h) noexcept { return static_cast<std::uint32_t>(h & tag_mask); }
   static constexpr std::uint32_t index_of(std::uint64_t h) noexcept {
-    return static_cast<std::uint32_t>(h >> 8) & max_chunks;
+    return static_cast<std::uint32_t>(h >> index_shift) & max_chunks;
   }
-  static constexpr std::uint32_t base_of(std::uint64_t h) noexcept { return static_cast<std::uint32_t>(h >> 32); }
+  static constexpr std::uint32_t base_of(std::uint64_t h) noexcept {
+    return static_cast<std::uint32_t>(h >> 32) & ~(slots_per_chunk - 1);
+  }
   static constexpr std::uint64_t head(std::uint32_t base, std::uint32_t index, std::uint32_t tag) noexcept {
-    return std::uint64_t{base} << 32 | std::uint64_t{index} << 8 | tag;
+    return std::uint64_t{base} << 32 | std::uint64_t{index} << index_shift | tag;
   }
 
   // Owner only: the request of ticket next_, in slot i of its chunk c, if stored yet.
