@@ -19,7 +19,7 @@ constexpr bool before(std::uint32_t a, std::uint32_t b) noexcept { return static
 std::uint64_t lockfree_ownership::open_head() noexcept {
   // acquire; pairs with the release of whoever installed the head's chunk.
   std::uint64_t h = head_.load(std::memory_order_acquire);
-  while (tag_of(h) != 0) {
+  while (closing(h)) {
     const std::uint64_t open = head(base_of(h), index_of(h), 0);
     if (head_.compare_exchange_weak(h, open, std::memory_order_acquire, std::memory_order_acquire)) return open;
   }
@@ -187,7 +187,7 @@ void lockfree_ownership::discard() noexcept {
   // cancelled its detach already): wait for every thread that marked this actor.
   wait_for_detaching(this);
   const std::uint64_t h = head_.load(std::memory_order_acquire);
-  HANDOFF_ASSERT(tag_of(h) == 0);
+  HANDOFF_ASSERT(!closing(h));
   front_ = nullptr;
   if (read_ != 0) {
     // Ours, and the chunks after it up to the head.

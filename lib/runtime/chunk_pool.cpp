@@ -234,6 +234,24 @@ void orphan_free(std::uint32_t i) noexcept {
   o.in_use.fetch_sub(1, std::memory_order_relaxed);
 }
 
+// Puts chunk i in front of `loaded`, which has room.
+void put_loaded(thread_chunks& t, std::uint32_t i) noexcept {
+  // Relaxed: the cache is this thread's; whatever other threads did with the chunk (their
+  // slot stores) happens-before this free through the caller's acquire loads.
+  chunk_at(i).next.store(t.loaded, std::memory_order_relaxed);
+  t.loaded = i;
+  ++t.loaded_size;
+  add(t.record->in_use, std::int64_t{-1});
+}
+
+// free_chunk() with `loaded` full, or no record: out of line, so that the common path
+// saves no registers.
+[[gnu::noinline]] void free_chunk_slow(std::uint32_t i) noexcept {
+  thread_chunks& t = cache;
+  if (!make_room(t)) return orphan_free(i);
+  put_loaded(t, i);
+}
+
 }  // namespace
 
 constinit std::atomic<slot_chunk*> chunk_segments[chunk_segment_count]{};
@@ -261,15 +279,9 @@ std::uint32_t allocate_chunk(std::uint32_t base, std::uint32_t prev) noexcept {
 
 void free_chunk(std::uint32_t i) noexcept {
   thread_chunks& t = cache;
-  if ((t.record == nullptr || t.loaded_size == chunk_batch_size) && !make_room(t)) [[unlikely]] {
-    return orphan_free(i);
-  }
-  // Relaxed: the cache is this thread's; whatever other threads did with the chunk (their
-  // slot stores) happens-before this free through the caller's acquire loads.
-  chunk_at(i).next.store(t.loaded, std::memory_order_relaxed);
-  t.loaded = i;
-  ++t.loaded_size;
-  add(t.record->in_use, std::int64_t{-1});
+  if (t.record == nullptr || t.loaded_size == chunk_batch_size) [[unlikely]]
+    return free_chunk_slow(i);
+  put_loaded(t, i);
 }
 
 chunk_pool_counters chunk_pool_stats() noexcept {
