@@ -2,10 +2,8 @@
 // chunks behind lockfree_ownership (detail/ownership.hpp; model: tests/model/chunks.pml).
 #include <atomic>
 #include <cstdint>
-#include <iterator>
 
 #include "handoff/detail/assert.hpp"
-#include "handoff/detail/backoff.hpp"
 #include "handoff/detail/ownership.hpp"
 
 namespace handoff::detail {
@@ -16,26 +14,12 @@ constexpr std::uint32_t chunk_of(std::uint32_t t) noexcept { return t & ~(slots_
 // Tickets wrap: compare them by their signed distance.
 constexpr bool before(std::uint32_t a, std::uint32_t b) noexcept { return static_cast<std::int32_t>(a - b) < 0; }
 
-// Owners between a detaching release attempt and their last touch of the head, counted by
-// the actor's address in static memory (it outlives the actor): the destructor, which
-// may free the actor as soon as it is idle, waits for its bucket to drain (discard()).
-// A few buckets suffice: the windows last a few instructions, and a destructor that
-// shares a bucket with another actor's detach only waits that long.
-struct alignas(64) detach_bucket {
-  std::atomic<std::uint32_t> owners{0};
-};
-detach_bucket detaching[16];
-
-detach_bucket& bucket_of(const void* actor) noexcept {
-  return detaching[(reinterpret_cast<std::uintptr_t>(actor) >> 6) % std::size(detaching)];
-}
-
 }  // namespace
 
 std::uint64_t lockfree_ownership::open_head() noexcept {
   // acquire; pairs with the release of whoever installed the head's chunk.
   std::uint64_t h = head_.load(std::memory_order_acquire);
-  while (tag_of(h) != 0) {
+  while (closing(h)) {
     const std::uint64_t open = head(base_of(h), index_of(h), 0);
     if (head_.compare_exchange_weak(h, open, std::memory_order_acquire, std::memory_order_acquire)) return open;
   }
@@ -143,9 +127,11 @@ std::uint64_t lockfree_ownership::release_detaching(std::uint64_t consumed) noex
       return consumed;
     }
   }
-  // Counted meanwhile (and maybe a chunk installed): the subtraction cannot release.
+  // Counted meanwhile (and maybe a chunk installed): the subtraction cannot release. Or a
+  // thread past its exit hook, which cannot mark the actor: it releases with the chunk,
+  // which the next owner reads on from (or the destructor frees).
   const std::uint64_t before_sub = word_.fetch_sub(consumed, std::memory_order_release);
-  HANDOFF_ASSERT(count_of(before_sub) > consumed);
+  HANDOFF_ASSERT(count_of(before_sub) >= consumed);
   return count_of(before_sub);
 }
 
@@ -157,6 +143,7 @@ bool lockfree_ownership::close_head(std::uint64_t consumed, detach& d) noexcept 
   slot_chunk& held = chunk_at(d.held);
   const std::uint32_t base = held.base.load(std::memory_order_relaxed);
   d.open = head(base, d.held, 0);
+  HANDOFF_ASSERT(next_ - base <= slots_per_chunk);  // the tag fits its bits
   d.closing = head(base, d.held, next_ - base + 1);
   // Where the next turn starts if a sender takes the chunk back (published by the word's
   // release, which the next owner acquires).
@@ -164,10 +151,14 @@ bool lockfree_ownership::close_head(std::uint64_t consumed, detach& d) noexcept 
   std::uint64_t h = d.open;
   // Relaxed: ordered before the word's release in release_closed(), which a later sender
   // acquires before it reads the head (so it sees closing, or later).
-  if (!head_.compare_exchange_strong(h, d.closing, std::memory_order_relaxed, std::memory_order_relaxed)) return false;
+  // Before the release: a destructor that acquires the idle actor after it sees the mark.
+  // A thread past its exit hook has no record to mark: it keeps the chunk.
+  if (!mark_detaching(this)) return false;
+  if (!head_.compare_exchange_strong(h, d.closing, std::memory_order_relaxed, std::memory_order_relaxed)) {
+    clear_detaching();  // still the owner: no destructor waits
+    return false;
+  }
   read_ = 0;
-  // Before the release: a destructor that acquires the idle actor after it sees the count.
-  bucket_of(this).owners.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -179,28 +170,24 @@ bool lockfree_ownership::release_closed(std::uint64_t consumed, detach& d) noexc
   read_ = d.held;  // counted meanwhile: still ours, with the chunk
   std::uint64_t h = d.closing;
   head_.compare_exchange_strong(h, d.open, std::memory_order_relaxed, std::memory_order_relaxed);  // or a sender did
-  bucket_of(this).owners.fetch_sub(1, std::memory_order_relaxed);  // still the owner: no destructor waits
+  clear_detaching();  // still the owner: no destructor waits
   return false;
 }
 
 void lockfree_ownership::finish_detach(const detach& d) noexcept {
-  detach_bucket& bucket = bucket_of(this);  // static: safe to use once *this may be gone
   std::uint64_t h = d.closing;
   // acquire: the chunk's last uses by senders (their stores, all read) come before its reuse.
   const bool detached = head_.compare_exchange_strong(h, 0, std::memory_order_acquire, std::memory_order_relaxed);
-  // release; pairs with the acquire in discard(): our last touch of *this comes before its end.
-  bucket.owners.fetch_sub(1, std::memory_order_release);
+  clear_detaching();  // our last touch of *this is done: its destructor may go on
   if (detached) free_chunk(d.held);
 }
 
 void lockfree_ownership::discard() noexcept {
   // A released owner's last touch of the head may be in flight (a sender may even have
-  // cancelled its detach already): wait for every detaching owner of this bucket.
-  for (unsigned spins = 0; bucket_of(this).owners.load(std::memory_order_acquire) != 0; ++spins) {
-    backoff(spins < spins_before_yield ? spins : spins_before_yield);
-  }
+  // cancelled its detach already): wait for every thread that marked this actor.
+  wait_for_detaching(this);
   const std::uint64_t h = head_.load(std::memory_order_acquire);
-  HANDOFF_ASSERT(tag_of(h) == 0);
+  HANDOFF_ASSERT(!closing(h));
   front_ = nullptr;
   if (read_ != 0) {
     // Ours, and the chunks after it up to the head.

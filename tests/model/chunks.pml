@@ -39,8 +39,16 @@
  *            idx 0; if that held, the chunk goes back to the pool (a sender that cancelled
  *            the detach gave it to the next owner). Not released: take the chunk back,
  *            cancel the detach, drain on. After the release the old owner touches only the
- *            head word; the actor's destructor waits for that last CAS (the library counts
- *            such owners by the actor's address; not modelled).
+ *            head word; it marks the actor (in its thread's record, a ghost count here)
+ *            before its close CAS and clears the mark after that last CAS (or when the
+ *            detach fails), and the actor's destructor waits until no mark names it.
+ *   destroy: (DESTROY) once every send is counted, a destructor takes the idle actor (count
+ *            0 -> 1), waits for the marks, destroys it (a released owner's later touch of
+ *            the head is an error) and returns the chunks the head still names. With
+ *            EXITING, an owner may find it cannot mark the actor (its thread has returned
+ *            its record at exit): it names its chunk the next turn's first and releases by
+ *            fetch_sub with the chunk; the next owner reads on from it, or the destructor
+ *            returns it.
  *
  * NS senders send M messages each; N slots per chunk; a pool of K chunks (0 = none).
  * Memory is sequentially consistent here: the model checks the protocol's interleavings,
@@ -60,6 +68,8 @@
  *   CAP           a bounded actor: admission by CAS while count < CAP (a full actor counts
  *                 nothing and takes no ticket: the send is refused), and the owner releases
  *                 after every message, so that the count is the room senders see
+ *   DESTROY       a destructor process (see destroy above)
+ *   EXITING       with DESTROY: owners may be unable to mark the actor, and keep the chunk
  * Broken variants, each expected to be rejected:
  *   BROKEN_NO_CLOSING     the owner empties the head before its release attempt instead of
  *                         marking it closing: a sender that read the head before writes the
@@ -77,6 +87,8 @@
  *                         actor holds memory (the end assertion)
  *   BROKEN_STALE_FIRST    the detaching owner does not name its chunk the first of the
  *                         next turn: a new owner starts from a chunk back in the pool
+ *   BROKEN_NO_MARK_WAIT   (DESTROY) the destructor does not wait for the detach marks: a
+ *                         released owner's last CAS touches the destroyed actor
  */
 
 #ifndef NS
@@ -130,6 +142,8 @@ byte nextseq[NS];
 byte nrun = 0;
 byte accepted = 0;
 byte done = 0;
+byte marked = 0;         /* released owners that may still touch the head (their marks) */
+bool destroyed = false;  /* DESTROY: the destructor went past its wait */
 
 #define INVARIANT (owners <= 1 && (count == 0) == (owners == 0))
 
@@ -305,6 +319,24 @@ inline drain(next, ran, rc, before, mm, lidx, lbase, lclose, ok) {
       !(rc != 0 && next >= cbase[rc] + N && cnext[rc] != 0))) ->
      d_step { before = count }
      if
+#ifdef EXITING
+     :: before == ran && rc != 0 ->
+        /* cannot mark the actor: release with the chunk, named the next turn's first */
+        cfirst[rc] = rc;
+        d_step {
+          before = count;
+          assert(before >= ran);
+          count = count - ran;
+          if
+          :: before == ran -> owners--; owner = 0
+          :: else
+          fi
+        }
+        if
+        :: before == ran -> break
+        :: else -> ran = 0
+        fi
+#endif
      :: before != ran || rc == 0 ->
         /* fetch_sub */
         d_step {
@@ -331,6 +363,7 @@ inline drain(next, ran, rc, before, mm, lidx, lbase, lclose, ok) {
 #ifndef BROKEN_STALE_FIRST
         cfirst[rc] = rc;  /* the next turn starts here if a sender takes the chunk back */
 #endif
+        marked++;
 #ifdef BROKEN_NO_CLOSING
         d_step {
           ok = (hidx == rc && hbase == lbase && hclose == 0);
@@ -343,7 +376,7 @@ inline drain(next, ran, rc, before, mm, lidx, lbase, lclose, ok) {
         }
 #endif
         if
-        :: !ok -> skip  /* a sender installed a chunk meanwhile: the count moved too */
+        :: !ok -> marked--  /* a sender installed a chunk meanwhile: the count moved too */
         :: else ->
            lidx = rc;
            rc = 0;
@@ -360,6 +393,7 @@ inline drain(next, ran, rc, before, mm, lidx, lbase, lclose, ok) {
               recycle(lidx);
 #else
               d_step {
+                assert(!destroyed);  /* the released owner's last touch of the actor */
 #ifdef BROKEN_NO_TAG
                 ok = (hidx == lidx && hbase == lbase && hclose != 0);
 #else
@@ -367,6 +401,7 @@ inline drain(next, ran, rc, before, mm, lidx, lbase, lclose, ok) {
 #endif
                 if :: ok -> hidx = 0; hclose = 0 :: else fi
               }
+              marked--;
               if
               :: ok -> recycle(lidx)
               :: else
@@ -379,8 +414,9 @@ inline drain(next, ran, rc, before, mm, lidx, lbase, lclose, ok) {
               d_step { if :: hidx == 0 && hbase == lbase -> hidx = rc :: else fi }
 #else
               /* take the chunk back (a sender may have cancelled the detach already) */
-              settle_closing(rc, lbase, lclose)
+              settle_closing(rc, lbase, lclose);
 #endif
+              marked--
            fi
         fi;
         lidx = 0; lbase = 0; lclose = 0; ok = false
@@ -436,6 +472,36 @@ proctype sender(byte s) {
   done++
 }
 
+#ifdef DESTROY
+proctype destructor() {
+  byte c, p;
+  atomic {
+    accepted == NS * M && count == 0 ->
+    count = 1; ticket++; owners++; owner = _pid
+  }
+#ifndef BROKEN_NO_MARK_WAIT
+  (marked == 0);
+#endif
+  destroyed = true;
+  /* discard(): the chunks the head still names, back to the first */
+  d_step {
+    assert(hclose == 0);
+    c = hidx;
+    do
+    :: c != 0 -> p = cprev[c]; recycle(c); c = p
+    :: else -> break
+    od;
+    hidx = 0;
+    p = 0
+  }
+  d_step { count = 0; owners--; owner = 0 }
+  done++
+}
+#define DESTRUCTORS 1
+#else
+#define DESTRUCTORS 0
+#endif
+
 proctype monitor() {
 end_watch:
   atomic { !(INVARIANT) -> assert(INVARIANT) }
@@ -456,9 +522,12 @@ init {
     do
     :: i < NS -> run sender(i); i++
     :: else -> break
-    od
+    od;
+#ifdef DESTROY
+    run destructor()
+#endif
   }
-  (done == NS);
+  (done == NS + DESTRUCTORS);
   /* everything accepted ran once; the idle actor holds no chunk; the pool is whole */
   d_step {
     assert(nrun == accepted && count == 0 && owners == 0);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "../unit/test_support.hpp"
+#include "stress_seconds.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -23,10 +24,7 @@
 
 namespace {
 
-double stress_seconds() {
-  const char* s = std::getenv("HANDOFF_STRESS_SECONDS");
-  return s != nullptr ? std::atof(s) : 2.0;
-}
+using handoff::test::stress_seconds;
 
 constexpr int max_senders = 8;  // sender ids: threads, plus forwards from handlers
 

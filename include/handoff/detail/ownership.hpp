@@ -33,10 +33,13 @@
 // The slots live in chunks of `slots_per_chunk` (detail/slot_chunk.hpp) that an idle actor
 // does not hold. `head_` names the newest chunk:
 //
-//   bits  0..7   closing tag: 0, or while the owner detaches the chunk to release the actor,
-//                its next ticket - base + 1 (two detaches of one chunk never look alike)
-//   bits  8..31  chunk index (0: no chunk)
-//   bits 32..63  the chunk's base ticket
+//   bits  0..30  chunk index (0: no chunk)
+//   bits 31..36  closing tag: 0, or while the owner detaches the chunk to release the actor,
+//                its next ticket - base + 1, at most 33 (two detaches of one chunk never
+//                look alike)
+//   bits 32..63  the chunk's base ticket: a multiple of slots_per_chunk, whose low 5 bits
+//                (always 0) leave bits 32..36 to the tag. With no tag, the high half is
+//                the base as it is (a sender's fast path reads it with one shift).
 //
 //   sender t, from the head it read:  no chunk: install one of base t - t % N (CAS)
 //                                     closing: cancel the detach (CAS), read again
@@ -51,9 +54,11 @@
 //
 // tests/model/chunks.pml checks these steps (and the bounded form below) with spin. Every
 // chunk a sender touches serves a ticket the owner has not passed, so none is back in the
-// pool. After a release the old owner touches only `head_`, counted meanwhile in a static
-// bucket by the actor's address, which the destructor waits to drain (discard()): a
-// sender may cancel the detach (clearing the tag) before the old owner's last CAS.
+// pool. After a release the old owner touches only `head_`, and marks the actor in its
+// thread's record meanwhile (mark_detaching() in detail/slot_chunk.hpp); the destructor
+// waits until no thread's record names its actor (discard()): a sender may cancel the
+// detach (clearing the tag) before the old owner's last CAS. A thread that has returned
+// its record at exit keeps its chunk instead of detaching it; the next owner detaches it.
 //
 // Bounded use (an actor with a capacity): try_acquire_below() counts only while the count
 // is below the capacity, by a CAS loop, so that a full word is never counted and takes no
@@ -138,8 +143,10 @@ class lockfree_ownership {
     const std::uint32_t t = a.ticket();
     // acquire; pairs with the release of the chunk's installer (its base, emptied slots).
     const std::uint64_t h = head_.load(std::memory_order_acquire);
-    const std::uint32_t i = t - base_of(h);  // wraps past slots_per_chunk when t is before base
-    if (index_of(h) != 0 && tag_of(h) == 0 && i < slots_per_chunk) {
+    // The base when the tag is 0 (else i is not used); wraps past slots_per_chunk when t is
+    // before the base.
+    const std::uint32_t i = t - static_cast<std::uint32_t>(h >> 32);
+    if (index_of(h) != 0 && !closing(h) && i < slots_per_chunk) {
       // release; pairs with the acquire in pop(): the request's payload is visible to the owner.
       chunk_at(index_of(h)).slots[i].store(n, std::memory_order_release);
       return;
@@ -196,13 +203,19 @@ class lockfree_ownership {
   static constexpr std::uint64_t count_mask = 0xffffffff;
   static constexpr std::uint32_t count_of(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w); }
   static constexpr std::uint32_t ticket_of(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w >> 32); }
-  static constexpr std::uint32_t tag_of(std::uint64_t h) noexcept { return static_cast<std::uint32_t>(h & 0xff); }
-  static constexpr std::uint32_t index_of(std::uint64_t h) noexcept {
-    return static_cast<std::uint32_t>(h >> 8) & max_chunks;
+  static constexpr unsigned tag_shift = chunk_index_bits;  // 31
+  static constexpr std::uint32_t tag_mask = 63;
+  static_assert(slots_per_chunk + 1 <= tag_mask, "a closing tag must fit its bits");
+  static_assert(tag_shift + 6 <= 32 + 5 && slots_per_chunk == 32,
+                "the tag may only share the base's bits that are always 0");
+  // True while the head carries a closing tag (a detach in flight or not yet cancelled).
+  static constexpr bool closing(std::uint64_t h) noexcept { return (h & (std::uint64_t{tag_mask} << tag_shift)) != 0; }
+  static constexpr std::uint32_t index_of(std::uint64_t h) noexcept { return static_cast<std::uint32_t>(h) & max_chunks; }
+  static constexpr std::uint32_t base_of(std::uint64_t h) noexcept {
+    return static_cast<std::uint32_t>(h >> 32) & ~(slots_per_chunk - 1);
   }
-  static constexpr std::uint32_t base_of(std::uint64_t h) noexcept { return static_cast<std::uint32_t>(h >> 32); }
   static constexpr std::uint64_t head(std::uint32_t base, std::uint32_t index, std::uint32_t tag) noexcept {
-    return std::uint64_t{base} << 32 | std::uint64_t{index} << 8 | tag;
+    return std::uint64_t{base} << 32 | std::uint64_t{tag} << tag_shift | index;
   }
 
   // Owner only: the request of ticket next_, in slot i of its chunk c, if stored yet.
