@@ -8,8 +8,8 @@
  * driven by lib/actor/actor_base.cpp), with the actor's budgets and executor hand-off on
  * top; its mailbox stands for any that a message reaches some steps after it was counted
  * (the actor's ticketed slots: packed.pml and chunks.pml model those). keyed_lock.pml
- * models the serialized protocol of the keyed entry, whose increments and final release
- * happen under the table's shard lock. Checked by spin under ctest through
+ * models the keyed entry's word, taken under the table's shard lock and released by CAS
+ * without it. Checked by spin under ctest through
  * tests/model/check.sh; see tests/model/README.md.
  *
  * One actor, NS sender processes sending M messages each, and (with EXEC) one executor

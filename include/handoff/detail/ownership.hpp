@@ -1,14 +1,12 @@
-// The hand-off primitive: an ownership word that counts requests, a mailbox for the
-// requests that found the word owned, and the two protocols that drive them.
+// The actor's hand-off primitive: an ownership word that counts requests, a mailbox for
+// the requests that found the word owned, and the protocol that drives them.
 //
 //   lockfree_ownership     the actor's protocol (actor_base): one atomic read-modify-write
 //                          per send, lock-free everywhere. The word packs the count and a
 //                          message ticket; messages wait in ticketed slots of pooled chunks.
-//   serialized_ownership   the keyed mutex's entry (lock_entry): acquirers and the final
-//                          release already hold a lock (the table's shard lock), so they
-//                          load and store; a hand-off between owners, made outside that lock,
-//                          subtracts atomically. Its mailbox is Vyukov's queue: a ticket would
-//                          save no atomic under that lock, and waiters are few.
+//
+// (The keyed mutex's entry follows the same hand-off rule with a word and a queue of its
+// own: lock_word, detail/lock_entry.hpp.)
 //
 // The lock-free protocol. The word (`word_`):
 //
@@ -66,14 +64,6 @@
 // stored). The owner of a bounded word releases after every request, so that the count is
 // the room that senders see.
 //
-// The serialized protocol (every step but uncount under the caller's lock):
-//
-//   take:     count == 0 -> count = 1      the caller owns; else nothing is counted, so that
-//                                          a try-lock can decline to wait
-//   join:     count += 1, then enqueue     the word is owned; the request waits its turn
-//   release:  count = consumed -> 0        the owner found the mailbox empty under the
-//                                          lock: every counted request was consumed
-//   hand-off: uncount(X), outside the lock, then give the popped request the ownership
 #pragma once
 
 #include <atomic>
@@ -267,65 +257,6 @@ class lockfree_ownership {
   mailbox_node* front_ = nullptr;
   std::uint32_t read_ = 0;
   std::uint32_t next_ = 0;
-};
-
-// The keyed entry's protocol: acquire and final release under the caller's lock, which
-// serializes every acquirer and that release (relaxed: the lock orders the owners).
-class serialized_ownership {
- public:
-  serialized_ownership() noexcept = default;
-  serialized_ownership(const serialized_ownership&) = delete;
-  serialized_ownership& operator=(const serialized_ownership&) = delete;
-  serialized_ownership(serialized_ownership&&) = delete;
-  serialized_ownership& operator=(serialized_ownership&&) = delete;
-  ~serialized_ownership() = default;
-
-  // Owner only. The oldest request, or nullptr when none is linked yet (a join() between
-  // the queue's two steps: see mpsc_queue).
-  [[nodiscard]] mailbox_node* pop() noexcept { return mailbox_.pop(); }
-  // Owner only. True when pop() would return nullptr now (two loads, no write).
-  [[nodiscard]] bool looks_empty() const noexcept { return mailbox_.looks_empty(); }
-
-  // Requests accepted and not finished; exact only for the owner under the serializing
-  // lock, a snapshot otherwise.
-  [[nodiscard]] std::uint64_t pending() const noexcept { return count_.load(std::memory_order_relaxed); }
-
-  // Takes a free word (0 -> 1: true), or, when it is owned, counts nothing (false), so that
-  // the caller may decide not to wait (a try-lock) before join().
-  [[nodiscard]] bool try_take() noexcept {
-    if (count_.load(std::memory_order_relaxed) != 0) return false;
-    count_.store(1, std::memory_order_relaxed);
-    return true;
-  }
-
-  // Owned word: counts the caller's request and enqueues it, in that order.
-  void join(mailbox_node* n) noexcept {
-    [[maybe_unused]] const std::uint64_t before =
-        count_.fetch_add(1, std::memory_order_relaxed);  // atomic: uncount() runs outside the lock
-    HANDOFF_ASSERT(before >= 1);
-    mailbox_.push(n);
-  }
-
-  // Owner only, outside the lock, handing ownership to a request it popped (still
-  // counted): uncounts what it consumed before; never reaches 0. Atomic: a join() may count
-  // under the lock meanwhile. Relaxed: the hand-off itself (the waiter's state) publishes
-  // the owner's writes.
-  void uncount(std::uint64_t consumed) noexcept {
-    [[maybe_unused]] const std::uint64_t before = count_.fetch_sub(consumed, std::memory_order_relaxed);
-    HANDOFF_ASSERT(before > consumed);
-  }
-
-  // Owner only, with the mailbox found empty under the lock: every counted request was
-  // consumed (acquirers count and enqueue under the same lock), so the count is exactly
-  // `consumed`: release.
-  void release([[maybe_unused]] std::uint64_t consumed) noexcept {
-    HANDOFF_ASSERT(count_.load(std::memory_order_relaxed) == consumed);
-    count_.store(0, std::memory_order_relaxed);
-  }
-
- private:
-  std::atomic<std::uint64_t> count_{0};  // the ownership word: see the overview
-  mpsc_queue mailbox_;                   // producers: joiners under the lock; consumer: the owner
 };
 
 }  // namespace handoff::detail
