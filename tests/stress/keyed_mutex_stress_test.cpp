@@ -71,6 +71,7 @@ struct config {
 
 struct counters {
   std::atomic<long> ops{0};
+  std::atomic<std::int64_t> longest_lock_ns{0};  // the longest wait of a plain blocking lock()
   std::atomic<long> grants{0};
   std::atomic<long> try_busy{0};
   std::atomic<long> timeouts{0};  // try_lock_for gave up: non-owning result
@@ -264,6 +265,10 @@ void worker(world& w, int id, steady::time_point deadline) {
     const std::int64_t requested = now_ns();
     if (r < 30) {
       key_guard g = w.m.lock(name);
+      const std::int64_t waited = now_ns() - requested;
+      std::int64_t longest = n.longest_lock_ns.load(std::memory_order_relaxed);
+      while (waited > longest && !n.longest_lock_ns.compare_exchange_weak(longest, waited, std::memory_order_relaxed)) {
+      }
       w.hold(key, g, requested, false);
     } else if (r < 42) {
       key_guard g = w.m.try_lock(name);
@@ -361,6 +366,14 @@ void run(const config& cfg, const char* label) {
     if (w->slots[k].plain != w->slots[k].plain_expected.load()) ++lost_updates;
   }
   EXPECT_EQ(stuck, 0) << "keys left held by nobody (granted to a waiter that gave up?)";
+  if (cfg.fairness == handoff::fairness::eventual) {
+    // Once a waiter has waited fair_after (500 us), the next unlock hands it the key; what
+    // it may wait beyond that is the holds queued ahead of it (microseconds each, a few ms
+    // for a lease slept past). A waiter never handed the key would wait until the other
+    // threads stop, seconds.
+    EXPECT_LT(n.longest_lock_ns.load(), std::int64_t{1'000'000'000})
+        << "a blocked lock() under eventual fairness waited past its fair_after bound by far";
+  }
   EXPECT_EQ(lost_updates, 0) << "keys whose holders without a lease overlapped";
   EXPECT_EQ(w->m.size(), 0u);
   // The paths under test were taken.
@@ -370,12 +383,14 @@ void run(const config& cfg, const char* label) {
   EXPECT_GT(n.callbacks_done.load(), 0);
 
   std::printf(
-      "[ %s ] %.1f s, %d threads, %zu keys: %ld operations, %ld grants (try_lock busy %ld, timed out %ld); "
+      "[ %s ] %.1f s, %d threads, %zu keys: %ld operations, %ld grants (try_lock busy %ld, timed out %ld, "
+      "longest lock() wait %.3f ms); "
       "leases %ld (slept past %ld, expiry seen %ld, taken over %ld, late holders %ld); "
       "coroutines %ld (timed out %ld); callbacks %ld; lock_all %ld\n",
       label, seconds, cfg.threads, w->slots.size(), n.ops.load(), n.grants.load(), n.try_busy.load(), n.timeouts.load(),
-      n.leases.load(), n.sleeps_past.load(), n.expired_seen.load(), n.takeovers.load(), n.late_holders.load(),
-      n.async_done.load(), n.async_timeouts.load(), n.callbacks_done.load(), n.lock_alls.load());
+      static_cast<double>(n.longest_lock_ns.load()) / 1e6, n.leases.load(), n.sleeps_past.load(), n.expired_seen.load(),
+      n.takeovers.load(), n.late_holders.load(), n.async_done.load(), n.async_timeouts.load(), n.callbacks_done.load(),
+      n.lock_alls.load());
   std::fflush(stdout);
   testing::Test::RecordProperty("operations", std::to_string(n.ops.load()));
   testing::Test::RecordProperty("grants", std::to_string(n.grants.load()));
