@@ -55,6 +55,7 @@ if [[ -n $old ]]; then
   worktree=$(mktemp -d)
   trap 'git worktree remove --force "$worktree/tree" >/dev/null 2>&1 || true; rm -rf "$worktree"' EXIT
   git worktree add --detach "$worktree/tree" "$old" >/dev/null 2>&1
+  rm -rf "$out/old"  # its CMake cache names the last call's worktree
   mkdir -p "$out/old"
   build "$worktree/tree" old
   trees+=(old)
