@@ -104,7 +104,7 @@ for m in $modes; do
   if [[ -n $old ]]; then
     c=$(per_op old O2 "$m")
     d=$(per_op old O3 "$m")
-    row="$row $c | $d | $(awk -v n="$b" -v o="$d" 'BEGIN { printf "%+.1f%%", o > 0 ? 100 * (n - o) / o : 0 }') |"
+    row="$row $c | $d | $(awk -v n="$b" -v o="$d" 'BEGIN { printf "%+.1f%%", (o > 0 ? 100 * (n - o) / o : 0) }') |"
     fields="$fields	$c	$d"
   fi
   echo "$row"
