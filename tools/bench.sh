@@ -91,4 +91,9 @@ if (($# == 0)); then
 else
   python3 tools/bench_table.py "${outs[@]}" || rc=$?
 fi
+# README.md's headline table against the code it measured (a content hash it records):
+# reported here, and run before a release; the benchmarks' own status is the exit code.
+if ! python3 tools/headline_guard.py check README.md; then
+  echo "handoff: README.md's headline table is stale (see above)" >&2
+fi
 exit "$rc"

@@ -62,6 +62,8 @@ import statistics
 import sys
 from collections import OrderedDict, defaultdict
 
+import headline_guard  # tools/headline_guard.py: the hash of the code the headline measures
+
 # (workload, baseline impl) -> (min ratio baseline_time / handoff_time, description).
 # workload is either the full workload with its thread count ("1actor_trivial/threads:2"),
 # which is looked up first, or the bare name, which then applies to every thread count.
@@ -637,8 +639,8 @@ def headline(contexts, results):
     for run, r in results.items():
         if "error" not in r and r.get("time"):
             times[split_name(run)] = r["time"]
-    out = [HEADLINE_BEGIN, "", "Machine: " + machine_line(contexts) + ". Ratio = baseline time / handoff time "
-           "(above 1: handoff faster); **bold**: the baseline wins.", "",
+    out = [HEADLINE_BEGIN, headline_guard.mark_line(), "", "Machine: " + machine_line(contexts) + ". Ratio = baseline "
+           "time / handoff time (above 1: handoff faster); **bold**: the baseline wins.", "",
            "| workload | handoff | baseline | ratio |", "|---|---:|---:|---:|"]
     for label, workload, ours, theirs in HEADLINE:
         h, b = times.get((workload, ours)), times.get((workload, theirs))
