@@ -62,7 +62,7 @@ TEST(ChunkPool, RequestsAndResponsesQueuedBehindOwnersOnTwoThreadsTouchNoSharedL
     for (int i = 0; i < warm_up + exchanges; ++i) {
       b.wait_for(1);
       ASSERT_EQ(server.pop(), &request);
-      ASSERT_TRUE(server.try_release(2));   // detaches the request's chunk: freed here
+      ASSERT_TRUE(server.try_release(2));        // detaches the request's chunk: freed here
       const admission a = client.try_acquire();  // the client is busy: queued
       ASSERT_EQ(a, admission::queued);
       client.enqueue(a, &response);  // a chunk from this thread's cache

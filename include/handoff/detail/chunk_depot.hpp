@@ -42,8 +42,7 @@ class chunk_depot {
       c.first.store(index_of(top), std::memory_order_relaxed);  // published by the CAS
       // release; pairs with the acquire in load_top() and try_pop(): what the pusher did
       // with the batch's chunks happens-before their reuse by the popper.
-      if (top_.compare_exchange_weak(top, bumped(top, batch), std::memory_order_release,
-                                     std::memory_order_relaxed)) {
+      if (top_.compare_exchange_weak(top, bumped(top, batch), std::memory_order_release, std::memory_order_relaxed)) {
         return;
       }
     }
@@ -71,8 +70,7 @@ class chunk_depot {
   [[nodiscard]] bool try_pop(std::uint64_t& top, std::uint32_t below) noexcept {
     // acquire (both outcomes): the next read_below() reads a pushed batch's link. Strong:
     // a step that tests drive fails only when the top has changed.
-    return top_.compare_exchange_strong(top, bumped(top, below), std::memory_order_acquire,
-                                        std::memory_order_acquire);
+    return top_.compare_exchange_strong(top, bumped(top, below), std::memory_order_acquire, std::memory_order_acquire);
   }
 
   [[nodiscard]] static constexpr std::uint32_t index_of(std::uint64_t top) noexcept {

@@ -200,7 +200,9 @@ class lockfree_ownership {
                 "the tag may only share the base's bits that are always 0");
   // True while the head carries a closing tag (a detach in flight or not yet cancelled).
   static constexpr bool closing(std::uint64_t h) noexcept { return (h & (std::uint64_t{tag_mask} << tag_shift)) != 0; }
-  static constexpr std::uint32_t index_of(std::uint64_t h) noexcept { return static_cast<std::uint32_t>(h) & max_chunks; }
+  static constexpr std::uint32_t index_of(std::uint64_t h) noexcept {
+    return static_cast<std::uint32_t>(h) & max_chunks;
+  }
   static constexpr std::uint32_t base_of(std::uint64_t h) noexcept {
     return static_cast<std::uint32_t>(h >> 32) & ~(slots_per_chunk - 1);
   }
