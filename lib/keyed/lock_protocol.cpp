@@ -47,25 +47,11 @@ lock_table::~lock_table() {
 }
 
 std::size_t lock_table::size() const noexcept {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < shard_count(); ++i) {
-    lock_shard& s = shards_[i];
-    s.lock.lock();
-    s.for_each([&](const lock_entry* e) { n += lock_shard::reclaimable(e) ? 0 : 1; });
-    s.lock.unlock();
-  }
-  return n;
+  return sum_entries([](const lock_entry* e) -> std::size_t { return lock_shard::reclaimable(e) ? 0 : 1; });
 }
 
 std::size_t lock_table::entries() const noexcept {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < shard_count(); ++i) {
-    lock_shard& s = shards_[i];
-    s.lock.lock();
-    n += s.size();
-    s.lock.unlock();
-  }
-  return n;
+  return sum_entries([](const lock_entry*) -> std::size_t { return 1; });
 }
 
 lease_timer& lock_table::timer() {
@@ -214,7 +200,7 @@ bool lock_table::take_open(lock_entry* e) noexcept {
   }
   auto* w = e->own.looks_empty() ? nullptr : static_cast<waiter*>(e->own.pop());
   if (w != nullptr) return w;
-  // Nothing queued: release, the entry staying (idle) if its shard has room for it.
+  // Nothing queued: release, the entry staying in its table (idle) if it may.
   lock_shard& s = shard_for(e->hash);
   if (e->may_idle && e->own.try_release(uncounted)) return nullptr;
   s.lock.lock();
@@ -223,7 +209,10 @@ bool lock_table::take_open(lock_entry* e) noexcept {
   if (w == nullptr) {
     [[maybe_unused]] const bool released = e->own.try_release(uncounted);  // nobody else is counted
     HANDOFF_ASSERT(released);
-    lock_entry* dead = e->may_idle ? nullptr : remove_if_unused(s, e);
+    // Only an entry that may not stay comes here empty: the CAS above failing means a
+    // request was counted, and its node is pushed under this lock.
+    HANDOFF_ASSERT(!e->may_idle);
+    lock_entry* dead = remove_if_unused(s, e);
     s.lock.unlock();
     if (dead != nullptr) recycle(dead);
     return nullptr;

@@ -28,18 +28,11 @@ void lock_table::note_lease_expiry() noexcept {
 }
 
 std::size_t lock_table::waiting() const noexcept {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < shard_count(); ++i) {
-    lock_shard& s = shards_[i];
-    s.lock.lock();
-    for (std::size_t j = 0; s.size() != 0 && j <= s.mask; ++j) {
-      const lock_entry* e = s.slots[j].entry;
-      // The count is the holder plus the queued requests (lock_entry::own).
-      if (e != nullptr && e->own.pending() > 1) n += e->own.pending() - 1;
-    }
-    s.lock.unlock();
-  }
-  return n;
+  // The count is the holder plus the queued requests (lock_entry::own).
+  return sum_entries([](const lock_entry* e) -> std::size_t {
+    const std::uint64_t pending = e->own.pending();
+    return pending > 1 ? pending - 1 : 0;
+  });
 }
 
 }  // namespace handoff::detail

@@ -231,6 +231,19 @@ class lock_table {
 
   lease_timer& timer();
   lease_timer* timer_if_started() noexcept;
+  // f(entry) summed over every entry, shard by shard under each shard's lock (size(),
+  // entries(), waiting()).
+  template <class F>
+  [[nodiscard]] std::size_t sum_entries(F f) const noexcept {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < shard_count(); ++i) {
+      lock_shard& s = shards_[i];
+      s.lock.lock();
+      s.for_each([&](const lock_entry* e) { n += f(e); });
+      s.lock.unlock();
+    }
+    return n;
+  }
   // The steps of release(), one protocol action each. next_waiter: the waiter to consider
   // next (`front`, else the mailbox's oldest), or, when none is queued, releases the key
   // (the count, `uncounted`, goes to 0: by CAS, or under the shard lock for an entry that
