@@ -3,7 +3,7 @@
 # and, given OLD_REV, for that revision too, built in the same call: deterministic figures
 # where 2-thread timings swing with the machine's load.
 #
-#   bash tools/instructions.sh [--modes "keyed striped ..."] [--tsv FILE] [OLD_REV]
+#   bash tools/instructions.sh [--modes "keyed striped ..."] [--tsv FILE] [--misses] [OLD_REV]
 #
 # Each tree's library is built in Release (its CMake defaults, -O3) from its own sources
 # (OLD_REV from a git worktree); bench/instructions.cpp of this tree, which uses only the
@@ -12,18 +12,24 @@
 # the difference divided by 200,000 is the cost of one operation, start-up cancelled.
 # Prints a Markdown table (one row per mode, `bench/instructions --list` says what each
 # counts); --tsv also writes it as tab-separated values (mode, what it counts, O2, O3[, old
-# O2, old O3]), the form tools/bench_table.py puts into docs/benchmarks.md. Takes a few minutes per tree on 2
-# cores. Output files under build/instructions/ (the clone stays clean).
+# O2, old O3]), the form tools/bench_table.py puts into docs/benchmarks.md. --misses adds a
+# second table: L1 data-cache misses per operation at -O2 under cachegrind's simulated
+# cache (32 KB 8-way L1d, 512 KB LL, 64-byte lines, fixed so that figures compare across
+# machines), the memory side of a path that instruction counts do not show. Takes a few
+# minutes per tree on 2 cores. Output files under build/instructions/ (the clone stays
+# clean).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 modes=""
 tsv=""
+misses=""
 old=""
 while (($#)); do
   case $1 in
     --modes) modes=$2; shift 2 ;;
     --tsv) tsv=$2; shift 2 ;;
+    --misses) misses=1; shift ;;
     -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
     -*) echo "instructions.sh: unknown option $1" >&2; exit 2 ;;
     *) old=$1; shift ;;
@@ -109,4 +115,31 @@ for m in $modes; do
   fi
   echo "$row"
   [[ -z $tsv ]] || echo "$fields" >>"$tsv"
+done
+
+[[ -n $misses ]] || exit 0
+# One cachegrind run: prints "TREE MODE N D1_MISSES".
+d1() {  # TREE MODE N
+  local f="$out/$1/cachegrind.$2.$3"
+  valgrind --tool=cachegrind --cache-sim=yes --D1=32768,8,64 --LL=524288,8,64 --cachegrind-out-file="$f" \
+    "$out/$1/instructions-O2" "$2" "$3" >/dev/null 2>"$f.log"
+  echo "$1 $2 $3 $(awk '/D1  misses:/ { gsub(",", "", $4); print $4; exit }' "$f.log")"
+}
+export -f d1
+for t in "${trees[@]}"; do
+  for m in $modes; do
+    for n in $small $large; do echo "$t $m $n"; done
+  done
+done | xargs -P "$jobs" -L1 bash -c 'd1 "$@"' _ >"$out/misses.txt"
+echo
+echo "L1 data misses per operation at -O2 (cachegrind, simulated 32 KB 8-way L1d):"
+echo "| path | this tree |$( [[ -n $old ]] && echo " $(git rev-parse --short "$old") |")"
+echo "|---|---:|$( [[ -n $old ]] && echo "---:|")"
+for m in $modes; do
+  row="| $m |"
+  for t in "${trees[@]}"; do
+    row="$row $(awk -v t="$t" -v m="$m" -v s=$small -v l=$large '
+      $1 == t && $2 == m { c[$3] = $4 } END { printf "%.2f", (c[l] - c[s]) / (l - s) }' "$out/misses.txt") |"
+  done
+  echo "$row"
 done
