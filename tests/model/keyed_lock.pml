@@ -18,7 +18,8 @@
  *   lookup    under the shard lock: find the entry, or create it (a new object each time,
  *             so a reference kept past its removal is caught); whether it may stay idle
  *             is chosen at creation (both explored)
- *   lock      under the shard lock: CAS count 0 -> 1, the key is held; else (after the
+ *   lock      under the shard lock: count 0 -> 1 by a load and a plain store (nobody else
+ *             writes a count of 0 without that lock), the key is held; else (after the
  *             waiter node is allocated) count++, and if that found 0 (released meanwhile
  *             by a holder's CAS) the key is held, else push a waiter node (reserve, link),
  *             both before the shard lock is let go
@@ -70,8 +71,11 @@
  *                  took the shard lock): a key released meanwhile strands the waiter
  *   STORE_RELEASE  the lock-free release checks count == uncounted, then stores 0: a
  *                  request counted in between is lost
- *   TAKE_OUTSIDE   the lock's CAS comes after the shard lock is let go: the entry may be
+ *   TAKE_OUTSIDE   the lock's take comes after the shard lock is let go: the entry may be
  *                  reclaimed in between
+ *   JOIN_OUTSIDE   the join (count++ and its push, made one step) comes after the shard
+ *                  lock is let go: a take's load and store may straddle it, and the store
+ *                  overwrites the joiner's count (two holders, or a lost waiter)
  *   RECLAIM_HELD   the reclaim checks refs only, not count: it takes a held entry
  */
 
@@ -336,13 +340,20 @@ proctype locker(byte me) {
   unlock_shard();
 #endif
   if
-  :: d_step { count == 0 -> assert(alive(e) && own == NONE); count = 1; own = me; token++; mytok = token }
+  :: count == 0 ->                          /* the take: a load finds the count 0, then a */
+     d_step {                               /* plain store, which nobody may have preceded */
+       assert(alive(e) && own == NONE && count == 0);
+       count = 1; own = me; token++; mytok = token
+     }
 #ifndef TAKE_OUTSIDE
      unlock_shard()
 #endif
   :: else ->
 #ifdef TAKE_OUTSIDE
      lock_shard();
+#endif
+#ifdef JOIN_OUTSIDE
+     unlock_shard();
 #endif
      d_step {                               /* join: fetch_add */
        assert(alive(e));
@@ -353,16 +364,32 @@ proctype locker(byte me) {
        if
        :: granted -> assert(own == NONE); own = me; token++; mytok = token
        :: else -> skip
+       fi;
+#ifdef JOIN_OUTSIDE
+       /* the push with the count, so that only a take's load and store can straddle them */
+       if
+       :: !granted -> ws = reserved; slot_id[ws] = me; reserved++; slot_linked[ws] = 1
+       :: else -> skip
        fi
+#endif
      }
+#ifdef JOIN_OUTSIDE
+     lock_shard();
+#endif
      if
      :: granted -> granted = 0; unlock_shard(); goto held
      :: else -> skip
      fi;
+#ifdef JOIN_OUTSIDE
+     unlock_shard();
+#else
      d_step { ws = reserved; slot_id[ws] = me; reserved++ };
-#ifdef PUSH_OUTSIDE
+#endif
+#if defined(PUSH_OUTSIDE)
      unlock_shard();
      slot_linked[ws] = 1;
+#elif defined(JOIN_OUTSIDE)
+     skip;
 #else
      slot_linked[ws] = 1;
      unlock_shard();
