@@ -108,8 +108,11 @@
 #include "bench_support.hpp"
 #include "handoff/actor.hpp"
 #include "handoff/detail/backoff.hpp"
+#include "handoff/detail/clock.hpp"
+#include "handoff/detail/lock_shard.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/mpsc_queue.hpp"
+#include "handoff/detail/spin_lock.hpp"
 #include "handoff/keyed_mutex.hpp"
 
 namespace {
@@ -210,6 +213,334 @@ class striped256 {
 
  private:
   std::unique_ptr<stripe[]> stripes_{new stripe[256]};
+};
+
+// ---------------------------------------------------------------------------------------
+// km_hotkey prototype: the entry's word as a held bit, a woken flag and a waiter count
+// (docs/design.md, "The hot key under eventual fairness"), on the library's own shards and
+// mix_hash, so that only the word's protocol differs from handoff's. Entries are never
+// removed (the hot-key workload has one key); the library would pin them instead.
+//
+//   word = held (bit 0) | woken (bit 1) | 4 * queued waiters (front included)
+//   lock:    under the shard lock: not held (eventual: whatever waits; fifo: word == 0):
+//            CAS to held. Else (eventual) pin the entry, spin on the word outside the shard
+//            lock and CAS it when free; the budget spent, join: count, push, park.
+//   unlock:  held alone: CAS to 0. Woken set (a woken waiter is awake and competing):
+//            clear held, wake nobody. Else pop the oldest waiter (front first): waited
+//            fair_after (or fifo): hand over (count - 4, held stays); else make it front,
+//            set woken and clear held in one CAS, and wake it.
+//   woken:   spin on the word; free: take it (held, leave the count and woken) in one
+//            CAS. Budget spent: back to waiting, clear woken (only while held), park.
+// Invariant: free with waiters counted implies woken, so a free key always has a taker
+// awake and an unlock wakes a thread only when none is.
+class proto_word_lock {
+  static constexpr std::uint64_t held = 1, woken = 2, one_waiter = 4;
+  enum : std::uint32_t { waiting = 0, granted = 1, woken_state = 2 };
+  struct waiter : handoff::detail::mailbox_node {
+    std::atomic<std::uint32_t> state{waiting};
+    std::int64_t queued_at = 0;
+  };
+  struct entry : handoff::detail::lock_entry {
+    entry(std::size_t h, std::string k) : lock_entry(h), key(std::move(k)) {}
+    std::string key;
+    std::atomic<std::uint64_t> word{0};
+    std::atomic<std::uint32_t> pins{0};  // spinners outside the shard lock (would keep it from reclaim)
+    waiter* front = nullptr;             // the holder's
+    handoff::detail::mpsc_queue queue;   // consumer: the holder
+  };
+
+ public:
+  class guard {
+   public:
+    guard(proto_word_lock* p, entry* e) noexcept : p_(p), e_(e) {}
+    guard(guard&& o) noexcept : p_(o.p_), e_(std::exchange(o.e_, nullptr)) {}
+    guard(const guard&) = delete;
+    guard& operator=(const guard&) = delete;
+    guard& operator=(guard&&) = delete;
+    ~guard() {
+      if (e_ != nullptr) p_->unlock(e_);
+    }
+
+   private:
+    proto_word_lock* p_;
+    entry* e_;
+  };
+
+  explicit proto_word_lock(bool eventual, unsigned spin_budget = 72) : eventual_(eventual), spin_budget_(spin_budget) {}
+  proto_word_lock(const proto_word_lock&) = delete;
+  proto_word_lock& operator=(const proto_word_lock&) = delete;
+  ~proto_word_lock() {
+    for (std::size_t i = 0; i < 256; ++i)
+      shards_[i].for_each([](handoff::detail::lock_entry* e) { delete static_cast<entry*>(e); });
+  }
+
+  guard lock(const std::string& key) {
+    const std::size_t h = handoff::detail::mix_hash(std::hash<std::string>{}(key));
+    handoff::detail::lock_shard& s = shards_[h >> 56];
+    s.lock.lock();
+    auto* e = static_cast<entry*>(
+        s.find(h, [&](handoff::detail::lock_entry* x) { return static_cast<entry*>(x)->key == key; }));
+    if (e == nullptr) {
+      e = new entry(h, key);
+      s.insert(e);
+    }
+    std::uint64_t v = e->word.load(std::memory_order_relaxed);
+    // acquire; pairs with the release of the previous holder's unlock.
+    if ((eventual_ ? (v & held) == 0 : v == 0) &&
+        e->word.compare_exchange_strong(v, v | held, std::memory_order_acquire, std::memory_order_relaxed)) {
+      s.lock.unlock();
+      return {this, e};
+    }
+    lock_slow(s, e);
+    return {this, e};
+  }
+  std::size_t size() const { return 0; }
+
+ private:
+  static std::int64_t now() { return handoff::detail::now_ns(); }
+  bool free_now(std::uint64_t v) const { return eventual_ ? (v & held) == 0 : v == 0; }
+
+  // Takes the word if it is free (as the lock's fast path); false if it stayed held.
+  bool try_take(entry* e) {
+    std::uint64_t v = e->word.load(std::memory_order_relaxed);
+    while (free_now(v)) {
+      if (e->word.compare_exchange_weak(v, v | held, std::memory_order_acquire, std::memory_order_relaxed)) return true;
+    }
+    return false;
+  }
+
+  [[gnu::noinline]] void lock_slow(handoff::detail::lock_shard& s, entry* e) {
+    stat_lock_slow.fetch_add(1, std::memory_order_relaxed);
+    const std::int64_t since = now();
+    if (eventual_) {
+      e->pins.fetch_add(1, std::memory_order_relaxed);  // under the shard lock
+      s.lock.unlock();
+      for (unsigned i = 0; i < spin_budget_; ++i) {
+        handoff::detail::backoff(i);
+        if (try_take(e)) {
+          e->pins.fetch_sub(1, std::memory_order_release);  // after the take: a reclaimer sees it held
+          return;
+        }
+      }
+      s.lock.lock();
+      e->pins.fetch_sub(1, std::memory_order_relaxed);
+    }
+    thread_local waiter w;  // one request at a time per thread; a late notify is harmless
+    w.state.store(waiting, std::memory_order_relaxed);
+    w.queued_at = since;
+    std::uint64_t v = e->word.load(std::memory_order_relaxed);
+    for (;;) {
+      if (free_now(v)) {
+        if (e->word.compare_exchange_weak(v, v | held, std::memory_order_acquire, std::memory_order_relaxed)) {
+          s.lock.unlock();
+          return;
+        }
+      } else if (e->word.compare_exchange_weak(v, v + one_waiter, std::memory_order_relaxed)) {
+        break;
+      }
+    }
+    e->queue.push(&w);  // under the shard lock: a holder that finds it counted waits briefly
+    s.lock.unlock();
+    for (;;) {
+      std::uint32_t st;
+      for (unsigned i = 0; (st = w.state.load(std::memory_order_acquire)) == waiting && i < 64; ++i) {
+        handoff::detail::backoff(i);
+      }
+      if (st == waiting) stat_parks.fetch_add(1, std::memory_order_relaxed);
+      while ((st = w.state.load(std::memory_order_acquire)) == waiting)
+        w.state.wait(waiting, std::memory_order_acquire);
+      if (st == granted || compete(e, &w)) return;
+    }
+  }
+
+  // The woken waiter: true when it took the key.
+  bool compete(entry* e, waiter* w) {
+    const auto take = [&](std::uint64_t& v) {
+      // Leave the count and clear woken (ours), take the key: one CAS.
+      if (!e->word.compare_exchange_weak(v, v - one_waiter - woken + held, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+        return false;
+      }
+      e->front = nullptr;  // the holder's now
+      return true;
+    };
+    for (unsigned i = 0; i < spin_budget_; ++i) {
+      std::uint64_t v = e->word.load(std::memory_order_relaxed);
+      while ((v & held) == 0) {
+        if (take(v)) return true;
+      }
+      handoff::detail::backoff(i);
+    }
+    // Park: waiting first, then clear woken (release: a holder that sees it cleared sees
+    // us waiting), unless the key is free, which we take instead.
+    w->state.store(waiting, std::memory_order_relaxed);
+    std::uint64_t v = e->word.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((v & held) == 0) {
+        if (take(v)) return true;
+      } else if (e->word.compare_exchange_weak(v, v - woken, std::memory_order_release, std::memory_order_relaxed)) {
+        return false;
+      }
+    }
+  }
+
+  void unlock(entry* e) {
+    std::uint64_t v = held;
+    // release; pairs with the next taker's acquire.
+    if (e->word.compare_exchange_strong(v, 0, std::memory_order_release, std::memory_order_relaxed)) return;
+    unlock_slow(e, v);
+  }
+
+  [[gnu::noinline]] void unlock_slow(entry* e, std::uint64_t v) {
+    for (unsigned spins = 0;;) {
+      if (v == held) {
+        if (e->word.compare_exchange_weak(v, 0, std::memory_order_release, std::memory_order_relaxed)) return;
+        continue;
+      }
+      if ((v & woken) != 0) {  // a taker is awake: free the key, wake nobody
+        if (e->word.compare_exchange_weak(v, v - held, std::memory_order_release, std::memory_order_relaxed)) return;
+        continue;
+      }
+      waiter* w = e->front;
+      if (w == nullptr) {
+        w = static_cast<waiter*>(e->queue.pop());
+        if (w == nullptr) {  // counted, not linked yet
+          handoff::detail::backoff(spins++);
+          v = e->word.load(std::memory_order_relaxed);
+          continue;
+        }
+      }
+      if (eventual_ && now() - w->queued_at < fair_after_ns) {
+        e->front = w;
+        // Woken set and held cleared together: a free key with waiters always has one awake.
+        while (
+            !e->word.compare_exchange_weak(v, v + woken - held, std::memory_order_release, std::memory_order_relaxed)) {
+        }
+        w->state.store(woken_state, std::memory_order_release);
+        stat_wakes.fetch_add(1, std::memory_order_relaxed);
+        w->state.notify_one();
+        return;
+      }
+      e->front = nullptr;
+      e->word.fetch_sub(one_waiter, std::memory_order_relaxed);  // held stays: w's now
+      w->state.store(granted, std::memory_order_release);        // pairs with the waiter's acquire
+      w->state.notify_one();
+      return;
+    }
+  }
+
+  static constexpr std::int64_t fair_after_ns = 500000;
+
+ public:
+  std::atomic<std::uint64_t> stat_lock_slow{0}, stat_unlock_slow{0}, stat_wakes{0}, stat_parks{0};
+
+ private:
+  bool eventual_;
+  unsigned spin_budget_;
+  std::unique_ptr<handoff::detail::lock_shard[]> shards_{new handoff::detail::lock_shard[256]};
+};
+
+// km_uncontended prototype: the memory an uncontended lock touches. handoff's lock reads
+// the shard's line, its heap slot table (past two entries), the entry's word line and, 128
+// bytes further, its key: four lines per lock from 1,024 entries of 160 bytes. Here a shard
+// is one line with seven tagged-pointer slots (16 bits of hash above the 48-bit address) and
+// an entry is one line holding the word, the token, the holder and the key, so a found key
+// costs two lines. Word as handoff's (count, CAS 0 -> 1 under the shard lock, CAS 1 -> 0);
+// a held key is waited for by spinning (the workload rarely meets one). Entries are never
+// removed; a shard's eighth key goes to a side list.
+class proto_compact_lock {
+  struct alignas(64) entry {
+    std::atomic<std::uint64_t> word{0};
+    std::uint64_t token = 0;
+    std::atomic<std::uintptr_t> holder{0};
+    std::string key;
+  };
+  static_assert(sizeof(entry) == 64);
+  static constexpr int slot_count = 7;
+  struct alignas(64) shard {
+    handoff::detail::spin_lock lock;
+    std::uintptr_t slots[slot_count] = {};  // tag << 48 | address; 0: empty
+  };
+  static_assert(sizeof(shard) == 64);
+  static constexpr std::uintptr_t address_mask = (std::uintptr_t{1} << 48) - 1;
+
+ public:
+  class guard {
+   public:
+    explicit guard(entry* e) noexcept : e_(e) {}
+    guard(guard&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+    guard(const guard&) = delete;
+    guard& operator=(const guard&) = delete;
+    guard& operator=(guard&&) = delete;
+    ~guard() {
+      if (e_ == nullptr) return;
+      std::uint64_t one = 1;
+      // release; pairs with the taker's acquire.
+      (void)e_->word.compare_exchange_strong(one, 0, std::memory_order_release, std::memory_order_relaxed);
+    }
+
+   private:
+    entry* e_;
+  };
+
+  proto_compact_lock() = default;
+  proto_compact_lock(const proto_compact_lock&) = delete;
+  proto_compact_lock& operator=(const proto_compact_lock&) = delete;
+  ~proto_compact_lock() {
+    for (std::size_t i = 0; i < 256; ++i) {
+      for (std::uintptr_t x : shards_[i].slots) delete reinterpret_cast<entry*>(x & address_mask);
+      for (entry* e : overflow_[i]) delete e;
+    }
+  }
+
+  guard lock(const std::string& key) {
+    const std::size_t h = handoff::detail::mix_hash(std::hash<std::string>{}(key));
+    const std::size_t si = h >> 56;
+    shard& s = shards_[si];
+    const std::uintptr_t tag = (h >> 32 & 0xffff) << 48;
+    for (unsigned spins = 0;; handoff::detail::backoff(spins++)) {
+      s.lock.lock();
+      entry* e = find(s, si, h, tag, key);
+      std::uint64_t free = 0;
+      // acquire; pairs with the release CAS of the previous holder.
+      if (e->word.compare_exchange_strong(free, 1, std::memory_order_acquire, std::memory_order_relaxed)) {
+        ++e->token;
+        e->holder.store(handoff::detail::lock_table::this_thread_id(), std::memory_order_relaxed);
+        s.lock.unlock();
+        return guard(e);
+      }
+      s.lock.unlock();
+    }
+  }
+  std::size_t size() const { return 0; }
+
+ private:
+  entry* find(shard& s, std::size_t si, std::size_t h, std::uintptr_t tag, const std::string& key) {
+    const unsigned home = static_cast<std::uint32_t>(h) % slot_count;
+    for (unsigned n = 0, i = home; n < slot_count; ++n, i = i + 1 == slot_count ? 0 : i + 1) {
+      const std::uintptr_t x = s.slots[i];
+      if (x == 0) {
+        auto* e = new entry;
+        e->key = key;
+        s.slots[i] = tag | reinterpret_cast<std::uintptr_t>(e);
+        return e;
+      }
+      if ((x & ~address_mask) == tag) {
+        auto* e = reinterpret_cast<entry*>(x & address_mask);
+        if (e->key == key) return e;
+      }
+    }
+    for (entry* e : overflow_[si]) {
+      if (e->key == key) return e;
+    }
+    auto* e = new entry;
+    e->key = key;
+    overflow_[si].push_back(e);
+    return e;
+  }
+
+  std::unique_ptr<shard[]> shards_{new shard[256]};
+  std::unique_ptr<std::vector<entry*>[]> overflow_ { new std::vector<entry*>[ 256 ] };
 };
 
 // Implementations that keep an entry per key ever locked (size() grows by design).
@@ -453,11 +784,26 @@ void bm_hotkey(benchmark::State& state, Impl& impl, inputs& in) {
     before = in.hot_count;
   }
   const std::string& key = in.hot_key;
+  if constexpr (std::is_same_v<Impl, proto_word_lock>) {
+    if (state.thread_index() == 0) impl.stat_lock_slow = impl.stat_unlock_slow = impl.stat_wakes = impl.stat_parks = 0;
+  }
   for (auto _ : state) {
     auto g = impl.lock(key);
     ++in.hot_count;
   }
   state.SetItemsProcessed(state.iterations());
+  if constexpr (std::is_same_v<Impl, proto_word_lock>) {
+    if (state.thread_index() == 0) {
+      const auto per = [&](const std::atomic<std::uint64_t>& c) {
+        return benchmark::Counter(static_cast<double>(c.load()) / static_cast<double>(state.iterations()) /
+                                  state.threads());
+      };
+      state.counters["lock_slow"] = per(impl.stat_lock_slow);
+      state.counters["unlock_slow"] = per(impl.stat_unlock_slow);
+      state.counters["wakes"] = per(impl.stat_wakes);
+      state.counters["parks"] = per(impl.stat_parks);
+    }
+  }
   if (state.thread_index() == 0) check_total(state, before, in.hot_count);
 }
 
@@ -570,6 +916,10 @@ int main(int argc, char** argv) {
   uncontended("handoff", h_unc);
   uncontended("map_mutex_cleanup", map_unc);
   uncontended("striped256", striped_unc);
+  proto_word_lock proto_unc(false);
+  uncontended("proto_word_fifo", proto_unc);
+  proto_compact_lock proto_compact_unc;
+  uncontended("proto_compact", proto_compact_unc);
 #if HANDOFF_BENCH_TBB
   uncontended("tbb_accessor_erase", tbb_erase_unc);
   uncontended("tbb_accessor_keep", tbb_keep_unc);
@@ -593,6 +943,10 @@ int main(int argc, char** argv) {
   hot("handoff_eventual", h_hot_eventual);
   hot("map_mutex_cleanup", map_hot);
   hot("striped256", striped_hot);
+  proto_word_lock proto_eventual(true), proto_fifo(false), proto_eventual_nospin(true, 0);
+  hot("proto_word_eventual", proto_eventual);
+  hot("proto_word_eventual_nospin", proto_eventual_nospin);
+  hot("proto_word_fifo", proto_fifo);
 #if HANDOFF_BENCH_TBB
   hot("tbb_accessor_erase", tbb_erase_hot);
   hot("tbb_accessor_keep", tbb_keep_hot);

@@ -34,7 +34,7 @@
 //    after the old guard's expired() turns true; its check() throws, unlock() is a no-op.
 //  - Memory: size() counts keys with a holder, a waiter or an expired guard, and is 0 when
 //    no guard or waiter is alive. An unlocked key's entry may stay in the table, idle, for
-//    the next lock of that key: at most 16 per shard, 4,096 per mutex (about 600 KB with
+//    the next lock of that key: at most 16 per shard, 4,096 per mutex (about 1 MB with
 //    short keys), reclaimed by locks of new keys. The rest is freed at the key's unlock.
 //
 // Not promised: fairness across keys; FIFO between a try_lock and waiters (try_lock fails

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -42,16 +43,50 @@ bool keys_equal(Eq& eq, const Key& a, const Key& b) {
   }
 }
 
+// A keyed_mutex's entry: its key, then the lock state, placed at a cache line's start (see
+// make()), so that a short key and the members an uncontended lock/unlock touches share
+// the entry's first line (see lock_entry). The key is a base of its own so that it comes
+// first.
 template <class Key>
-struct keyed_entry final : lock_entry {
-  keyed_entry(std::size_t h, const Key& k) : lock_entry(h), key(k) {}  // NOLINT(modernize-pass-by-value): copied once
+struct entry_key {
   Key key;
+};
+template <class Key>
+struct keyed_entry final : entry_key<Key>, lock_entry {
+  keyed_entry(std::size_t h, const Key& k)
+      : entry_key<Key>{k}, lock_entry(h) {}  // NOLINT(modernize-pass-by-value): copied once
+  using entry_key<Key>::key;
 
-  // Entries use the global allocator, not the node pool: the pool keeps freed blocks for
-  // reuse, and a key's memory must go back when the key goes idle (the thread's cached
-  // entry already saves the allocation on the uncontended path). The function's address
-  // identifies the key type (entry_cache::destroy).
-  static void destroy(lock_entry* e) noexcept { delete static_cast<keyed_entry*>(e); }
+  // A new entry at the start of a cache line, inside a plain allocation `slack_max` bytes
+  // larger: glibc's aligned allocation carves a bigger chunk and leaves the pieces around
+  // the block as holes (measured: 370 bytes of resident memory per live key, against 270
+  // this way). Entries use the global allocator, not the node pool: the pool keeps freed
+  // blocks for reuse, and a key's memory must go back when the key goes idle (the thread's
+  // cached entry already saves the allocation on the uncontended path). Propagates what
+  // the allocation or Key's copy throws, having freed the block.
+  static keyed_entry* make(std::size_t h, const Key& key) {
+    void* block = ::operator new(sizeof(keyed_entry) + slack_max);
+    const std::size_t slack = -reinterpret_cast<std::uintptr_t>(block) % cache_line_bytes;
+    try {
+      auto* e = ::new (static_cast<char*>(block) + slack) keyed_entry(h, key);
+      e->slack = static_cast<std::uint8_t>(slack);
+      return e;
+    } catch (...) {
+      ::operator delete(block);
+      throw;
+    }
+  }
+  // Frees an entry of make(). The function's address identifies the key type
+  // (entry_cache::destroy).
+  static void destroy(lock_entry* p) noexcept {
+    auto* e = static_cast<keyed_entry*>(p);
+    char* block = reinterpret_cast<char*>(e) - e->slack;
+    e->~keyed_entry();
+    ::operator delete(block);
+  }
+  // The most an allocation's start is from the next line: operator new aligns to
+  // __STDCPP_DEFAULT_NEW_ALIGNMENT__ (16 with glibc).
+  static constexpr std::size_t slack_max = cache_line_bytes - __STDCPP_DEFAULT_NEW_ALIGNMENT__;
 
   // The key as a test scheduler's trace shows it: quoted text, a number, or "(key)".
   static std::string describe(const lock_entry* e) {
@@ -115,7 +150,7 @@ struct keyed_entry final : lock_entry {
         fresh->hash = h;
         c.entry = nullptr;
       } else {
-        fresh = new keyed_entry(h, key);
+        fresh = make(h, key);
       }
     }
     fresh->token = s.token_floor;
@@ -123,7 +158,7 @@ struct keyed_entry final : lock_entry {
     try {
       s.insert(fresh);
     } catch (...) {
-      delete fresh;
+      destroy(fresh);
       throw;
     }
     return fresh;

@@ -92,7 +92,7 @@ void release_waiter(waiter* w) noexcept;
 // queued, and the holder hands over to them), with a word and a queue of its own. Encoding:
 // `count_` is the requests accepted and not finished, the holder's included (0: free).
 //
-//   take:      count 0 -> 1 by CAS            under the shard lock (a lookup that found the
+//   take:      count 0 -> 1, load and store   under the shard lock (a lookup that found the
 //                                             entry keeps it from being reclaimed meanwhile)
 //   join:      count += 1; was 0: holds it;   under the shard lock; counted before pushed,
 //              else push the waiter           and pushed before that lock is let go
@@ -123,11 +123,15 @@ class lock_word {
   [[nodiscard]] bool idle() const noexcept { return count_.load(std::memory_order_acquire) == 0; }
 
   // Under the shard lock: takes a free word (0 -> 1: true), else counts nothing (false), so
-  // that a try-lock can decline to wait before join(). acquire; pairs with the release of
-  // the last holder's release CAS (its writes and the token are visible).
+  // that a try-lock can decline to wait before join(). A load and a store, not a CAS:
+  // while the count is 0 nobody but a thread holding the shard lock writes it (a holder's
+  // release needs a count, takers and joiners the lock), and a locked instruction fewer
+  // is what an uncontended lock saves most (it drains the store buffer). acquire; pairs
+  // with the release of the last holder's release CAS (its writes and the token).
   [[nodiscard]] bool try_take() noexcept {
-    std::uint64_t free = 0;
-    return count_.compare_exchange_strong(free, 1, std::memory_order_acquire, std::memory_order_relaxed);
+    if (count_.load(std::memory_order_acquire) != 0) return false;
+    count_.store(1, std::memory_order_relaxed);
+    return true;
   }
 
   // Under the shard lock: counts a request; if the key was released since try_take() found
@@ -166,26 +170,16 @@ class lock_word {
   mpsc_queue mailbox_;                   // producers: joiners under the shard lock; consumer: the holder
 };
 
-// A key's lock state. The keyed part (the Key) follows it in keyed_mutex.hpp's entry type.
+// A key's lock state. The keyed part (the Key) precedes it in keyed_mutex.hpp's entry
+// type, which starts a cache line (detail/keyed_entry.hpp): the key and the members an uncontended
+// lock/unlock touches (token, holder_thread, may_idle, the word's count) share the entry's
+// first line when the key takes 32 bytes or less (a std::string), so that a found key
+// costs one line of the entry (measured: 4.7 simulated L1 misses per lock/unlock of 1,024
+// cycled keys with the key 128 bytes further, in docs/design.md).
 struct lock_entry {
   explicit lock_entry(std::size_t h) noexcept : hash(h) {}
 
-  // --- shard lock ---
-  std::size_t hash;        // the mixed hash (reset when a cached entry is reused)
-  std::uint32_t refs = 0;  // guards whose lease expired and that still refer to the entry
-  // Eventual fairness: the key is free although waiters still count (see `front` below).
-  // Here, in refs' padding, so that the entry stays two cache lines (128 bytes).
-  bool open = false;
-  // Whether the entry stays in the table once idle, set when it is inserted: its key is
-  // small enough to keep (entry_keep_fn) and its shard held fewer than the cap's entries
-  // (detail/keyed_entry.hpp). Read by its holders; an entry that may not is removed at
-  // its last unlock.
-  bool may_idle = false;
-
-  // --- hand-off protocol (lib/keyed/lock_protocol.cpp only) ---
-  // The count and the waiters (see lock_word): taken and joined under the shard lock,
-  // released and handed over by the holder without it.
-  lock_word own;
+  // --- the uncontended lock/unlock's members, first ---
   // Fencing token of the current (or last) grant. Written by the holder; read under the
   // shard lock when the word is idle (the last holder's release CAS publishes it).
   std::uint64_t token = 0;
@@ -195,6 +189,26 @@ struct lock_entry {
   // (the check runs only on a held key). Relaxed: it is only compared with the reader's
   // own identity.
   std::atomic<std::uintptr_t> holder_thread{0};
+  // Shard lock: guards whose lease expired and that still refer to the entry.
+  std::uint32_t refs = 0;
+  // Shard lock. Eventual fairness: the key is free although waiters still count (see
+  // `front` below).
+  bool open = false;
+  // Shard lock. Whether the entry stays in the table once idle, set when it is inserted:
+  // its key is small enough to keep (entry_keep_fn) and its shard held fewer than the
+  // cap's entries (detail/keyed_entry.hpp). Read by its holders; an entry that may not is
+  // removed at its last unlock.
+  bool may_idle = false;
+  // Where the entry sits in its allocation (detail/keyed_entry.hpp: make()); set once.
+  std::uint8_t slack = 0;
+  // --- hand-off protocol (lib/keyed/lock_protocol.cpp only) ---
+  // The count and the waiters (see lock_word): taken and joined under the shard lock,
+  // released and handed over by the holder without it. Its count comes first, in the line
+  // above; its queue, touched only when a request waits, after it.
+  lock_word own;
+
+  // --- the rest: shard lock, waits and leases ---
+  std::size_t hash;  // the mixed hash (reset when a cached entry is reused)
   // Eventual fairness only (lock_table::fair_after_ != 0; always null/false under fifo).
   // `front`: the oldest waiter, taken out of the mailbox by an unlock that freed the key and
   // woke it; it stays the next to be considered, ahead of the mailbox, until it holds the
@@ -212,6 +226,8 @@ struct lock_entry {
   timer_node lease;               // timer mutex
   std::uint64_t lease_token = 0;  // timer mutex: the token `lease` expires
 };
+// The uncontended lock/unlock's members in the entry's first 32 bytes (see above).
+static_assert(offsetof(lock_entry, own) + sizeof(std::uint64_t) <= 32, "token, holder, flags and count in 32 bytes");
 
 // The holder's unlock when nobody waits and the entry may stay idle in its table: true if
 // it released the key (the entry is idle, and the caller must not touch it again); false:

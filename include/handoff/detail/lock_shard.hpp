@@ -49,7 +49,7 @@ struct alignas(cache_line_bytes) lock_shard {
   // The most entries of a shard that stay once idle: an entry inserted while its shard
   // holds fewer may stay (lock_entry::may_idle), and an insert into a shard that holds this
   // many first takes over an idle one (evict_idle). Idle entries are so at most 256 shards
-  // * 16 = 4,096 per mutex (about 600 KB with short keys). 16: 1,024 keys in use spread
+  // * 16 = 4,096 per mutex (about 1 MB with short keys). 16: 1,024 keys in use spread
   // over 256 shards leave about one shard in 100,000 with more (Poisson, mean 4).
   static constexpr std::uint32_t kept_idle = 16;
   // Slots an insert into a full shard looks at for an idle entry to take over, from the

@@ -14,7 +14,7 @@
 // Requests take and join it under the shard lock; holders release it by CAS without it.
 //
 //   lock:    under the shard lock, find or create the entry, then
-//            CAS count 0 -> 1: the caller holds the key (no node, no wait)
+//            count 0 -> 1 (a load and a store: see lock_word): the caller holds the key
 //            else count += 1; found 0 (released meanwhile): held; else push a waiter
 //            node (still under the lock), unlock, wait
 //   unlock:  (the holder, no table lock) nobody queued and the entry may stay idle: CAS
@@ -49,10 +49,11 @@
 // Why the lookup and the 0 -> 1 transition share one critical section, while the release
 // needs none: the table must be locked to find the entry anyway, and taking the word
 // inside that section keeps the entry from being reclaimed between the lookup and the
-// take (a reclaim is under the same lock and needs count == 0). The release's CAS is the
-// holder's last touch of the entry, so an uncontended lock/unlock costs one shard lock
-// and two CASes (a striped mutex: two atomics). Hand-offs between holders (the contended
-// path) take no table lock either.
+// take (a reclaim is under the same lock and needs count == 0), and lets the take be a
+// load and a store (no other writer of a count of 0 exists without that lock). The
+// release's CAS is the holder's last touch of the entry, so an uncontended lock/unlock
+// makes two locked instructions, the shard lock's and the release's (a striped mutex:
+// two). Hand-offs between holders (the contended path) take no table lock either.
 //
 // Entry lifetime: the entry lives while count > 0 (a holder, or a queued request, live or
 // given up) or refs > 0 (guards whose lease expired: they no longer count, but still read
