@@ -31,7 +31,11 @@
 //    body it runs events until the answer is there; from inside an event it parks that
 //    event while others run. ~actor waits the same way.
 //  - Executors and thread_pool::execute queue their work as events; actors go on after a
-//    budget, a defer or a hand-off as events too. A pool's workers stay idle.
+//    budget, a defer or a hand-off as events too, and are never spread to an executor's
+//    idle workers. A pool's workers stay idle.
+//  - A send inside an event that wins an idle actor puts its message in the actor's
+//    mailbox (a pooled node), not in the thread's carry slot, so that the actor's event
+//    may run on any of the scheduler's threads.
 //  - A keyed_mutex made inside the scheduler's scope runs on its virtual clock: leases and
 //    wait times fire only when time passes (advance(), or a time event). Every lock
 //    request made inside an event is a scheduling point, after which it runs as without

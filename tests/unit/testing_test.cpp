@@ -12,11 +12,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "test_support.hpp"
@@ -305,6 +307,80 @@ TEST(TestingScheduler, GrantsAQueuedAsyncRequestThroughAGrantEvent) {
   EXPECT_FALSE(got);
   s.run_all();
   EXPECT_TRUE(got);
+}
+
+// A won message is not carried in the thread's carry slot under a scheduler (the scheduler
+// keeps the slot marked taken): it goes into the actor's mailbox and the actor becomes an
+// event of its own, which may run on any of the scheduler's threads. Without a scheduler
+// the slot would hold it (nested_hop_test.cpp).
+TEST(TestingScheduler, PutsAMessageWonInsideAnEventInTheMailboxNotTheCarrySlot) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::actor<int> a{0};
+  handoff::actor<int> b{0};
+  const void* before = nullptr;
+  const void* after = nullptr;
+  std::uint64_t queued = 0;
+  a.post([&](int&) {
+    before = handoff::detail::carried.actor;
+    b.post([](int& x) { x = 1; });
+    after = handoff::detail::carried.actor;
+    queued = b.pending();
+  });
+  s.run_all();
+  EXPECT_NE(before, nullptr);
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(queued, 1U);
+  EXPECT_EQ(s.trace(), "1. actor 1\n2. actor 2\n");
+  EXPECT_EQ(b.ask([](int& x) { return x; }).get(), 1);
+}
+
+// An executor that reports idle workers and keeps what it is given.
+struct recording_executor {
+  std::vector<handoff::work> jobs;
+  void execute(handoff::work w) { jobs.push_back(w); }
+  [[nodiscard]] static bool has_idle_workers() noexcept { return true; }
+  void run_jobs() {
+    for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i]();
+  }
+};
+
+// a's handler wins b, c and d (b carried, c and d behind it), and b defers to itself.
+// Without a scheduler the run queue spreads c to the idle executor and b's defer hands b
+// to it. Under `s` (nullptr: none), s runs the events. Returns the messages that ran
+// before the executor ran anything, and in all.
+std::pair<int, int> spread_and_defer(recording_executor& pool, scheduler* s) {
+  handoff::actor_options with_pool;
+  with_pool.executor = pool;
+  handoff::actor<int> a{0};
+  handoff::actor<int> b{with_pool, 0};
+  handoff::actor<int> c{with_pool, 0};
+  handoff::actor<int> d{with_pool, 0};
+  int ran = 0;
+  a.post([&](int&) {
+    b.post([&](int&, handoff::actor<int>& self) {
+      ++ran;
+      self.defer([&](int&) { ++ran; });
+    });
+    c.post([&](int&) { ++ran; });
+    d.post([&](int&) { ++ran; });
+  });
+  if (s != nullptr) s->run_all();
+  const int before_jobs = ran;
+  pool.run_jobs();
+  return {before_jobs, ran};
+}
+
+TEST(TestingScheduler, NeverHandsAnActorToItsExecutorWhereWithoutOneItWould) {
+  test_timeout limit(60s);
+  recording_executor unscheduled;
+  EXPECT_EQ(spread_and_defer(unscheduled, nullptr), std::make_pair(2, 4));  // b's first message and d's
+  EXPECT_EQ(unscheduled.jobs.size(), 2U) << "c spread to the idle executor, b's defer handed to it";
+  recording_executor scheduled;
+  scheduler s;
+  EXPECT_EQ(spread_and_defer(scheduled, &s), std::make_pair(4, 4));
+  EXPECT_TRUE(scheduled.jobs.empty());
+  EXPECT_EQ(s.trace(), "1. actor 1\n2. actor 2\n3. actor 3\n4. actor 4\n5. actor 2\n");
 }
 
 TEST(TestingScheduler, WaitsForRoomInAFullMailboxThroughTheScheduler) {
