@@ -206,7 +206,6 @@ class keyed_mutex {
   void lock_async(const Key& key, F&& f) {
     const std::size_t h = detail::mix_hash(hash_(key));  // first: a throw leaves nothing to free
     auto* w = detail::new_node<callback_waiter<std::decay_t<F>>>(std::forward<F>(f));
-    w->table = &table_;
     detail::lock_shard& s = table_.shard_for(h);
     detail::lock_entry* e;
     try {
@@ -215,12 +214,8 @@ class keyed_mutex {
       detail::delete_node(w);
       throw;
     }
-    if (table_.acquire_or_enqueue(s, e, w, detail::no_deadline)) {
-      // Free: run f here. Only this thread knows w, so it holds the only reference.
-      w->refs.store(1, std::memory_order_relaxed);
-      w->entry = e;
-      w->token = e->token;
-      w->state.store(detail::waiter::granted, std::memory_order_relaxed);  // this thread's only
+    if (const detail::grant g = table_.acquire_or_enqueue(s, e, w, detail::no_deadline); g.token != 0) {
+      table_.grant_at_once(w, g);  // free: run f here, as a grant would
       if (detail::tls.top == nullptr) {
         // At top level: run it as a later grant runs, as a task under a sentinel frame, so
         // that f counts as inside a handler (a post to a full bounded actor throws at once
@@ -228,7 +223,7 @@ class keyed_mutex {
         // runs after it. schedule() at top level runs it before returning.
         detail::complete_waiter(w);
       } else {
-        callback_waiter<std::decay_t<F>>::run(w, true);  // inside a handler already: run it now
+        callback_waiter<std::decay_t<F>>::run(w);  // inside a handler already: run it now
       }
     }
   }
@@ -289,10 +284,19 @@ class keyed_mutex {
     }
   }
   // The lookup every async request starts with: locks s (the shard of hash h) and returns
-  // key's entry, created if absent, with s still locked. Throws as the two above.
+  // key's entry, created if absent, with s still locked. Under a test scheduler the
+  // request is first a scheduling point, as a blocking one is (acquire_locked), and the key
+  // is looked up again after it. Throws as the two above, and as schedule_point (with s
+  // unlocked, nothing held).
   detail::lock_entry* lock_entry_of(detail::lock_shard& s, std::size_t h, const Key& key) {
     s.lock.lock();
     detail::lock_entry* e = find_locked(s, h, key);
+    if (e == nullptr) e = create_locked(s, h, key);
+    if (!table_.driven()) [[likely]]
+      return e;
+    table_.schedule_point(s, e);
+    s.lock.lock();  // its entry may have gone meanwhile
+    e = find_locked(s, h, key);
     return e != nullptr ? e : create_locked(s, h, key);
   }
 
@@ -364,11 +368,10 @@ class keyed_mutex {
       destroy = &free;
     }
     std::optional<Fn> fn;  // destroyed once called: what it captured (a guard) goes with it
-    static void run(detail::waiter* base, bool granted) {
+    static void run(detail::waiter* base) {
       auto* self = static_cast<callback_waiter*>(base);
-      if (granted && self->queued_at != waiter::not_queued) self->table->note_wait(self->entry, self->queued_at);
-      guard g = granted ? guard({}, self->table, {self->entry, self->token, 0}) : guard();
-      invoke_callback(*self->fn, std::move(g));
+      const detail::grant g = self->table->outcome(self);
+      invoke_callback(*self->fn, g.token != 0 ? guard({}, self->table, g) : guard());
       self->fn.reset();  // not when the node goes: a holder may still keep it queued
       detail::release_waiter(self);
     }

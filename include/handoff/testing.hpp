@@ -31,12 +31,17 @@
 //    body it runs events until the answer is there; from inside an event it parks that
 //    event while others run. ~actor waits the same way.
 //  - Executors and thread_pool::execute queue their work as events; actors go on after a
-//    budget, a defer or a hand-off as events too. A pool's workers stay idle.
+//    budget, a defer or a hand-off as events too, and are never spread to an executor's
+//    idle workers. A pool's workers stay idle.
+//  - A send inside an event that wins an idle actor puts its message in the actor's
+//    mailbox (a pooled node), not in the thread's carry slot, so that the actor's event
+//    may run on any of the scheduler's threads.
 //  - A keyed_mutex made inside the scheduler's scope runs on its virtual clock: leases and
 //    wait times fire only when time passes (advance(), or a time event). Every lock
-//    request made inside an event is a scheduling point; a blocking request that must
-//    wait parks its event until the key is granted or its virtual deadline passes; an
-//    async request is granted through an event even when the key is free.
+//    request made inside an event is a scheduling point, after which it runs as without
+//    a scheduler: a free key is granted at once (a lock_async callback runs inside the
+//    call); a blocking request that must wait parks its event until the key is granted
+//    or its virtual deadline passes; a queued async request is granted through an event.
 //  - An exception that no hook takes (an actor handler's without on_error, a lock_async
 //    callback's, a job's) fails the run instead of being printed to stderr.
 // Outside a scheduler nothing changes: each hook is one test of a pointer that is null

@@ -1,6 +1,7 @@
 // The keyed mutex under a test scheduler (handoff/testing.hpp, detail/test_driver.hpp): a
-// table made under one runs on its virtual clock, waits through it, and grants async
-// requests through its events. Nothing here runs without a scheduler.
+// table made under one runs on its virtual clock, makes every request a scheduling point,
+// waits through it, and keeps its queued async requests so that its destructor can give up
+// the ones never granted. Nothing here runs without a scheduler.
 #include <exception>
 #include <mutex>
 #include <string>
@@ -50,21 +51,6 @@ std::uint32_t lock_table::wait_driven(lock_entry* e, waiter* w, std::int64_t dea
   }
   if (ready_now || !cancel_wait(w, waiter::waiting)) return w->state.load(std::memory_order_acquire);
   return waiter::cancelled;  // the deadline passed first
-}
-
-bool lock_table::grant_driven(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) noexcept {
-  // As a hand-off would: the completion is an event, so that the scheduler may run
-  // other events between the request and the code after it.
-  w->entry = e;
-  w->table = this;
-  w->queued_at = now();
-  w->token = ++e->token;
-  w->state.store(waiter::granted, std::memory_order_relaxed);  // not shared until complete_waiter
-  s.lock.unlock();
-  if (deadline != no_deadline) release_waiter(w);  // the timer's reference: never scheduled
-  complete_waiter(w);
-  release_waiter(w);  // the queue's reference
-  return false;
 }
 
 void lock_table::keep_driven(waiter* w) noexcept {

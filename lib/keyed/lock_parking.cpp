@@ -65,13 +65,13 @@ constinit thread_local task_thread* completion_redirect = nullptr;
 
 void run_completion(task* t) noexcept {
   auto* w = static_cast<waiter*>(t);
-  // acquire; pairs with the release CAS of the grant (try_grant) or the cancel.
-  const std::uint32_t state = w->state.load(std::memory_order_acquire);
-  HANDOFF_ASSERT(state == waiter::granted || state == waiter::cancelled);
+  HANDOFF_ASSERT(w->state.load(std::memory_order_relaxed) == waiter::granted ||
+                 w->state.load(std::memory_order_relaxed) == waiter::cancelled);
+  // Each reads the outcome once (lock_table::outcome) and drops the requester's reference.
   if (w->type == waiter::kind::coroutine) {
-    w->handle.resume();  // await_resume reads the outcome and drops the requester's reference
+    w->handle.resume();  // in await_resume
   } else {
-    w->complete(w, state == waiter::granted);  // calls the callback, drops the requester's reference
+    w->complete(w);  // then calls the callback
   }
 }
 

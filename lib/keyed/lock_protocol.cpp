@@ -149,22 +149,25 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   return {e, token, r.lease};
 }
 
-bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) {
+grant lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) {
   bool free = e->own.try_take() || take_open(e);
   if (!free) {
     w->entry = e;
     w->table = this;
-    w->queued_at = now();                               // before the push: read by the waiter's completion
-    if (deadline != no_deadline) w->timeout.owner = w;  // before the push: the granter reads it
-    free = e->own.join(w);                              // true: released meanwhile, w not queued
+    w->queued_at = now();  // before the push: read by the waiter's completion
+    if (deadline != no_deadline) {
+      w->timeout.owner = w;  // before the push: the granter reads it
+      // The timer's reference too. Relaxed: w is not shared until the push, which the
+      // shard lock publishes.
+      w->refs.store(3, std::memory_order_relaxed);
+    }
+    free = e->own.join(w);  // true: released meanwhile, w not queued
   }
   if (free) {
     e->holder_thread.store(0, std::memory_order_relaxed);  // an async hold: no thread to name
-    if (driver_ != nullptr) [[unlikely]]
-      return grant_driven(s, e, w, deadline);
-    ++e->token;
+    const std::uint64_t token = ++e->token;
     s.lock.unlock();
-    return true;
+    return {e, token, 0};
   }
   s.lock.unlock();
   if (driver_ != nullptr) [[unlikely]]
@@ -172,7 +175,7 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
   if (deadline != no_deadline) {
     // After the push, w may be granted at any moment. A grant cancels the timeout under
     // the timer mutex, so check under it: granted before we got here, there is nothing to
-    // schedule and the timer's reference (counted in by the caller) is ours to drop.
+    // schedule and the timer's reference is ours to drop.
     lease_timer& t = *timer_;  // started by the caller (start_timer)
     std::lock_guard lock(t.mutex());
     if (w->state.load(std::memory_order_relaxed) == waiter::waiting) {
@@ -181,7 +184,7 @@ bool lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std
       release_waiter(w);
     }
   }
-  return false;
+  return {};
 }
 
 bool lock_table::take_open(lock_entry* e) noexcept {

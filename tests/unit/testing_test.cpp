@@ -12,11 +12,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "test_support.hpp"
@@ -243,12 +245,61 @@ TEST(TestingScheduler, EndsTheTestsOwnTimedWaitOnTheVirtualClock) {
   EXPECT_NE(s.trace().find("time +3000 ms (at 3000 ms)"), std::string::npos) << s.trace();
 }
 
-TEST(TestingScheduler, GrantsAnAsyncLockThroughAnEventEvenWhenTheKeyIsFree) {
+// A free key is granted inside the request, as without a scheduler: the callback has run
+// when lock_async returns, and no grant event is queued. The request inside an event is a
+// scheduling point first: the handler parks once, as "lock".
+TEST(TestingScheduler, RunsALockAsyncCallbackInsideTheCallWhenTheKeyIsFree) {
   test_timeout limit(60s);
   scheduler s;
   handoff::keyed_mutex<> m;
   bool got = false;
   m.lock_async("k", [&](handoff::key_guard g) { got = g.owns_lock(); });
+  EXPECT_TRUE(got);
+  EXPECT_TRUE(s.pending().empty());
+  handoff::actor<int> a{0};
+  bool ran_inside = false;
+  a.post([&](int&) {
+    bool in = false;
+    m.lock_async("k", [&](handoff::key_guard g) { in = g.owns_lock(); });
+    ran_inside = in;
+  });
+  s.run_all();
+  EXPECT_TRUE(ran_inside);
+  EXPECT_EQ(s.trace(), "1. actor 1\n2. resume actor 1: lock \"k\"\n");
+  EXPECT_EQ(m.size(), 0U);
+}
+
+fire_and_forget lock_then_note(handoff::keyed_mutex<>& m, bool& owned) {
+  auto g = co_await m.async_lock("k");
+  owned = g.owns_lock();
+}
+
+TEST(TestingScheduler, GoesOnWithoutSuspendingWhenAnAsyncLockFindsTheKeyFree) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::keyed_mutex<> m;
+  handoff::actor<int> a{0};
+  bool went_on = false;
+  a.post([&](int&) {
+    bool owned = false;
+    lock_then_note(m, owned);
+    went_on = owned;  // the coroutine ran to its end inside the call
+  });
+  s.run_all();
+  EXPECT_TRUE(went_on);
+  EXPECT_EQ(s.trace(), "1. actor 1\n2. resume actor 1: lock \"k\"\n");
+}
+
+TEST(TestingScheduler, GrantsAQueuedAsyncRequestThroughAGrantEvent) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::keyed_mutex<> m;
+  auto held = m.lock("k");
+  bool got = false;
+  m.lock_async("k", [&](handoff::key_guard g) { got = g.owns_lock(); });
+  EXPECT_TRUE(s.pending().empty());
+  EXPECT_EQ(m.waiting(), 1U);
+  held.unlock();
   auto p = s.pending();
   ASSERT_EQ(p.size(), 1U);
   EXPECT_EQ(p[0].kind, event_kind::grant);
@@ -256,6 +307,80 @@ TEST(TestingScheduler, GrantsAnAsyncLockThroughAnEventEvenWhenTheKeyIsFree) {
   EXPECT_FALSE(got);
   s.run_all();
   EXPECT_TRUE(got);
+}
+
+// A won message is not carried in the thread's carry slot under a scheduler (the scheduler
+// keeps the slot marked taken): it goes into the actor's mailbox and the actor becomes an
+// event of its own, which may run on any of the scheduler's threads. Without a scheduler
+// the slot would hold it (nested_hop_test.cpp).
+TEST(TestingScheduler, PutsAMessageWonInsideAnEventInTheMailboxNotTheCarrySlot) {
+  test_timeout limit(60s);
+  scheduler s;
+  handoff::actor<int> a{0};
+  handoff::actor<int> b{0};
+  const void* before = nullptr;
+  const void* after = nullptr;
+  std::uint64_t queued = 0;
+  a.post([&](int&) {
+    before = handoff::detail::carried.actor;
+    b.post([](int& x) { x = 1; });
+    after = handoff::detail::carried.actor;
+    queued = b.pending();
+  });
+  s.run_all();
+  EXPECT_NE(before, nullptr);
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(queued, 1U);
+  EXPECT_EQ(s.trace(), "1. actor 1\n2. actor 2\n");
+  EXPECT_EQ(b.ask([](int& x) { return x; }).get(), 1);
+}
+
+// An executor that reports idle workers and keeps what it is given.
+struct recording_executor {
+  std::vector<handoff::work> jobs;
+  void execute(handoff::work w) { jobs.push_back(w); }
+  [[nodiscard]] static bool has_idle_workers() noexcept { return true; }
+  void run_jobs() {
+    for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i]();
+  }
+};
+
+// a's handler wins b, c and d (b carried, c and d behind it), and b defers to itself.
+// Without a scheduler the run queue spreads c to the idle executor and b's defer hands b
+// to it. Under `s` (nullptr: none), s runs the events. Returns the messages that ran
+// before the executor ran anything, and in all.
+std::pair<int, int> spread_and_defer(recording_executor& pool, scheduler* s) {
+  handoff::actor_options with_pool;
+  with_pool.executor = pool;
+  handoff::actor<int> a{0};
+  handoff::actor<int> b{with_pool, 0};
+  handoff::actor<int> c{with_pool, 0};
+  handoff::actor<int> d{with_pool, 0};
+  int ran = 0;
+  a.post([&](int&) {
+    b.post([&](int&, handoff::actor<int>& self) {
+      ++ran;
+      self.defer([&](int&) { ++ran; });
+    });
+    c.post([&](int&) { ++ran; });
+    d.post([&](int&) { ++ran; });
+  });
+  if (s != nullptr) s->run_all();
+  const int before_jobs = ran;
+  pool.run_jobs();
+  return {before_jobs, ran};
+}
+
+TEST(TestingScheduler, NeverHandsAnActorToItsExecutorWhereWithoutOneItWould) {
+  test_timeout limit(60s);
+  recording_executor unscheduled;
+  EXPECT_EQ(spread_and_defer(unscheduled, nullptr), std::make_pair(2, 4));  // b's first message and d's
+  EXPECT_EQ(unscheduled.jobs.size(), 2U) << "c spread to the idle executor, b's defer handed to it";
+  recording_executor scheduled;
+  scheduler s;
+  EXPECT_EQ(spread_and_defer(scheduled, &s), std::make_pair(4, 4));
+  EXPECT_TRUE(scheduled.jobs.empty());
+  EXPECT_EQ(s.trace(), "1. actor 1\n2. actor 2\n3. actor 3\n4. actor 4\n5. actor 2\n");
 }
 
 TEST(TestingScheduler, WaitsForRoomInAFullMailboxThroughTheScheduler) {
@@ -393,6 +518,39 @@ TEST(TestingExplore, ExploresOrdersAPlainSchedulerNeverTries) {
     EXPECT_FALSE(s.failed());
   }
   EXPECT_TRUE(handoff::testing::explore(body).failed);
+}
+
+// Two sales of one item. The careless one reads the stock before it asks for the item's
+// key and writes what it read less one in the callback; the careful one reads and writes
+// in its callback. The key is free whenever it is asked for, so each callback runs inside
+// its lock_async: only the scheduling point before a request can let the careful sale in
+// between the careless one's read and its write.
+void sales_reading_before_lock_async(scheduler& s) {
+  handoff::keyed_mutex<> locks;
+  int stock = 10;
+  handoff::actor<int> careless{0};
+  handoff::actor<int> careful{0};
+  careless.post([&](int&) {
+    const int seen = stock;
+    locks.lock_async("item", [&stock, seen](handoff::key_guard) { stock = seen - 1; });
+  });
+  careful.post([&](int&) { locks.lock_async("item", [&stock](handoff::key_guard) { --stock; }); });
+  s.run_all();
+  handoff::testing::check(stock == 8, "stock is " + std::to_string(stock) + ", not 8");
+}
+
+TEST(TestingExplore, FindsARaceBeforeALockAsyncThatTakesAFreeKey) {
+  test_timeout limit(120s);
+  {
+    scheduler s;
+    sales_reading_before_lock_async(s);  // oldest first: the careless callback runs first
+    EXPECT_FALSE(s.failed());
+  }
+  const auto r = handoff::testing::explore(sales_reading_before_lock_async);
+  ASSERT_TRUE(r.failed);
+  EXPECT_NE(r.trace.find("resume actor 1: lock \"item\""), std::string::npos) << r.trace;
+  EXPECT_NE(r.trace.find("failed: check failed: stock is 9, not 8"), std::string::npos) << r.trace;
+  EXPECT_EQ(r.trace.find("granted"), std::string::npos) << r.trace;  // no grant events: each ran inside its call
 }
 
 TEST(TestingExplore, TakesItsSeedFromTheEnvironmentWhenSet) {

@@ -1,11 +1,12 @@
 // keyed_lock_awaiter: what `co_await m.async_lock(key)` awaits (keyed_mutex.hpp). It
-// looks the key up and enqueues a coroutine waiter through the mutex's table; the holder's
-// unlock (or, at a wait timeout, the mutex's completion thread) resumes the coroutine,
-// whose await_resume turns the outcome into a guard. It reaches the mutex's table, hash
-// and lookup as its friend.
+// looks the key up (under a test scheduler, after a scheduling point) and asks the mutex's
+// table for the key, which grants a free one at once (the coroutine goes on without
+// suspending) or queues a coroutine waiter; the holder's unlock (or, at a wait timeout, the
+// mutex's completion thread) resumes the coroutine, whose await_resume asks the table for
+// the waiter's outcome and turns it into a guard. It reaches the mutex's table, hash and
+// lookup as its friend.
 #pragma once
 
-#include <atomic>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
@@ -37,10 +38,6 @@ class [[nodiscard]] keyed_lock_awaiter {
     auto* w = new_node<waiter>();
     w->type = waiter::kind::coroutine;
     w->handle = h;
-    w->table = &m_.table_;
-    // Owners: this awaiter, the queue, and with a deadline the timer (relaxed: w is not
-    // shared until the push, which the shard lock publishes).
-    if (deadline_ != no_deadline) w->refs.store(3, std::memory_order_relaxed);
     lock_shard& s = m_.table_.shard_for(hash);
     lock_entry* e;
     try {
@@ -52,10 +49,10 @@ class [[nodiscard]] keyed_lock_awaiter {
     // Stored before the enqueue: once queued, the coroutine may be resumed on another
     // thread at any moment, and *this must not be touched after that.
     w_ = w;
-    if (m_.table_.acquire_or_enqueue(s, e, w, deadline_)) {
+    if (const grant g = m_.table_.acquire_or_enqueue(s, e, w, deadline_); g.token != 0) {
       w_ = nullptr;
       delete_node(w);
-      result_ = {e, e->token, lease_};
+      result_ = g;
       return false;  // free: continue without suspending
     }
     return true;
@@ -64,16 +61,12 @@ class [[nodiscard]] keyed_lock_awaiter {
   guard await_resume() {
     if (w_ != nullptr) {
       waiter* w = std::exchange(w_, nullptr);
-      const bool granted = w->state.load(std::memory_order_acquire) == waiter::granted;
-      if (granted) {
-        result_ = {w->entry, w->token, lease_};
-        m_.table_.note_wait(w->entry, w->queued_at);
-      }
+      result_ = m_.table_.outcome(w);
       release_waiter(w);
-      if (!granted) return guard();
+      if (result_.token == 0) return guard();
     }
-    if (result_.lease != 0) m_.table_.arm_lease(result_.entry, result_.token, result_.lease);
-    return Mutex::make_guard(&m_.table_, result_);
+    if (lease_ != 0) m_.table_.arm_lease(result_.entry, result_.token, lease_);
+    return Mutex::make_guard(&m_.table_, {result_.entry, result_.token, lease_});
   }
 
  private:

@@ -62,16 +62,16 @@ struct waiter : task, mailbox_node {
   enum class kind : std::uint8_t { thread, coroutine, callback };
 
   std::atomic<std::uint32_t> state{waiting};
-  std::atomic<std::uint32_t> refs{2};                 // requester + queue (+ timer); see release_waiter
-  kind type = kind::thread;                           // set by the requester before the push
-  std::uint64_t token = 0;                            // written by the granter before its CAS, read after `granted`
-  lock_entry* entry = nullptr;                        // set by the requester before the push
-  lock_table* table = nullptr;                        // set by the requester before the push
-  timer_node timeout;                                 // async waits with a deadline; timer mutex
-  std::coroutine_handle<> handle;                     // kind::coroutine
-  void (*complete)(waiter*, bool granted) = nullptr;  // kind::callback: runs the callable
-  void (*destroy)(waiter*) noexcept = nullptr;        // frees a derived node; nullptr: a plain waiter
-  // The table's now() before the push, set by the requester: its wait for the statistics,
+  std::atomic<std::uint32_t> refs{2};           // requester + queue (+ timer); see release_waiter
+  kind type = kind::thread;                     // set by the requester before the push
+  std::uint64_t token = 0;                      // written by the granter before its CAS, read after `granted`
+  lock_entry* entry = nullptr;                  // set by the table before the push
+  lock_table* table = nullptr;                  // set by the table before the push
+  timer_node timeout;                           // async waits with a deadline; timer mutex
+  std::coroutine_handle<> handle;               // kind::coroutine
+  void (*complete)(waiter*) = nullptr;          // kind::callback: runs the callable
+  void (*destroy)(waiter*) noexcept = nullptr;  // frees a derived node; nullptr: a plain waiter
+  // The table's now() before the push, set by the table: the request's wait for the statistics,
   // and under eventual fairness how long it has waited (read by the releasing holder). Kept
   // across the wake-ups of an eventual wait. not_queued for a request granted at once.
   static constexpr std::int64_t not_queued = std::numeric_limits<std::int64_t>::max();

@@ -135,10 +135,34 @@ class lock_table {
   grant acquire(lock_shard& s, lock_entry* e, const lock_request& r);
 
   // Async forms, with s locked and e in the table; unlock s. w is a fresh waiter of the
-  // given kind (handle or complete set). True: acquired now (w unused, freed by the
-  // caller); false: w queued, completed later through complete_waiter. `deadline`:
-  // no_deadline for none.
-  bool acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline);
+  // given kind (handle or complete set). A token in the result: acquired now, and w is
+  // untouched (the caller frees it, or hands it to grant_at_once); token 0: w queued, with
+  // its references (the requester's, the queue's, and with a `deadline` the timer's), and
+  // completed later through complete_waiter. `deadline`: no_deadline for none; with one,
+  // the caller started the timer (start_timer). Never blocks, and the same with or without
+  // a test scheduler (the caller made the request a scheduling point first).
+  grant acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline);
+
+  // A callback request acquired at once (g from acquire_or_enqueue): w becomes a granted
+  // waiter that never queued, the caller's reference its only one, ready to run as a
+  // completion (complete_waiter, or its complete function directly).
+  void grant_at_once(waiter* w, const grant& g) noexcept {
+    w->table = this;
+    w->entry = g.entry;
+    w->token = g.token;
+    w->refs.store(1, std::memory_order_relaxed);                 // not shared: this thread's only
+    w->state.store(waiter::granted, std::memory_order_relaxed);  // likewise
+  }
+
+  // A completed waiter's outcome (a coroutine's or callback's, granted or given up), read
+  // once: acquire, pairing with the holder's grant (try_grant's release: the token and the
+  // last holder's writes) or with the cancel. Granted: its entry and token (lease 0), and
+  // the wait is counted if it queued; else token 0. The caller still drops its reference.
+  [[nodiscard]] grant outcome(const waiter* w) noexcept {
+    if (w->state.load(std::memory_order_acquire) != waiter::granted) return {};
+    if (w->queued_at != waiter::not_queued) note_wait(w->entry, w->queued_at);
+    return {w->entry, w->token, 0};
+  }
 
   // The holder's release of e (its unlock, or the lease timer's expiry). Hands the key to
   // the next live waiter or releases it; may complete async waiters (complete_waiter).
@@ -213,10 +237,11 @@ class lock_table {
     return true;
   }
 
-  // Under a test scheduler (handoff/testing.hpp), every blocking request is first a
-  // scheduling point: with s locked and e in the table, unlocks s and lets the scheduler
-  // run other events; the caller then looks the key up again. Throws as
-  // test_driver::yield does.
+  // Under a test scheduler (handoff/testing.hpp), every request, blocking or async, is
+  // first a scheduling point: with s locked and e in the table, unlocks s and lets the
+  // scheduler run other events; the caller then looks the key up again and runs the
+  // request as it would without a scheduler. Throws as test_driver::yield does, with s
+  // unlocked.
   [[nodiscard]] bool driven() const noexcept { return driver_ != nullptr; }
   void schedule_point(lock_shard& s, const lock_entry* e);
 
@@ -269,10 +294,8 @@ class lock_table {
   void recycle(lock_entry* e) noexcept;
   // The lease timer took a key from its holder.
   void note_lease_expiry() noexcept;
-  // Under a test scheduler: the wait of a queued blocking request (wait_for_turn's part),
-  // and an async request that found e free, granted through an event (false: w queued).
+  // Under a test scheduler: the wait of a queued blocking request (wait_for_turn's part).
   std::uint32_t wait_driven(lock_entry* e, waiter* w, std::int64_t deadline);
-  bool grant_driven(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) noexcept;
   // An async request queued under a test scheduler: kept (with a reference) so that the
   // table's destructor can give up the ones never granted (a deadlock) instead of leaving
   // them queued.

@@ -22,10 +22,13 @@
 //   continue_elsewhere the actor queues on the run queue instead of going to its executor
 //   thread_pool        execute() becomes an event (execute below)
 //   a full mailbox     the test's post waits for room through block_until
-//   keyed lock         every request (lock, try_lock, try_lock_for) is a scheduling point
-//                      (yield), a wait goes through block_until, an async request that
-//                      finds the key free is still granted through an event, and the
-//                      table's clock is virtual
+//   keyed lock         every request (lock, try_lock, try_lock_for, async_lock,
+//                      lock_async) is a scheduling point (yield), then runs as without a
+//                      scheduler: a free key is taken at once (a lock_async callback runs
+//                      inside the call, an async_lock goes on without suspending); a
+//                      blocking wait goes through block_until, a queued async request is
+//                      kept for the table's destructor (a deadlock if never granted), and
+//                      the table's clock is virtual
 //   report_to_stderr   a handler's exception that no hook takes fails the run (unhandled)
 #pragma once
 
