@@ -25,6 +25,10 @@
 //                       with map.erase(a) (exact keyed lock, no memory kept); _keep only
 //                       releases the accessor (entries accumulate: one per key ever locked).
 //                       Built only when CMake finds TBB (HANDOFF_BENCH_TBB).
+//   proto_*             prototypes of designs measured before (or instead of) moving the
+//                       library, kept as the record (docs/design.md): proto_word_* the hot
+//                       key on a parking word (km_hotkey), proto_compact a one-line entry
+//                       and shard (km_uncontended). Listed as baselines by the table.
 //
 // Workloads (time: wall-clock per lock/unlock, all threads together):
 //   km_uncontended      threads:1 and threads:2; 1024 keys "player:<random>", each thread
@@ -388,6 +392,7 @@ class proto_word_lock {
     std::uint64_t v = held;
     // release; pairs with the next taker's acquire.
     if (e->word.compare_exchange_strong(v, 0, std::memory_order_release, std::memory_order_relaxed)) return;
+    stat_unlock_slow.fetch_add(1, std::memory_order_relaxed);
     unlock_slow(e, v);
   }
 
@@ -432,6 +437,7 @@ class proto_word_lock {
   static constexpr std::int64_t fair_after_ns = 500000;
 
  public:
+  // Per operation in the km_hotkey rows: slow locks and unlocks, wake-ups, parks.
   std::atomic<std::uint64_t> stat_lock_slow{0}, stat_unlock_slow{0}, stat_wakes{0}, stat_parks{0};
 
  private:

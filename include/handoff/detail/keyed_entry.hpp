@@ -68,6 +68,7 @@ struct keyed_entry final : entry_key<Key>, lock_entry {
     void* block = ::operator new(sizeof(keyed_entry) + slack_max);
     const std::size_t slack = -reinterpret_cast<std::uintptr_t>(block) % cache_line_bytes;
     try {
+      // NOLINTNEXTLINE(clang-analyzer-cplusplus.NewDeleteLeaks): destroy() frees the block, from e and its slack
       auto* e = ::new (static_cast<char*>(block) + slack) keyed_entry(h, key);
       e->slack = static_cast<std::uint8_t>(slack);
       return e;
