@@ -101,9 +101,20 @@ class redis_server {
     start();
   }
 
-  // A port the kernel reports free on 127.0.0.1 (bind to port 0, read it back, close); a
-  // second port of a server (--tls-port) takes one from here.
+  // A port the kernel reports free on 127.0.0.1 (bind to port 0, read it back, close), at
+  // most max_cluster_port: a Cluster node also listens on its port + 10000, and
+  // redis-server refuses to start above that (the kernel's ephemeral range reaches 60999).
+  // A second port of a server (--tls-port) takes one from here.
   static int free_port() {
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      if (const int port = any_free_port(); port <= max_cluster_port) return port;
+    }
+    throw std::runtime_error("redis_server: no free loopback port at or below 55535");
+  }
+  static constexpr int max_cluster_port = 55535;
+
+ private:
+  static int any_free_port() {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) throw std::runtime_error(errno_text("redis_server: socket"));
     sockaddr_in addr{};
@@ -121,7 +132,6 @@ class redis_server {
     return ntohs(addr.sin_port);
   }
 
- private:
   static std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
   void make_dir() {
