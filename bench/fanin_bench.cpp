@@ -26,13 +26,30 @@
 //                         claim on the idle actor for its own next send (prototype).
 // Time is wall-clock per message, all senders together; every run ends with every message
 // run and the count checked (SkipWithError on a lost or duplicated message).
+//
+// Fairness and latency, "fairness_work<H>/<impl>/threads:<N>" (separate from the matrix,
+// so that its timestamps do not perturb the throughput cells): N senders (2, 8) with no
+// sender work send for fair_run_s as fast as they can, to a std::mutex (`mutex`), a
+// handoff::basic_actor (`handoff_send`) or one with capacity 256 whose senders block when it
+// is full (`handoff_send_bounded256`); each message carries its sender and its send time
+// (steady_clock), and the handler, with H ns of busy work (0, 30, 100, 400), counts per
+// sender and records the send-to-handled time (to 8 M messages). Time: wall-clock per
+// message handled, from the start to the last message run (an unbounded actor's backlog
+// drains after the senders stop). Counters: share_min and share_max, the fewest and most messages a sender
+// got handled as a fraction of an equal share (1 each: fair; a barging mutex lets one
+// thread run long streaks), lat_p50_ns and lat_p99_ns, send-to-handled (for the mutex: the
+// wait for the lock and the handler; for the actor: the queueing behind the owner).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "bench_support.hpp"
 #include "handoff/actor.hpp"
@@ -165,6 +182,172 @@ void register_cell(const std::string& workload, fan_targets& t, std::uint32_t se
   add_typed("handoff_proto_sticky", &fan_targets::sticky);
 }
 
+// ---------------------------------------------------------------------------------------
+// Fairness and latency (see the overview).
+
+constexpr double fair_run_s = 0.2;
+constexpr int max_fair_senders = 8;
+constexpr std::size_t max_latencies = std::size_t{8} << 20;
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct fair_msg {
+  int sender;  // -1: report (run on the reading thread once every sender has returned)
+  std::int64_t sent_ns;
+};
+
+// The handled side, serialized by the lock or the actor.
+struct fair_state {
+  std::array<std::uint64_t, max_fair_senders> per_sender{};
+  std::vector<std::int64_t> latency;  // send-to-handled, ns; capacity reserved once
+  std::uint64_t acc = 1;
+  std::uint32_t work = 0;
+  void run(const fair_msg& m) {
+    ++per_sender[static_cast<std::size_t>(m.sender)];
+    if (work != 0) acc = spin_work(acc, work);
+    if (latency.size() < max_latencies) latency.push_back(now_ns() - m.sent_ns);
+  }
+  void reset() {
+    per_sender.fill(0);
+    latency.clear();
+  }
+};
+
+struct fair_handler {
+  fair_state* s;
+  void operator()(const fair_msg& m) {
+    if (m.sender >= 0) s->run(m);
+  }
+};
+
+handoff::actor_options bounded_options() {
+  handoff::actor_options o;
+  o.capacity = 256;  // full_policy::block: a sender waits for room
+  return o;
+}
+
+// One handler work's targets; they outlive every run.
+struct fair_targets {
+  alignas(64) std::mutex m;
+  alignas(64) fair_state mutex_state;
+  alignas(64) fair_state actor_state;
+  alignas(64) fair_state bounded_state;
+  alignas(64) handoff::basic_actor<fair_msg, fair_handler> actor;
+  alignas(64) handoff::basic_actor<fair_msg, fair_handler> bounded;  // capacity 256, senders block
+  alignas(64) std::atomic<std::int64_t> deadline{0};
+  std::atomic<std::uint64_t> sent{0};    // all senders' sends of a run, checked against the handled
+  std::atomic<double> per_message_s{0};  // the run's result, written by thread 0 for every thread
+  std::int64_t start_ns = 0;             // thread 0's
+  alignas(64) end_barrier started, done, reported;
+  explicit fair_targets(std::uint32_t work)
+      : actor(fair_handler{&actor_state}), bounded(bounded_options(), fair_handler{&bounded_state}) {
+    for (fair_state* st : {&mutex_state, &actor_state, &bounded_state}) {
+      st->work = work;
+      st->latency.reserve(max_latencies);
+    }
+  }
+};
+
+// One run: every sender sends until the shared deadline; thread 0 then reads the state
+// (every message has run: each sender's sends returned, and an idle actor's report message
+// runs on this thread after them) and reports.
+template <class Send, class Settle>
+void bm_fair(benchmark::State& state, fair_targets& t, fair_state& st, Send&& send, Settle&& settle) {
+  const int me = state.thread_index();
+  for (auto _ : state) {
+    if (me == 0) {
+      st.reset();
+      t.sent.store(0, std::memory_order_relaxed);
+      t.done.reset();
+      t.reported.reset();
+      t.start_ns = now_ns();
+      t.deadline.store(t.start_ns + static_cast<std::int64_t>(fair_run_s * 1e9), std::memory_order_release);
+    }
+    t.started.arrive_and_wait(state.threads());
+    const std::int64_t deadline = t.deadline.load(std::memory_order_acquire);
+    std::uint64_t sent = 0;
+    for (std::int64_t now = now_ns(); now < deadline; now = now_ns()) {
+      send(fair_msg{me, now});
+      ++sent;
+    }
+    t.sent.fetch_add(sent, std::memory_order_relaxed);  // before the barrier, which orders it
+    t.done.arrive_and_wait(state.threads());
+    if (me == 0) t.started.reset();
+    if (me != 0) {
+      t.reported.arrive_and_wait(state.threads());  // thread 0's result
+      // Google Benchmark averages the threads' manual times over all threads' iterations.
+      state.SetIterationTime(t.per_message_s.load(std::memory_order_relaxed) * state.threads());
+      continue;
+    }
+    settle();
+    const std::int64_t end_ns = now_ns();  // the backlog drained after the deadline included
+    std::uint64_t total = 0, least = ~std::uint64_t{0}, most = 0;
+    for (int i = 0; i < state.threads(); ++i) {
+      const std::uint64_t n = st.per_sender[static_cast<std::size_t>(i)];
+      total += n;
+      least = std::min(least, n);
+      most = std::max(most, n);
+    }
+    t.per_message_s.store(static_cast<double>(end_ns - t.start_ns) / 1e9 / static_cast<double>(total),
+                          std::memory_order_relaxed);
+    t.reported.arrive_and_wait(state.threads());  // the others report it too
+    state.SetIterationTime(t.per_message_s.load(std::memory_order_relaxed) * state.threads());
+    if (total != t.sent.load(std::memory_order_relaxed)) {
+      state.SkipWithError("lost or duplicated messages");
+      continue;
+    }
+    const double equal = static_cast<double>(total) / state.threads();
+    state.counters["share_min"] = static_cast<double>(least) / equal;
+    state.counters["share_max"] = static_cast<double>(most) / equal;
+    auto& lat = st.latency;
+    const auto at = [&lat](double q) {
+      auto k = lat.begin() + static_cast<std::ptrdiff_t>(q * static_cast<double>(lat.size() - 1));
+      std::nth_element(lat.begin(), k, lat.end());
+      return static_cast<double>(*k);
+    };
+    state.counters["lat_p50_ns"] = at(0.5);
+    state.counters["lat_p99_ns"] = at(0.99);
+    state.counters["handled"] = static_cast<double>(total);
+  }
+}
+
+void register_fair(const std::string& workload, fair_targets& t) {
+  fair_targets* p = &t;
+  const auto add = [&](const char* impl, auto fn) {
+    benchmark::RegisterBenchmark((workload + "/" + impl).c_str(), fn)
+        ->UseManualTime()
+        ->Iterations(1)
+        ->Threads(2)
+        ->Threads(max_fair_senders);
+  };
+  add("mutex", [p](benchmark::State& s) {
+    bm_fair(
+        s, *p, p->mutex_state,
+        [p](const fair_msg& m) {
+          std::lock_guard lock(p->m);
+          p->mutex_state.run(m);
+        },
+        [] {});
+  });
+  add("handoff_send", [p](benchmark::State& s) {
+    bm_fair(
+        s, *p, p->actor_state, [p](const fair_msg& m) { p->actor.send(m); },
+        [p] {
+          p->actor.send(fair_msg{-1, 0});
+        });
+  });
+  add("handoff_send_bounded256", [p](benchmark::State& s) {
+    bm_fair(
+        s, *p, p->bounded_state, [p](const fair_msg& m) { p->bounded.send(m); },
+        [p] {
+          p->bounded.send(fair_msg{-1, 0});
+        });
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -195,6 +378,12 @@ int main(int argc, char** argv) {
       const std::string workload = "fanin_send" + std::to_string(work_ns[s]) + "_work" + std::to_string(work_ns[h]);
       register_cell(workload, *targets[h], iterations[s]);
     }
+  }
+
+  std::array<std::unique_ptr<fair_targets>, 4> fair;
+  for (std::size_t h = 0; h < work_ns.size(); ++h) {
+    fair[h] = std::make_unique<fair_targets>(iterations[h]);
+    register_fair("fairness_work" + std::to_string(work_ns[h]), *fair[h]);
   }
 
   benchmark::RunSpecifiedBenchmarks();
