@@ -35,10 +35,11 @@
 // (steady_clock), and the handler, with H ns of busy work (0, 30, 100, 400), counts per
 // sender and records the send-to-handled time (to 8 M messages). Time: wall-clock per
 // message handled, from the start to the last message run (an unbounded actor's backlog
-// drains after the senders stop). Counters: share_min and share_max, the fewest and most messages a sender
-// got handled as a fraction of an equal share (1 each: fair; a barging mutex lets one
-// thread run long streaks), lat_p50_ns and lat_p99_ns, send-to-handled (for the mutex: the
-// wait for the lock and the handler; for the actor: the queueing behind the owner).
+// drains after the senders stop); the handler's clock read lengthens the mutex's critical
+// section, so compare throughput in the matrix above, not here. Counters: share_min and share_max, the fewest and most
+// messages a sender got handled as a fraction of an equal share (1 each: fair; a barging mutex lets one thread run long
+// streaks), lat_p50_ns and lat_p99_ns, send-to-handled (for the mutex: the wait for the lock and the handler; for the
+// actor: the queueing behind the owner).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
