@@ -45,7 +45,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -55,6 +54,7 @@
 #include "bench_support.hpp"
 #include "handoff/actor.hpp"
 #include "handoff/basic_actor.hpp"
+#include "handoff/detail/clock.hpp"
 #include "mini_actor.hpp"
 #include "packed_actor.hpp"
 
@@ -190,10 +190,7 @@ constexpr double fair_run_s = 0.2;
 constexpr int max_fair_senders = 8;
 constexpr std::size_t max_latencies = std::size_t{8} << 20;
 
-std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+using handoff::detail::now_ns;
 
 struct fair_msg {
   int sender;  // -1: report (run on the reading thread once every sender has returned)

@@ -85,11 +85,12 @@ for t in "${trees[@]}"; do
   done
 done | xargs -P "$jobs" -L1 bash -c 'count "$@"' _ >"$runs"
 
-# Per operation: (count at large - count at small) / (large - small).
-per_op() {  # TREE OPT MODE
-  awk -v t="$1" -v o="$2" -v m="$3" -v s=$small -v l=$large '
+# Per operation: (count at large - count at small) / (large - small), from FILE's "TREE OPT
+# MODE N COUNT" lines (default: the callgrind runs), with DIGITS decimals (default 1).
+per_op() {  # TREE OPT MODE [FILE [DIGITS]]
+  awk -v t="$1" -v o="$2" -v m="$3" -v s=$small -v l=$large -v d="${5:-1}" '
     $1 == t && $2 == o && $3 == m { c[$4] = $5 }
-    END { printf "%.1f", (c[l] - c[s]) / (l - s) }' "$runs"
+    END { printf "%." d "f", (c[l] - c[s]) / (l - s) }' "${4:-$runs}"
 }
 
 header="| path | -O2 | -O3 |"
@@ -118,12 +119,12 @@ for m in $modes; do
 done
 
 [[ -n $misses ]] || exit 0
-# One cachegrind run: prints "TREE MODE N D1_MISSES".
+# One cachegrind run: prints "TREE O2 MODE N D1_MISSES", the form per_op reads.
 d1() {  # TREE MODE N
   local f="$out/$1/cachegrind.$2.$3"
   valgrind --tool=cachegrind --cache-sim=yes --D1=32768,8,64 --LL=524288,8,64 --cachegrind-out-file="$f" \
     "$out/$1/instructions-O2" "$2" "$3" >/dev/null 2>"$f.log"
-  echo "$1 $2 $3 $(awk '/D1  misses:/ { gsub(",", "", $4); print $4; exit }' "$f.log")"
+  echo "$1 O2 $2 $3 $(awk '/D1  misses:/ { gsub(",", "", $4); print $4; exit }' "$f.log")"
 }
 export -f d1
 for t in "${trees[@]}"; do
@@ -137,9 +138,6 @@ echo "| path | this tree |$( [[ -n $old ]] && echo " $(git rev-parse --short "$o
 echo "|---|---:|$( [[ -n $old ]] && echo "---:|")"
 for m in $modes; do
   row="| $m |"
-  for t in "${trees[@]}"; do
-    row="$row $(awk -v t="$t" -v m="$m" -v s=$small -v l=$large '
-      $1 == t && $2 == m { c[$3] = $4 } END { printf "%.2f", (c[l] - c[s]) / (l - s) }' "$out/misses.txt") |"
-  done
+  for t in "${trees[@]}"; do row="$row $(per_op "$t" O2 "$m" "$out/misses.txt" 2) |"; done
   echo "$row"
 done

@@ -109,7 +109,7 @@ class redis_server {
     for (int attempt = 0; attempt < 1000; ++attempt) {
       if (const int port = any_free_port(); port <= max_cluster_port) return port;
     }
-    throw std::runtime_error("redis_server: no free loopback port at or below 55535");
+    throw std::runtime_error("redis_server: no free loopback port at or below " + std::to_string(max_cluster_port));
   }
   static constexpr int max_cluster_port = 55535;
 
