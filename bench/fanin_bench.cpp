@@ -13,19 +13,25 @@
 //   mutex                 std::mutex locked around the handler's work (the baseline).
 //   mailbox               the hand-off protocol in its minimal form over the Vyukov mailbox
 //                         (mini_actor.hpp): a count fetch_add plus the mailbox exchange per
-//                         queued send. A baseline: the library's protocol before it moved to
-//                         the one-atomic send.
+//                         queued send: the library's protocol, without its options and run
+//                         queue.
 //   handoff_send          handoff::basic_actor<int, H>::send (the library's typed actor).
 //   handoff_post          handoff::actor<State>::post (the library's type-erased actor).
 //   handoff_proto_packed  packed_actor.hpp: one fetch_add counts the message and gives it
-//                         a ticket into slots of a preallocated ring (the prototype of the
-//                         library's mailbox, which uses pooled chunks instead).
+//                         a ticket into slots of a preallocated ring (a prototype; the
+//                         library carried it over pooled chunks for a while: docs/design.md).
 //   handoff_proto_lines   the same with consumer batching: the drainer waits briefly at a
 //                         line of slots that senders are still filling (prototype).
 //   handoff_proto_sticky  the packed word with a sticky release: the last owner keeps a
 //                         claim on the idle actor for its own next send (prototype).
 // Time is wall-clock per message, all senders together; every run ends with every message
 // run and the count checked (SkipWithError on a lost or duplicated message).
+//
+// Batches, "fanin_batch16/<impl>/threads:<N>": N senders (2, 8), no work on either side but
+// the count; every iteration sends 16 messages: `mutex_per_message` locks once per message,
+// `mutex_per_batch` once per 16, `handoff_send` sends them one by one, `handoff_send_all` and
+// `handoff_post_all` as one batch (one atomic for the 16). Time per iteration: per 16
+// messages.
 //
 // Fairness and latency, "fairness_work<H>/<impl>/threads:<N>" (separate from the matrix,
 // so that its timestamps do not perturb the throughput cells): N senders (2, 8) with no
@@ -181,6 +187,81 @@ void register_cell(const std::string& workload, fan_targets& t, std::uint32_t se
   add_typed("handoff_proto_packed", &fan_targets::packed);
   add_typed("handoff_proto_lines", &fan_targets::lines);
   add_typed("handoff_proto_sticky", &fan_targets::sticky);
+}
+
+// ---------------------------------------------------------------------------------------
+// Batches (see the overview): every iteration sends `batch_size` messages to the trivial
+// handler.
+
+constexpr int batch_size = 16;
+struct run_one {
+  void operator()(fan_state& st) const noexcept { st.run(); }
+};
+
+template <class SendBatch, class Count>
+void bm_batch(benchmark::State& state, end_barrier& done, SendBatch&& send_batch, Count&& count) {
+  std::uint64_t before = 0;
+  if (state.thread_index() == 0) before = count();
+  timed_loop(state, done, [&](benchmark::IterationCount) { send_batch(); });
+  state.SetItemsProcessed(state.iterations() * batch_size);
+  if (state.thread_index() != 0) return;
+  const std::uint64_t sent = static_cast<std::uint64_t>(state.max_iterations) * state.threads() * batch_size;
+  if (count() - before != sent) state.SkipWithError("lost or duplicated messages");
+}
+
+void register_batches(fan_targets& t) {
+  const auto add = [&](const char* impl, auto fn) {
+    benchmark::RegisterBenchmark((std::string("fanin_batch16/") + impl).c_str(), fn)
+        ->UseRealTime()
+        ->MinTime(min_time_s)
+        ->Threads(2)
+        ->Threads(8);
+  };
+  fan_targets* p = &t;
+  const auto mutex_count = [p] {
+    std::lock_guard lock(p->mutex.m);
+    return p->mutex.s.n;
+  };
+  add("mutex_per_message", [p, mutex_count](benchmark::State& s) {
+    bm_batch(
+        s, p->done,
+        [p] {
+          for (int i = 0; i < batch_size; ++i) {
+            std::lock_guard lock(p->mutex.m);
+            p->mutex.s.run();
+          }
+        },
+        mutex_count);
+  });
+  add("mutex_per_batch", [p, mutex_count](benchmark::State& s) {
+    bm_batch(
+        s, p->done,
+        [p] {
+          std::lock_guard lock(p->mutex.m);
+          for (int i = 0; i < batch_size; ++i) p->mutex.s.run();
+        },
+        mutex_count);
+  });
+  const auto basic_count = [p] { return count_of(p->basic, p->report); };
+  add("handoff_send", [p, basic_count](benchmark::State& s) {
+    bm_batch(
+        s, p->done,
+        [p] {
+          for (int i = 0; i < batch_size; ++i) p->basic.send(1);
+        },
+        basic_count);
+  });
+  add("handoff_send_all", [p, basic_count](benchmark::State& s) {
+    std::array<int, batch_size> ones{};
+    ones.fill(1);
+    bm_batch(s, p->done, [p, &ones] { p->basic.send_all(ones); }, basic_count);
+  });
+  add("handoff_post_all", [p](benchmark::State& s) {
+    const std::array<run_one, batch_size> handlers{};
+    bm_batch(
+        s, p->done, [p, &handlers] { p->actor.post_all(handlers); },
+        [p] { return p->actor.ask([](fan_state& st) { return st.n; }).get(); });
+  });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -377,6 +458,8 @@ int main(int argc, char** argv) {
       register_cell(workload, *targets[h], iterations[s]);
     }
   }
+
+  register_batches(*targets[0]);
 
   std::array<std::unique_ptr<fair_targets>, 4> fair;
   for (std::size_t h = 0; h < work_ns.size(); ++h) {

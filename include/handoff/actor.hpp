@@ -8,6 +8,7 @@
 //   a.post([](Account& s, handoff::actor<Account>& self) { ... });  // a handler may take its actor
 //   a.defer([](Account& s) { s.audit(); });          // never runs on this thread now
 //   bool sent = a.try_post([](Account& s) { ... });  // false: a bounded mailbox is full
+//   a.post_all(handlers);                             // a range of handlers, one atomic for all
 //
 // Every handler is invoked as f(state) or, if it accepts it, f(state, self), where self
 // is the actor running it (to send to itself, or hand out a reference in a message).
@@ -39,9 +40,11 @@
 #include <exception>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <optional>
+#include <ranges>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -58,6 +61,10 @@ class actor : private detail::actor_base {
   // What post, ask, async_ask and defer take: a callable invoked as f(state, self) or f(state).
   template <class F>
   static constexpr bool is_handler = std::invocable<F&, State&, actor&> || std::invocable<F&, State&>;
+  // What post_all takes: iterators to handlers, each message built from *it.
+  template <class It>
+  static constexpr bool batchable =
+      is_handler<std::iter_value_t<It>> && std::constructible_from<std::iter_value_t<It>, std::iter_reference_t<It>>;
 
  private:
   template <class F>
@@ -143,6 +150,42 @@ class actor : private detail::actor_base {
         make_post_node<F>(f), [&] { call(f, *this); }, carry_of<F>(f));
   }
 
+  // Thread-safe. Posts the handlers of [first, last), in order, as one batch: builds all
+  // their messages first (copied from *first for lvalue elements; pass move iterators to
+  // move them), then counts them with one atomic, so that they run one after another with
+  // no other sender's message between them, each exactly once as by post(). A caller that
+  // finds the actor idle runs them as post() runs its message, then what arrived meanwhile.
+  // Allocates a pooled node per message. A bounded mailbox takes all or none: the batch
+  // waits for room for all of it, or throws mailbox_full, as post() does; a batch larger
+  // than the capacity, or under full_policy::block larger than half of it (one message
+  // always may), throws std::invalid_argument. After a throw nothing was sent. An empty
+  // range sends nothing.
+  template <std::input_iterator It, std::sentinel_for<It> End>
+    requires(batchable<It>)
+  void post_all(It first, End last) {
+    submit_batch<false>(build_posts(std::move(first), std::move(last)));
+  }
+  template <std::ranges::input_range R>
+    requires(batchable<std::ranges::iterator_t<R>>)
+  void post_all(R&& handlers) {
+    post_all(std::ranges::begin(handlers), std::ranges::end(handlers));
+  }
+
+  // Thread-safe. post_all(), except on a bounded mailbox without room for the whole
+  // batch: returns false at once, having run and sent nothing (the built messages were
+  // destroyed; elements moved from stay so). Throws what post_all() throws but
+  // mailbox_full.
+  template <std::input_iterator It, std::sentinel_for<It> End>
+    requires(batchable<It>)
+  [[nodiscard]] bool try_post_all(It first, End last) {
+    return submit_batch<true>(build_posts(std::move(first), std::move(last)));
+  }
+  template <std::ranges::input_range R>
+    requires(batchable<std::ranges::iterator_t<R>>)
+  [[nodiscard]] bool try_post_all(R&& handlers) {
+    return try_post_all(std::ranges::begin(handlers), std::ranges::end(handlers));
+  }
+
   // Thread-safe. Like post(), but never runs f on the calling thread now: if the actor is
   // busy, its owner runs f; if it is idle, the caller becomes its owner and hands it over
   // at once: to the actor's executor, or, without one, to this thread's run queue, behind
@@ -190,7 +233,7 @@ class actor : private detail::actor_base {
       return answer;
     }
     if (a == admission::queued) {
-      enqueue(a, m);
+      enqueue(m);
       // The caller may block on the answer: first run what this thread owns through its
       // run queue (the target itself, perhaps), which nobody else can run.
       detail::run_before_blocking();
@@ -238,6 +281,14 @@ class actor : private detail::actor_base {
     return [&f] {
       return static_cast<detail::message*>(detail::new_node<post_node<std::decay_t<F>>>(std::forward<F>(f)));
     };
+  }
+
+  template <class It, class End>
+  batch build_posts(It first, End last) {
+    using Fn = std::iter_value_t<It>;
+    return build_batch(std::move(first), std::move(last), [](auto&& f) {
+      return static_cast<detail::message*>(detail::new_node<post_node<Fn>>(std::forward<decltype(f)>(f)));
+    });
   }
 
   // How a nested post that wins an idle actor carries f with it (see actor_base::submit):
@@ -333,7 +384,7 @@ class actor : private detail::actor_base {
           full_ = true;  // await_resume throws: a coroutine never waits for room
           return false;
         case admission::queued:
-          target_.enqueue(a, this);  // the owner resumes us; touch nothing of *this after this line
+          target_.enqueue(this);  // the owner resumes us; touch nothing of *this after this line
           return true;
         case admission::owner:
           break;

@@ -4,6 +4,7 @@
 //   handoff::basic_actor<int, counter> a;
 //   a.send(5);                                    // runs counter{}(5) under the actor
 //   bool sent = a.try_send(5);                    // false: a bounded mailbox is full
+//   a.send_all(std::vector{1, 2, 3});             // one atomic for the three, run in order
 //
 // Messages are stored by value in pooled mailbox nodes: no type erasure and no call to
 // the allocator per message in the steady state (nodes are recycled through per-thread
@@ -29,8 +30,10 @@
 
 #include <concepts>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <new>
+#include <ranges>
 #include <type_traits>
 #include <utility>
 
@@ -104,6 +107,33 @@ class basic_actor : private detail::actor_base {
     return try_send(Message(m));
   }
 
+  // Thread-safe. Sends the messages of [first, last), in order, as one batch: the same
+  // contract as actor::post_all (see actor.hpp): built first (each Message from *first),
+  // counted with one atomic, run one after another, all or none on a bounded mailbox.
+  template <std::input_iterator It, std::sentinel_for<It> End>
+    requires(accepts_messages() && std::constructible_from<Message, std::iter_reference_t<It>>)
+  void send_all(It first, End last) {
+    submit_batch<false>(build_nodes(std::move(first), std::move(last)));
+  }
+  template <std::ranges::input_range R>
+    requires(accepts_messages() && std::constructible_from<Message, std::ranges::range_reference_t<R>>)
+  void send_all(R&& messages) {
+    send_all(std::ranges::begin(messages), std::ranges::end(messages));
+  }
+
+  // Thread-safe. send_all(), except on a bounded mailbox without room for the whole
+  // batch: returns false at once, having sent nothing (see actor::try_post_all).
+  template <std::input_iterator It, std::sentinel_for<It> End>
+    requires(accepts_messages() && std::constructible_from<Message, std::iter_reference_t<It>>)
+  [[nodiscard]] bool try_send_all(It first, End last) {
+    return submit_batch<true>(build_nodes(std::move(first), std::move(last)));
+  }
+  template <std::ranges::input_range R>
+    requires(accepts_messages() && std::constructible_from<Message, std::ranges::range_reference_t<R>>)
+  [[nodiscard]] bool try_send_all(R&& messages) {
+    return try_send_all(std::ranges::begin(messages), std::ranges::end(messages));
+  }
+
   // Thread-safe. Like send(), but never runs the handler on the calling thread now: the
   // same contract as actor::defer (see actor.hpp). Always uses a pooled node. Throws
   // mailbox_full as send() does, std::bad_alloc or what Message's move throws; then
@@ -118,6 +148,13 @@ class basic_actor : private detail::actor_base {
   static constexpr bool build_first = !std::is_nothrow_move_constructible_v<Message>;
   static auto make_node(Message& m) {
     return [&m] { return static_cast<detail::message*>(detail::new_node<node>(std::move(m))); };
+  }
+
+  template <class It, class End>
+  batch build_nodes(It first, End last) {
+    return build_batch(std::move(first), std::move(last), [](auto&& m) {
+      return static_cast<detail::message*>(detail::new_node<node>(Message(std::forward<decltype(m)>(m))));
+    });
   }
 
   // How a nested send that wins an idle actor carries m with it (see actor_base::submit).

@@ -184,7 +184,7 @@ void actor_base::run_after_current(message* m) noexcept {
 
 void actor_base::submit_deferred(message* m, admission a) noexcept {
   if (a == admission::queued) {
-    enqueue(a, m);
+    enqueue(m);
     // From one of its own handlers: the actor yields this turn (see actor::defer).
     if (tls.top != nullptr && tls.top->actor == this) tls.top->stop |= stop_yield;
     return;
@@ -250,7 +250,7 @@ void actor_base::name_under_driver() noexcept { tls.driver->actor_created(this);
 
 void actor_base::ask_driven(message* m, admission a, test_driver::ready_fn ready, const void* answer) {
   if (a == admission::queued) {
-    enqueue(a, m);
+    enqueue(m);
   } else {
     run_after_current(m);  // an event, even when idle: nothing runs by itself
   }
@@ -269,20 +269,15 @@ void actor_base::shut_down() noexcept {
     // Destroyed by one of its own handlers, which is still running: the messages behind
     // it cannot run any more. Destroying them breaks their ask() promises.
     while (auto* m = static_cast<message*>(core_.pop())) m->invoke(m, this, false);
-    core_.discard();
     return forget_name(this);
   }
-  const admission a = try_acquire();
-  if (a == admission::owner) {  // idle: nothing pending, and now nobody else can own it
-    core_.discard();
-    return forget_name(this);
-  }
+  if (try_acquire() == admission::owner) return forget_name(this);  // idle: nothing pending, and now nobody else can own it
   // Out of memory in a destructor that must wait for another thread has no better answer
   // than terminate.
   auto* marker = new destroy_marker;  // NOLINT(bugprone-unhandled-exception-at-new)
   marker->invoke = &destroy_marker::run;
   std::future<void> done = marker->done.get_future();
-  enqueue(a, marker);
+  enqueue(marker);
   if (tls.driver != nullptr) [[unlikely]] {
     auto ready = [](const void* f) noexcept {
       return static_cast<const std::future<void>*>(f)->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -292,7 +287,6 @@ void actor_base::shut_down() noexcept {
     run_before_blocking();  // owned by this very thread through its queue: run its messages now
   }
   done.wait();
-  core_.discard();  // the owner stopped at the marker: its chunks are ours to return
   forget_name(this);
 }
 

@@ -27,7 +27,10 @@
 // drops the wake-up and sleeps in its old place (its ticket): the count is full, so a
 // crossing is still to come. A woken sender always retries before giving up, so a timeout
 // never swallows a wake-up. tests/model/bounded.pml checks all this, and rejects a woken
-// sender that never hands on.
+// sender that never hands on. A batch of k messages waits for room for all k, and k is
+// one or at most half the capacity: it sleeps only after reading more than capacity - k
+// counted, which is above half, so the same crossing is still to come. (A larger batch
+// could sleep while the count rests at half, and no crossing would come.)
 //
 // A waker sets `woken` and notifies under the bucket's mutex: the node lives in the
 // waiting sender's frame, which it leaves only after taking the mutex again.
@@ -46,6 +49,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
 #include <utility>
 
 #include "handoff/detail/actor_base.hpp"
@@ -128,13 +132,13 @@ room_bucket& bucket_of(const void* actor) noexcept {
 
 }  // namespace
 
-actor_base::admission actor_base::admit_bounded(message* built) {
+actor_base::admission actor_base::admit_bounded(message* built, std::uint64_t k) {
   const actor_options& o = *options_;
   bool ran_queue = false;
   std::int64_t deadline = 0;
   room_wait wait;
   for (bool first = true;; first = false) {
-    const admission a = core_.try_acquire_below(o.capacity);
+    const admission a = core_.try_acquire_below(o.capacity, k);
     if (wait.holder) {  // woken, its bucket's mutex held since
       wait.holder = false;
       if (a == admission::full) {
@@ -156,12 +160,16 @@ actor_base::admission actor_base::admit_bounded(message* built) {
     } else if (o.on_full == full_policy::fail) {
       why = "handoff: the actor's mailbox is full";
     } else if (driver != nullptr) [[unlikely]] {
-      auto room = [](const void* a) noexcept {
-        const auto* self = static_cast<const actor_base*>(a);
-        return self->core_.pending() < self->options_->capacity;
+      struct wanted {
+        const actor_base* actor;
+        std::uint64_t k;
+      } const want{this, k};
+      auto room = [](const void* w) noexcept {
+        const auto& [self, n] = *static_cast<const wanted*>(w);
+        return self->core_.pending() + n <= self->options_->capacity;
       };
       if (first) deadline = o.max_block.count() == 0 ? no_deadline : add_saturating(driver->now(), o.max_block.count());
-      if (driver->block_until(room, this, deadline, "post to a full mailbox", true)) continue;
+      if (driver->block_until(room, &want, deadline, "post to a full mailbox", true)) continue;
       why = "handoff: the actor's mailbox stayed full for max_block";
     } else if (!ran_queue) {
       // What this thread owns through its queue may be the very actor that is full.
@@ -169,38 +177,60 @@ actor_base::admission actor_base::admit_bounded(message* built) {
       run_before_blocking();
       deadline = o.max_block.count() == 0 ? no_deadline : add_saturating(now_ns(), o.max_block.count());
       continue;
-    } else if (wait_for_room(wait, deadline)) {
+    } else if (wait_for_room(wait, deadline, k)) {
       continue;
     } else {
       why = "handoff: the actor's mailbox stayed full for max_block";
     }
     // Never a holder here: a woken sender retries, and gives the wake-up up only on
     // finding the mailbox full (then a crossing is still to come).
-    if (built != nullptr) discard(built);
+    discard_all(built);
     throw_full(why);
   }
 }
 
+bool actor_base::try_release_bounded(std::uint64_t ran) noexcept {
+  // Read before the release: once it reaches 0, another thread may destroy *this.
+  const std::uint64_t capacity = options_->capacity;
+  const std::uint64_t before = core_.release(ran);
+  // wake_senders() uses only the address of *this, so it is safe after a release.
+  if (before > capacity / 2 && before - ran <= capacity / 2) wake_senders();
+  return before == ran;
+}
+
 void actor_base::count_full() noexcept { count_event(nullptr, metric_counter::mailbox_full); }
 
-bool actor_base::wait_for_room(room_wait& wait, std::int64_t deadline) {
+void actor_base::check_batch_fits(const batch& b) {
+  const actor_options& o = *options_;
+  const char* why = nullptr;
+  if (b.size > o.capacity) {
+    why = "handoff: a batch larger than the mailbox's capacity can never be sent";
+  } else if (b.size > 1 && b.size > o.capacity / 2 && o.on_full == full_policy::block) {
+    why = "handoff: a batch that waits for room may hold at most half the mailbox's capacity";
+  }
+  if (why == nullptr) return;
+  discard_all(b.first);
+  throw std::invalid_argument(why);
+}
+
+bool actor_base::wait_for_room(room_wait& wait, std::int64_t deadline, std::uint64_t k) {
   room_bucket& b = bucket_of(this);
   std::unique_lock<std::mutex> lock(b.mutex);
   if (wait.ticket == 0) wait.ticket = ++b.tickets;
   room_waiter node(this, wait.ticket);
   b.link(node);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in wake_senders()
-  const std::uint64_t capacity = options_->capacity;
-  bool room = core_.pending() < capacity;
+  const std::uint64_t capacity = options_->capacity - k;  // the most counted that leaves room for k
+  bool room = core_.pending() <= capacity;
   while (!room && !node.woken) {
     if (deadline == no_deadline) {
       node.cv.wait(lock);
     } else if (node.cv.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline))) ==
                std::cv_status::timeout) {
-      room = core_.pending() < capacity;
+      room = core_.pending() <= capacity;
       break;
     }
-    room = core_.pending() < capacity;  // a spurious wake-up finds room too
+    room = core_.pending() <= capacity;  // a spurious wake-up finds room too
   }
   b.unlink(node);
   if (node.woken) {

@@ -6,8 +6,8 @@
  * coming, it waits for the counted message that is not linked yet. This file models the
  * lock-free protocol, the actor's (lockfree_ownership in include/handoff/detail/ownership.hpp,
  * driven by lib/actor/actor_base.cpp), with the actor's budgets and executor hand-off on
- * top; its mailbox stands for any that a message reaches some steps after it was counted
- * (the actor's ticketed slots: packed.pml and chunks.pml model those). keyed_lock.pml
+ * top; its mailbox is Vyukov's queue, where a message is linked some steps after it was
+ * counted (packed.pml models the one-atomic send of bench/packed_actor.hpp). keyed_lock.pml
  * models the keyed entry's word, taken under the table's shard lock and released by CAS
  * without it. Checked by spin under ctest through
  * tests/model/check.sh; see tests/model/README.md.

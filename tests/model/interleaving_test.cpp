@@ -1,8 +1,7 @@
 // Deterministic interleavings of the real hand-off code (lib/actor/actor_base.cpp).
 //
-// One thread plays every party. A sender sends each message in two steps: count it
-// (try_acquire, which gives it a ticket), then store it in its ticket's slot (enqueue,
-// which installs a chunk when it needs one). The owner drains through
+// One thread plays every party. A sender sends each message in three steps: count it
+// (try_acquire), claim a mailbox slot, link it. The owner drains through
 // actor_base::drain_step, one protocol action per step. An executor process runs budget
 // continuations the same way. A scheduler picks which party takes the next step:
 //  - exhaustively (every schedule, by depth-first replay) for small configurations;
@@ -13,16 +12,13 @@
 //  - per-sender order;
 //  - at the end, count 0 and an empty mailbox;
 //  - no party waits forever.
-// The same driver with the sender's steps in the wrong order (store at the ticket it
-// expects, then count) must find a violation: that is the bug the count-before-enqueue
-// rule prevents.
+// The same driver with the sender's steps in the wrong order (enqueue, then count) must
+// find a violation: that is the bug the count-before-enqueue rule prevents.
 #include <handoff/detail/assert.hpp>
-#include <handoff/detail/slot_chunk.hpp>
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -46,9 +42,6 @@ struct config {
   // A winner puts its message in front of the mailbox and drains from 0 (a message built
   // before counting, a nested send, an ask) instead of running it inline.
   bool winner_enqueues_first = false;
-  // Uncontended sends before the schedule starts, so that its tickets cross from one
-  // chunk of slots into the next (chunks of 32): installs, links, detaches, recycling.
-  std::uint32_t first_ticket = 0;
 };
 
 // Holds continuations until the executor process runs them.
@@ -71,16 +64,11 @@ struct logged : handoff::detail::message {
 // One run of one schedule. `choose(n)` picks which of n enabled parties steps next.
 class world {
  public:
-  explicit world(const config& c)
-      : cfg_(c), actor_(make_actor(c, exec_)), chunks_before_(handoff::detail::chunks_in_use()) {
-    for (std::uint32_t t = 0; t < c.first_ticket; ++t) {
-      if (!access::try_acquire(*actor_) || !access::try_release(*actor_, 1)) std::abort();
-    }
-    tickets_ = c.first_ticket;
+  explicit world(const config& c) : cfg_(c), actor_(make_actor(c, exec_)) {
     for (int s = 0; s < c.senders; ++s) {
       senders_.push_back(sender{});
       for (int q = 0; q < c.messages; ++q) senders_.back().nodes.push_back(std::make_unique<logged>(s, q, &log_));
-      if (c.count_after_enqueue) senders_.back().phase = sender::store;
+      if (c.count_after_enqueue) senders_.back().phase = sender::claim;
     }
   }
 
@@ -118,8 +106,8 @@ class world {
   struct sender {
     std::vector<std::unique_ptr<logged>> nodes;
     std::size_t next = 0;  // next message to send
-    enum { count, store } phase = count;
-    access::admission ticket{access::admission::queued};
+    enum { count, claim, link } phase = count;
+    handoff::detail::mailbox_node* prev = nullptr;
     owner_state owner;
     bool enabled() const { return owner.active ? !owner.blocked : next < nodes.size(); }
   };
@@ -177,24 +165,20 @@ class world {
     return "unknown drain status";
   }
 
-  // A message's steps. Correct order: count, store. Broken order: store at the ticket
-  // the next count will give (as far as this sender can tell), then count. Whoever takes
-  // the count from 0 owns the actor.
+  // A message's steps. Correct order: count, claim, link. Broken order: claim, link,
+  // count. Whoever takes the count from 0 owns the actor.
   std::string step_sender(sender& s) {
     if (s.owner.active) return step_owner(s.owner);
     logged* m = s.nodes[s.next].get();
     const bool broken = cfg_.count_after_enqueue;
     switch (s.phase) {
       case sender::count: {
-        const access::admission a = access::count_one(*actor_);
-        ++tickets_;
-        const bool won = a == access::admission::owner;
+        const bool won = access::try_acquire(*actor_);
         if (!broken && !won) {
-          s.ticket = a;
-          s.phase = sender::store;
+          s.phase = sender::claim;
           return {};
         }
-        s.phase = broken ? sender::store : sender::count;  // next message's first step
+        s.phase = broken ? sender::claim : sender::count;  // next message's first step
         ++s.next;
         if (!won) return {};
         if (broken) return become_owner(s.owner, false);  // its message is in the mailbox
@@ -205,9 +189,12 @@ class world {
         log_.emplace_back(m->sender, m->seq);  // won: run it inline, then drain
         return become_owner(s.owner, true);
       }
-      case sender::store:
-        if (broken) s.ticket = access::admission{access::admission::queued, tickets_};
-        access::enqueue(*actor_, s.ticket, m);
+      case sender::claim:
+        s.prev = access::claim(*actor_, m);
+        s.phase = sender::link;
+        return {};
+      case sender::link:
+        access::link(s.prev, m);
         s.phase = sender::count;  // correct order: next message; broken: count this one
         if (!broken) ++s.next;
         return {};
@@ -241,7 +228,6 @@ class world {
     }
     if (access::count(*actor_) != 0) return "count is " + std::to_string(access::count(*actor_)) + " at the end";
     if (access::pop(*actor_) != nullptr) return "a message was stranded in the mailbox";
-    if (handoff::detail::chunks_in_use() != chunks_before_) return "the idle actor holds a chunk of slots";
     return {};
   }
 
@@ -252,8 +238,6 @@ class world {
   executor_party exec_party_;
   std::vector<std::pair<int, int>> log_;
   int owners_ = 0;
-  std::uint32_t tickets_ = 0;  // counts made so far: the ticket the next count gets
-  std::uint64_t chunks_before_;
 };
 
 // Every schedule, by depth-first replay: each run follows a prefix of choices, then
@@ -306,30 +290,16 @@ void expect_every_schedule_correct(const config& c) {
 }
 
 TEST(Interleavings, EveryScheduleOfTwoSendersWithThreeMessagesKeepsEveryInvariant) {
-  expect_every_schedule_correct({.senders = 2, .messages = 3});  // 9,280 schedules
+  expect_every_schedule_correct({.senders = 2, .messages = 3});  // 76,554 schedules
 }
 
 TEST(Interleavings, EveryScheduleOfThreeSendersWithOneMessageKeepsEveryInvariant) {
-  expect_every_schedule_correct({.senders = 3, .messages = 1});  // 678 schedules
-}
-
-TEST(Interleavings, EveryScheduleAcrossAChunkBoundaryKeepsEveryInvariantAndReturnsTheChunks) {
-  // Tickets 30..36 cross from the first chunk of slots into the second: senders install
-  // and link the next chunk, owners detach their chunk as they release it, a sender that
-  // finds a chunk being detached takes it back for the next owner, who frees the chunks
-  // it does not read. At the end the idle actor holds no chunk.
-  for (std::uint32_t first : {30U, 31U}) {
-    expect_every_schedule_correct({.senders = 2, .messages = 3, .first_ticket = first});  // 9,280 schedules
-    expect_every_schedule_correct({.senders = 2, .messages = 3, .winner_enqueues_first = true, .first_ticket = first});
-  }
-  expect_every_schedule_correct({.senders = 2, .messages = 2, .budget = 2, .first_ticket = 30});
-  // 3 senders x 2 has 2.4 million schedules across the boundary: a random sample of them.
-  EXPECT_EQ(explore_random({.senders = 3, .messages = 2, .first_ticket = 30}, 20000, 4), "");
+  expect_every_schedule_correct({.senders = 3, .messages = 1});  // 5,658 schedules
 }
 
 TEST(Interleavings, EveryScheduleWithABudgetHandsOffWithoutASecondOwner) {
-  expect_every_schedule_correct({.senders = 3, .messages = 1, .budget = 1});  // 1,368 schedules
-  expect_every_schedule_correct({.senders = 2, .messages = 2, .budget = 2});  // 1,906 schedules
+  expect_every_schedule_correct({.senders = 3, .messages = 1, .budget = 1});  // 7,494 schedules
+  expect_every_schedule_correct({.senders = 2, .messages = 2, .budget = 2});  // 8,194 schedules
 }
 
 TEST(Interleavings, EveryScheduleWhereTheWinnerQueuesItsMessageInFrontKeepsEveryInvariant) {
@@ -343,7 +313,6 @@ TEST(Interleavings, EveryScheduleWhereTheWinnerQueuesItsMessageInFrontKeepsEvery
 TEST(Interleavings, RandomSchedulesOfThreeSendersWithThreeMessagesKeepEveryInvariant) {
   EXPECT_EQ(explore_random({.senders = 3, .messages = 3}, 20000, 1), "");
   EXPECT_EQ(explore_random({.senders = 3, .messages = 3, .budget = 2}, 20000, 2), "");
-  EXPECT_EQ(explore_random({.senders = 4, .messages = 3, .first_ticket = 27}, 20000, 3), "");
 }
 
 TEST(Interleavings, CountingAfterTheEnqueueIsCaught) {

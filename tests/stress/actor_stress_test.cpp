@@ -2,7 +2,6 @@
 // ordered pairs) and asks, for HANDOFF_STRESS_SECONDS seconds per test (default 2).
 // Asserts no loss, no duplication, no overlap, per-sender order.
 #include <handoff/actor.hpp>
-#include <handoff/detail/slot_chunk.hpp>
 #include <handoff/thread_pool.hpp>
 
 #include <gtest/gtest.h>
@@ -80,7 +79,6 @@ totals sum(std::vector<std::unique_ptr<handoff::actor<cell>>>& actors) {
 }
 
 void hammer(std::vector<std::unique_ptr<handoff::actor<cell>>>& actors, int threads, bool skewed) {
-  const std::uint64_t chunks_before = handoff::detail::chunks_in_use();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
   std::atomic<long> sent{0};
   std::vector<std::jthread> workers;
@@ -134,9 +132,6 @@ void hammer(std::vector<std::unique_ptr<handoff::actor<cell>>>& actors, int thre
   EXPECT_EQ(t.received, sent.load()) << "messages lost or duplicated";
   EXPECT_EQ(t.overlaps, 0) << "two handlers of one actor overlapped";
   EXPECT_EQ(t.order_violations, 0) << "a sender's messages (or a handler's pair) ran out of order (or twice)";
-  // Every actor is idle again (each worker's last release finished before it was joined):
-  // none holds a chunk of slots.
-  EXPECT_EQ(handoff::detail::chunks_in_use(), chunks_before) << "an idle actor kept a chunk of slots";
   std::printf("stress: %ld messages over %zu actors, %d threads\n", sent.load(), actors.size(), threads);
 }
 

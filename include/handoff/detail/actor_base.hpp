@@ -1,27 +1,25 @@
 // The hand-off protocol, shared by every actor type.
 //
-// State of an actor: its ownership word, which counts the messages accepted and not yet
-// run and gives each a ticket, and its mailbox of ticketed slots. A non-zero count means
-// exactly one thread owns the actor (it alone runs handlers).
+// State of an actor: its ownership word, the number of messages accepted and not yet
+// run, and its mailbox. A non-zero count means exactly one thread owns the actor (it alone
+// runs handlers).
 //
-//   send:    prev = word.fetch_add(1 message, 1 ticket)   (acquire)
-//            count(prev) != 0 -> store m in the slot of ticket(prev), return: the owner
-//                                will run it
-//            count(prev) == 0 -> this thread is the owner: run m inline, then drain
-//   drain:   take and run messages in ticket order while their slots are stored, X =
-//            messages run this round; count(word.fetch_sub(X)) == X -> released  (release)
+//   send:    prev = count.fetch_add(1)          (acquire)
+//            prev != 0 -> mailbox.push(m), return: the owner will run it
+//            prev == 0 -> this thread is the owner: run m inline, then drain
+//   drain:   pop and run until the mailbox looks empty, X = messages run this round;
+//            count.fetch_sub(X) == X -> released  (release)
 //            otherwise messages were counted meanwhile: X = 0 and keep draining; if the
-//            next slot is empty with X == 0, a sender is between its fetch_add and its
-//            store: wait for it (pause, then yield) and never release.
+//            mailbox is empty with X == 0, a sender is between its fetch_add and its push:
+//            wait for it (pause, then yield) and never release.
 //   budget:  spent -> fetch_sub(X) first; only if the count is still non-zero hand the
 //            still-owned actor to the executor (posting first would let the continuation
 //            run while our subtraction reaches 0: two owners).
 //
-// The count is incremented before the store so that it never under-counts: a drainer
+// The count is incremented before the enqueue so that it never under-counts: a drainer
 // cannot run a message that is not counted yet. `fetch_sub` releases in one atomic per
 // round and cannot fail spuriously (a weak CAS's failure path could reach 0 while the
-// owner still drains). The word, the slots and their chunks are lockfree_ownership's
-// (detail/ownership.hpp).
+// owner still drains). Both are lockfree_ownership's (detail/ownership.hpp).
 //
 // Nested sends: a thread that wins an actor while draining one (inside a handler) does not
 // recurse: the actor joins its run queue (detail/run_queue.hpp), drained after the current
@@ -124,8 +122,8 @@ class actor_base : public runnable {
 
   // --- protocol steps, each one atomic; small so that tests can drive them one by one ---
 
-  // Counts one message: `owner` (the caller won the 0 -> 1 hand-off) or `queued` with its
-  // ticket. acquire; pairs with the release in try_release(): everything the previous
+  // Counts one message: `owner` (the caller won the 0 -> 1 hand-off) or `queued`.
+  // acquire; pairs with the release in try_release(): everything the previous
   // owner's handlers wrote is visible to the handlers this thread runs.
   [[nodiscard]] admission try_acquire() noexcept { return core_.try_acquire(); }
 
@@ -136,21 +134,17 @@ class actor_base : public runnable {
   // the mailbox at most half full: one wake-up per half a mailbox, not one per message nor
   // one per sleeper, so that a drainer outnumbered by blocked senders keeps its core.
   [[nodiscard]] bool try_release(std::uint64_t ran) noexcept {
-    // Read before the release: once it reaches 0, another thread may destroy *this.
-    const std::uint64_t capacity = options_ != nullptr ? options_->capacity : 0;
-    const std::uint64_t before = core_.release(ran);
-    // wake_senders() uses only the address of *this, so it is safe after a release.
-    if (capacity != 0 && before > capacity / 2 && before - ran <= capacity / 2) [[unlikely]]
-      wake_senders();
-    return before == ran;
+    if (options_ != nullptr && options_->capacity != 0) [[unlikely]]
+      return try_release_bounded(ran);
+    return core_.try_release(ran);
   }
   // try_release() where the actor is known to be unbounded (nobody waits for room).
   [[nodiscard]] bool try_release_unbounded(std::uint64_t ran) noexcept { return core_.try_release(ran); }
 
-  // Loser of the hand-off (`a` is queued): hand the (already counted) message to the owner;
-  // then, for a woken sender of a bounded actor (admit_bounded()), hand the room on.
-  void enqueue(admission a, message* m) noexcept {
-    core_.enqueue(a, m);
+  // Loser of the hand-off: hand the (already counted) message to the owner; then, for a
+  // woken sender of a bounded actor (admit_bounded()), hand the room on.
+  void enqueue(message* m) noexcept {
+    core_.enqueue(m);
     if (tls.room_held != nullptr) [[unlikely]]
       pass_room();
   }
@@ -173,21 +167,78 @@ class actor_base : public runnable {
   // actor's full mailbox counts nothing: with TryOnly that is `full` (and `built`, if any,
   // is destroyed unrun); otherwise the send waits or throws mailbox_full by the actor's
   // policy (admit_bounded). An unbounded actor pays one load and branch for the check.
+  // (Always inlined, as the other steps of a send: at -O3 GCC otherwise calls them out of
+  // line, 18 instructions more per uncontended post than at -O2.)
   template <bool TryOnly>
-  admission admit(message* built) {
+  [[gnu::always_inline]] admission admit(message* built) {
     if (options_ == nullptr || options_->capacity == 0) [[likely]] {
       return try_acquire();
     }
     if constexpr (TryOnly) {
       const admission a = core_.try_acquire_below(options_->capacity);
       if (a == admission::full) {
-        if (built != nullptr) discard(built);
+        discard_all(built);
         count_full();
       }
       return a;
     } else {
       return admit_bounded(built);
     }
+  }
+
+  // A batch of built messages, linked in order through their `next`.
+  struct batch {
+    message* first = nullptr;
+    message* last = nullptr;
+    std::uint64_t size = 0;
+  };
+
+  // Builds one message per element of [it, end) with make(*it) -> message*, in order. A
+  // throw destroys what was built (unrun) and propagates: nothing was sent.
+  template <class It, class End, class Make>
+  batch build_batch(It it, End end, Make&& make) {
+    batch b;
+    try {
+      for (; it != end; ++it) {
+        message* m = make(*it);
+        if (b.last == nullptr) {
+          b.first = m;
+        } else {
+          b.last->next.store(m, std::memory_order_relaxed);
+        }
+        b.last = m;
+        ++b.size;
+      }
+    } catch (...) {
+      discard_all(b.first);
+      throw;
+    }
+    return b;
+  }
+
+  // Sends a batch (see actor::post_all): counts all its messages with one atomic, then
+  // pushes them as one chain; a caller that wins the actor puts them all in front of the
+  // mailbox and drains, or, inside a handler, queues the actor on its run queue. Bounded: all or none, by
+  // admit_batch(). False only with TryOnly, when a bounded mailbox has no room for them all
+  // (then they were destroyed unrun).
+  template <bool TryOnly>
+  bool submit_batch(batch b) {
+    if (b.size == 0) return true;
+    const admission a = admit_batch<TryOnly>(b);
+    if (a == admission::full) return false;
+    if (a == admission::queued) {
+      core_.enqueue_all(b.first, b.last);
+      if (tls.room_held != nullptr) [[unlikely]]
+        pass_room();
+      return true;
+    }
+    core_.push_front_all(b.first, b.last);
+    if (tls.top != nullptr) {
+      push_now(entry_of(this), &ready_next);  // as run_after_current()
+    } else {
+      drain_now(0);
+    }
+    return true;
   }
 
   // Sends one message: counts it, then either hands it to the owner or, having become the
@@ -208,7 +259,7 @@ class actor_base : public runnable {
         case admission::full:
           return false;
         case admission::queued:
-          enqueue(a, m);
+          enqueue(m);
           return true;
         case admission::owner:
           break;
@@ -225,7 +276,7 @@ class actor_base : public runnable {
         case admission::full:
           return false;
         case admission::queued:
-          enqueue(a, build_counted(make));
+          enqueue(build_counted(make));
           return true;
         case admission::owner:
           break;
@@ -281,7 +332,7 @@ class actor_base : public runnable {
   // Owner only: the uncontended release after one inline message. False: still owned, and
   // `uncounted` says how many run messages the drain must still subtract (1, or 0 when
   // the failed release already subtracted it).
-  [[nodiscard]] bool try_release_inline(std::uint64_t& uncounted) noexcept {
+  [[nodiscard, gnu::always_inline]] bool try_release_inline(std::uint64_t& uncounted) noexcept {
     if (!core_.looks_empty()) return false;
     if (try_release(1)) return true;
     uncounted = 0;
@@ -331,20 +382,54 @@ class actor_base : public runnable {
     return make();
   }
   void discard(message* m) noexcept { m->invoke(m, this, false); }  // never counted: destroy unrun
+  // discard() for `m` and the messages linked after it (a batch; a single message has none).
+  void discard_all(message* m) noexcept {
+    while (m != nullptr) {
+      auto* next = static_cast<message*>(m->next.load(std::memory_order_relaxed));
+      discard(m);
+      m = next;
+    }
+  }
+  // Counts a batch of b.size > 0 messages, as admit() counts one. Bounded: all or none;
+  // more than the capacity, or under full_policy::block more than half of it, throws
+  // std::invalid_argument (such a batch could wait for room forever); otherwise as admit().
+  template <bool TryOnly>
+  admission admit_batch(const batch& b) {
+    if (options_ == nullptr || options_->capacity == 0) [[likely]] {
+      return core_.try_acquire(b.size);
+    }
+    check_batch_fits(b);
+    if constexpr (TryOnly) {
+      const admission a = core_.try_acquire_below(options_->capacity, b.size);
+      if (a == admission::full) {
+        discard_all(b.first);
+        count_full();
+      }
+      return a;
+    } else {
+      return admit_bounded(b.first, b.size);
+    }
+  }
+  // Bounded: throws std::invalid_argument (having destroyed the batch) when it can never fit.
+  void check_batch_fits(const batch& b);
   void name_under_driver() noexcept;  // tls.driver set: the test scheduler's trace names actors
 
   // Bounded and full (lib/actor/mailbox_room.cpp): under full_policy::block at top level, runs
   // this thread's queue, then waits for room until max_block; inside a handler, under
   // full_policy::fail, or past max_block, destroys `built` (if any) and throws
   // mailbox_full. Never returns `full`.
-  admission admit_bounded(message* built);
+  // `k` messages at once (a batch, linked from `built`): all or none.
+  admission admit_bounded(message* built, std::uint64_t k = 1);
   // Reports a send that found the mailbox full to the process-wide metrics sink, if any.
   static void count_full() noexcept;
   // A send's place and wake-up across its waits for room (lib/actor/mailbox_room.cpp).
   struct room_wait;
-  // Sleeps until a bounded mailbox has room, this sender is woken (true), or `deadline`
-  // passes with the mailbox full (false).
-  bool wait_for_room(room_wait& wait, std::int64_t deadline);
+  // Sleeps until a bounded mailbox has room for `k`, this sender is woken (true), or
+  // `deadline` passes without that room (false).
+  bool wait_for_room(room_wait& wait, std::int64_t deadline, std::uint64_t k);
+  // try_release() of a bounded actor, out of line so that an unbounded one's release (the
+  // uncontended post's) saves no registers around the wake-up's call.
+  [[nodiscard]] bool try_release_bounded(std::uint64_t ran) noexcept;
   // Wake the oldest sender sleeping in wait_for_room() for this actor (wake_senders), or
   // for tls.room_held if room_owed, then unlock its bucket (pass_room). Both use only the
   // address, never the actor's members: callable after a release.

@@ -38,9 +38,16 @@ class mpsc_queue {
     // before we write prev->next.
     return head_.exchange(n, std::memory_order_acq_rel);
   }
+
+  // Thread-safe, wait-free: pushes the chain first .. last, already linked through `next`
+  // (by this thread, before the call), with one exchange: no other producer's node comes
+  // between them. None of its nodes may be in any queue.
+  void push_chain(mailbox_node* first, mailbox_node* last) noexcept { link(claim(last), first); }
+
   static void link(mailbox_node* prev, mailbox_node* n) noexcept {
-    // release; pairs with the acquire loads of `next` in pop(): the node's payload,
-    // written before push(), is visible to the consumer that reaches it.
+    // release; pairs with the acquire loads of `next` in pop(): the node's payload (a
+    // chain's nodes and links too), written before push(), is visible to the consumer that
+    // reaches it.
     prev->next.store(n, std::memory_order_release);
   }
 
@@ -48,9 +55,11 @@ class mpsc_queue {
   // the consumer's end (tail_ and n), never head_: no atomic read-modify-write, and no
   // producer can reach n. The owner's own first message takes this way: the 0 -> 1 winner's
   // message precedes every message counted after it.
-  void push_front(mailbox_node* n) noexcept {
-    n->next.store(tail_, std::memory_order_relaxed);  // read only by this consumer's pop()
-    tail_ = n;
+  void push_front(mailbox_node* n) noexcept { push_front_chain(n, n); }
+  // Consumer only: push_front() for the chain first .. last, linked through `next`.
+  void push_front_chain(mailbox_node* first, mailbox_node* last) noexcept {
+    last->next.store(tail_, std::memory_order_relaxed);  // read only by this consumer's pop()
+    tail_ = first;
   }
 
   // Consumer only. Returns the oldest node, or nullptr when the queue is empty *or* a
