@@ -121,7 +121,8 @@ struct thread_slabs {
   bool reaper_armed;  // the thread-exit hook below is registered
   bool dead;          // the thread is exiting and returned its slabs: carve from the orphan lanes
 
-  void recycle(slab* s) noexcept {
+  // Out of line: free_node()'s fast path then saves no registers.
+  [[gnu::noinline]] void recycle(slab* s) noexcept {
     // Only a thread whose exit hook is armed may keep one: the hook gives it back.
     if (spare == nullptr && reaper_armed && !dead) {
       spare = s;
@@ -200,9 +201,10 @@ void arm_reaper() noexcept {
   slabs.reaper_armed = true;
 }
 
-}  // namespace
-
-void* allocate_node(std::size_t size) {
+// allocate_node() past its fast path: a new slab, a large node, a thread that is exiting
+// or has not armed its exit hook yet. Out of line, so that the fast path saves no
+// registers (it was 39 instructions with this inlined, 16 of them pushes and pops).
+[[gnu::noinline]] void* allocate_slow(std::size_t size) {
   const int c = class_of(size);
   if (c < 0) return ::operator new(size);
   const std::size_t cs = class_size(static_cast<std::size_t>(c));
@@ -214,6 +216,22 @@ void* allocate_node(std::size_t size) {
   if (!slabs.reaper_armed) [[unlikely]]
     arm_reaper();
   return carve(slabs.lanes[c], cs);
+}
+
+}  // namespace
+
+void* allocate_node(std::size_t size) {
+  const int c = class_of(size);
+  // An armed, live thread carving a slab with room left: bump the pointer.
+  if (c >= 0 && slabs.reaper_armed && !slabs.dead) [[likely]] {
+    lane& l = slabs.lanes[c];
+    if (l.bump != l.end) [[likely]] {
+      void* p = l.bump;
+      l.bump += class_size(static_cast<std::size_t>(c));
+      return p;
+    }
+  }
+  return allocate_slow(size);
 }
 
 void free_node(void* p, std::size_t size) noexcept {
