@@ -30,6 +30,7 @@ namespace handoff::detail {
 
 void* allocate_node(std::size_t size) { return ::operator new(size); }
 void free_node(void* p, std::size_t) noexcept { ::operator delete(p); }
+node_pool_counters node_pool_stats() noexcept { return {false, 0, 0}; }
 
 #else
 
@@ -46,7 +47,7 @@ int class_of(std::size_t size) noexcept {
 }
 
 // 16 KiB, aligned to its size, so that a node finds its slab by masking its address. A
-// thread holds at most one slab per class it uses and one spare: 96 KiB.
+// thread holds at most one slab per class it uses and four spares: 144 KiB.
 constexpr std::size_t slab_size = std::size_t{16} << 10;
 // Free slabs kept for any thread to reuse; beyond them, slabs go back to the allocator.
 // 4 MiB: a burst of up to about 130,000 small queued messages comes back without an
@@ -71,33 +72,52 @@ slab* slab_of(void* node) noexcept {
 slab* new_slab() { return static_cast<slab*>(::operator new (slab_size, std::align_val_t{slab_size})); }
 void delete_slab(slab* s) noexcept { ::operator delete (s, std::align_val_t{slab_size}); }
 
-// Free slabs, shared by every thread. Never destroyed: nodes may be freed after static
-// destruction has begun.
+// Free slabs, shared by every thread, moved in batches of up to `spare_batch`: a thread
+// that only frees nodes carved elsewhere (an owner draining another thread's sends) hands
+// over four slabs per lock, and a thread that only carves takes four, so the list's lock
+// is taken once per 4 slabs (about 2,000 small messages) on each side. Never destroyed:
+// nodes may be freed after static destruction has begun.
+constexpr std::uint32_t spare_batch = 4;
+
 struct free_slab_list {
   annotated_mutex mutex;
   slab* head HANDOFF_GUARDED_BY(mutex) = nullptr;
   std::size_t size HANDOFF_GUARDED_BY(mutex) = 0;
+  std::uint64_t operations HANDOFF_GUARDED_BY(mutex) = 0;  // pushes and pops: node_pool_stats()
 
-  slab* pop() noexcept {
+  // Up to `n` slabs, linked through next_free (nullptr: none); their number in `taken`.
+  slab* pop(std::uint32_t n, std::uint32_t& taken) noexcept {
     scoped_lock lock(mutex);
-    slab* s = head;
-    if (s != nullptr) {
-      head = s->next_free;
+    ++operations;
+    slab* first = head;
+    slab* last = nullptr;
+    for (taken = 0; taken < n && head != nullptr; ++taken) {
+      last = head;
+      head = head->next_free;
       --size;
     }
-    return s;
+    if (last != nullptr) last->next_free = nullptr;
+    return first;
   }
+  // The list from `s` through next_free (nullptr-terminated); past max_free_slabs, the rest
+  // go back to the allocator.
   void push(slab* s) noexcept {
     {
       scoped_lock lock(mutex);
-      if (size < max_free_slabs) {
+      ++operations;
+      while (s != nullptr && size < max_free_slabs) {
+        slab* next = s->next_free;
         s->next_free = head;
         head = s;
         ++size;
-        return;
+        s = next;
       }
     }
-    delete_slab(s);
+    while (s != nullptr) {
+      slab* next = s->next_free;
+      delete_slab(s);
+      s = next;
+    }
   }
 };
 free_slab_list& free_slabs() {
@@ -117,18 +137,38 @@ struct lane {
 // and no TLS-wrapper initialisation check.
 struct thread_slabs {
   lane lanes[class_count];
-  slab* spare;        // a free slab kept for this thread's next one
-  bool reaper_armed;  // the thread-exit hook below is registered
-  bool dead;          // the thread is exiting and returned its slabs: carve from the orphan lanes
+  slab* spares;               // free slabs kept for this thread's next ones, through next_free
+  std::uint32_t spare_count;  // at most spare_batch
+  bool reaper_armed;          // the thread-exit hook below is registered
+  bool dead;                  // the thread is exiting and returned its slabs: carve from the orphan lanes
 
   // Out of line: free_node()'s fast path then saves no registers.
   [[gnu::noinline]] void recycle(slab* s) noexcept {
-    // Only a thread whose exit hook is armed may keep one: the hook gives it back.
-    if (spare == nullptr && reaper_armed && !dead) {
-      spare = s;
-    } else {
-      free_slabs().push(s);
+    if (dead) {  // past the exit hook, which gave the spares back
+      s->next_free = nullptr;
+      return free_slabs().push(s);
     }
+    if (!reaper_armed) arm();  // a thread that only frees keeps spares too: the hook gives them back
+    if (spare_count == spare_batch) give_spares();
+    s->next_free = spares;
+    spares = s;
+    ++spare_count;
+  }
+  // A free slab for a refill: a spare, or a batch from the shared list (nullptr: none).
+  slab* take_spare() noexcept {
+    if (spares == nullptr) spares = free_slabs().pop(spare_batch, spare_count);
+    slab* s = spares;
+    if (s != nullptr) {
+      spares = s->next_free;
+      --spare_count;
+    }
+    return s;
+  }
+  void arm() noexcept;  // registers the exit hook that returns the slabs (below)
+  void give_spares() noexcept {
+    free_slabs().push(spares);
+    spares = nullptr;
+    spare_count = 0;
   }
 };
 
@@ -157,9 +197,7 @@ void retire(lane& l, std::size_t size) noexcept {
 // Retires l.current and starts carving a free or new slab (may throw std::bad_alloc).
 void refill(lane& l, std::size_t size) {
   retire(l, size);
-  slab* s = slabs.spare;
-  slabs.spare = nullptr;
-  if (s == nullptr) s = free_slabs().pop();
+  slab* s = slabs.take_spare();
   if (s == nullptr) s = new_slab();
   const std::size_t capacity = (slab_size - header) / size;
   // Relaxed: nothing else refers to a free slab; publishing a node publishes its slab.
@@ -191,14 +229,13 @@ orphan_lanes& orphans() {
 void return_slabs() noexcept {
   slabs.dead = true;
   for (std::size_t c = 0; c < class_count; ++c) retire(slabs.lanes[c], class_size(c));
-  if (slabs.spare != nullptr) free_slabs().push(slabs.spare);
-  slabs.spare = nullptr;
+  slabs.give_spares();
 }
 
-// Registers return_slabs on the thread's first node (a cold path).
-void arm_reaper() noexcept {
+// Registers return_slabs on the thread's first node or first recycled slab (a cold path).
+void thread_slabs::arm() noexcept {
   run_at_thread_exit<&return_slabs>();
-  slabs.reaper_armed = true;
+  reaper_armed = true;
 }
 
 // allocate_node() past its fast path: a new slab, a large node, a thread that is exiting
@@ -214,7 +251,7 @@ void arm_reaper() noexcept {
     return carve(o.lanes[c], cs);
   }
   if (!slabs.reaper_armed) [[unlikely]]
-    arm_reaper();
+    slabs.arm();
   return carve(slabs.lanes[c], cs);
 }
 
@@ -232,6 +269,12 @@ void* allocate_node(std::size_t size) {
     }
   }
   return allocate_slow(size);
+}
+
+node_pool_counters node_pool_stats() noexcept {
+  free_slab_list& l = free_slabs();
+  scoped_lock lock(l.mutex);
+  return {true, l.operations, l.size};
 }
 
 void free_node(void* p, std::size_t size) noexcept {

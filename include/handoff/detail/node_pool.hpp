@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <utility>
 
@@ -13,6 +14,15 @@ namespace handoff::detail {
 // Node memory; recycled per thread, so steady-state sends do not call malloc. Thread-safe.
 [[nodiscard]] void* allocate_node(std::size_t size);
 void free_node(void* p, std::size_t size) noexcept;
+
+// The pool's process-wide state, for tests and operations: its list of free slabs, the one
+// line every thread shares (a mutex, taken once per batch of slabs).
+struct node_pool_counters {
+  bool pooled;                    // false: nodes come from operator new (AddressSanitizer builds)
+  std::uint64_t list_operations;  // batches pushed to or popped from the list, ever
+  std::uint64_t free_slabs;       // slabs on the list now (16 KiB each)
+};
+[[nodiscard]] node_pool_counters node_pool_stats() noexcept;
 
 // Builds a node in pooled memory; propagates what Node's constructor or the allocation throws.
 template <class Node, class... Args>
