@@ -29,6 +29,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using handoff::test::blocking_call;
+using handoff::test::bounded;
 using handoff::test::owner_thread;
 using handoff::test::test_timeout;
 
@@ -45,13 +46,6 @@ std::vector<int> iota(int from, int n) {
   std::vector<int> v;
   for (int i = from; i < from + n; ++i) v.push_back(i);
   return v;
-}
-
-handoff::actor_options bounded(std::uint32_t capacity, handoff::full_policy policy = handoff::full_policy::block) {
-  handoff::actor_options o;
-  o.capacity = capacity;
-  o.on_full = policy;
-  return o;
 }
 
 // A log actor held busy by another thread, so that sends queue behind it.

@@ -33,17 +33,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using handoff::test::blocking_call;
+using handoff::test::bounded;
 using handoff::test::owner_thread;
 using handoff::test::test_timeout;
-
-handoff::actor_options bounded(std::uint32_t capacity, handoff::full_policy policy = handoff::full_policy::block,
-                               std::chrono::nanoseconds max_block = 0ns) {
-  handoff::actor_options o;
-  o.capacity = capacity;
-  o.on_full = policy;
-  o.max_block = max_block;
-  return o;
-}
 
 // An actor<std::vector<int>> held busy by another thread, so that sends queue.
 struct busy_actor {

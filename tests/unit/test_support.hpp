@@ -1,17 +1,30 @@
 // Helpers shared by the tests.
 #pragma once
 
+#include <handoff/actor_options.hpp>
+
 #include <malloc.h>
 
 #include <chrono>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <latch>
 #include <thread>
 #include <vector>
 
 namespace handoff::test {
+
+// Options for a bounded actor.
+inline actor_options bounded(std::uint32_t capacity, full_policy policy = full_policy::block,
+                             std::chrono::nanoseconds max_block = std::chrono::nanoseconds(0)) {
+  actor_options o;
+  o.capacity = capacity;
+  o.on_full = policy;
+  o.max_block = max_block;
+  return o;
+}
 
 // An eager coroutine that nobody awaits; the tests observe it through what it writes.
 struct fire_and_forget {
