@@ -254,7 +254,8 @@ void register_batches(fan_targets& t) {
   add("handoff_send_all", [p, basic_count](benchmark::State& s) {
     std::array<int, batch_size> ones{};
     ones.fill(1);
-    bm_batch(s, p->done, [p, &ones] { p->basic.send_all(ones); }, basic_count);
+    bm_batch(
+        s, p->done, [p, &ones] { p->basic.send_all(ones); }, basic_count);
   });
   add("handoff_post_all", [p](benchmark::State& s) {
     const std::array<run_one, batch_size> handlers{};

@@ -64,7 +64,7 @@ class actor : private detail::actor_base {
   // What post_all takes: iterators to handlers, each message built from *it.
   template <class It>
   static constexpr bool batchable =
-      is_handler<std::iter_value_t<It>> && std::constructible_from<std::iter_value_t<It>, std::iter_reference_t<It>>;
+      is_handler<std::iter_value_t<It>>&& std::constructible_from<std::iter_value_t<It>, std::iter_reference_t<It>>;
 
  private:
   template <class F>
@@ -162,14 +162,10 @@ class actor : private detail::actor_base {
   // range sends nothing.
   template <std::input_iterator It, std::sentinel_for<It> End>
     requires(batchable<It>)
-  void post_all(It first, End last) {
-    submit_batch<false>(build_posts(std::move(first), std::move(last)));
-  }
+  void post_all(It first, End last) { submit_batch<false>(build_posts(std::move(first), std::move(last))); }
   template <std::ranges::input_range R>
     requires(batchable<std::ranges::iterator_t<R>>)
-  void post_all(R&& handlers) {
-    post_all(std::ranges::begin(handlers), std::ranges::end(handlers));
-  }
+  void post_all(R&& handlers) { post_all(std::ranges::begin(handlers), std::ranges::end(handlers)); }
 
   // Thread-safe. post_all(), except on a bounded mailbox without room for the whole
   // batch: returns false at once, having run and sent nothing (the built messages were

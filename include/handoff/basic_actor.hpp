@@ -112,14 +112,10 @@ class basic_actor : private detail::actor_base {
   // counted with one atomic, run one after another, all or none on a bounded mailbox.
   template <std::input_iterator It, std::sentinel_for<It> End>
     requires(accepts_messages() && std::constructible_from<Message, std::iter_reference_t<It>>)
-  void send_all(It first, End last) {
-    submit_batch<false>(build_nodes(std::move(first), std::move(last)));
-  }
+  void send_all(It first, End last) { submit_batch<false>(build_nodes(std::move(first), std::move(last))); }
   template <std::ranges::input_range R>
     requires(accepts_messages() && std::constructible_from<Message, std::ranges::range_reference_t<R>>)
-  void send_all(R&& messages) {
-    send_all(std::ranges::begin(messages), std::ranges::end(messages));
-  }
+  void send_all(R&& messages) { send_all(std::ranges::begin(messages), std::ranges::end(messages)); }
 
   // Thread-safe. send_all(), except on a bounded mailbox without room for the whole
   // batch: returns false at once, having sent nothing (see actor::try_post_all).

@@ -271,7 +271,8 @@ void actor_base::shut_down() noexcept {
     while (auto* m = static_cast<message*>(core_.pop())) m->invoke(m, this, false);
     return forget_name(this);
   }
-  if (try_acquire() == admission::owner) return forget_name(this);  // idle: nothing pending, and now nobody else can own it
+  // Idle: nothing pending, and now nobody else can own it.
+  if (try_acquire() == admission::owner) return forget_name(this);
   // Out of memory in a destructor that must wait for another thread has no better answer
   // than terminate.
   auto* marker = new destroy_marker;  // NOLINT(bugprone-unhandled-exception-at-new)

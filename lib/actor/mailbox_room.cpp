@@ -219,7 +219,7 @@ bool actor_base::wait_for_room(room_wait& wait, std::int64_t deadline, std::uint
   if (wait.ticket == 0) wait.ticket = ++b.tickets;
   room_waiter node(this, wait.ticket);
   b.link(node);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in wake_senders()
+  std::atomic_thread_fence(std::memory_order_seq_cst);    // pairs with the fence in wake_senders()
   const std::uint64_t capacity = options_->capacity - k;  // the most counted that leaves room for k
   bool room = core_.pending() <= capacity;
   while (!room && !node.woken) {
