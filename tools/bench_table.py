@@ -191,6 +191,48 @@ def fanin_section(out, workloads):
     out.append("")
 
 
+BATCH_PREFIX = "fanin_batch"
+BATCH_NAME = re.compile(r"^fanin_batch(\d+)/threads:(\d+)$")
+BATCH_TARGET = 1.5  # send_all / post_all against a mutex locked once per message
+
+
+def batch_section(out, workloads):
+    """Appends the batch rows: ratio = mutex locked once per message / impl, per sender count."""
+    impls = ["handoff_send", "handoff_send_all", "handoff_post_all", "mutex_per_batch"]
+    out.append("### Batch sends")
+    out.append("")
+    out.append("N senders -> one actor, trivial handler; every iteration sends a batch of messages. Ratio = "
+               "`std::mutex` locked once per message / the implementation: `send` one message at a time, "
+               "`send_all` and `post_all` the batch with one atomic, and a mutex locked once per batch. "
+               "See bench/fanin_bench.cpp.")
+    out.append("")
+    out.append("| batch | senders | mutex per message | " + " | ".join(i.replace("handoff_", "") for i in impls) +
+               " | target |")
+    out.append("|---:|---:|---:|" + "---:|" * len(impls) + "---|")
+    for workload, by_impl in workloads.items():
+        m = BATCH_NAME.match(workload)
+        if not m:
+            continue
+        size, senders = (int(g) for g in m.groups())
+        base = by_impl.get("mutex_per_message", (None, {}))[1]
+        bt = base.get("time") if "error" not in base else None
+        cells, ratios = [], {}
+        for impl in impls:
+            r = by_impl.get(impl, (None, {}))[1]
+            t = r.get("time")
+            if "error" in r or not t or not bt:
+                cells.append("ERROR" if "error" in r else "n/a")
+                continue
+            ratios[impl] = bt / t
+            cells.append(f"{bt / t:.2f}")
+        lib = [ratios[i] for i in ("handoff_send_all", "handoff_post_all") if i in ratios]
+        target = ""
+        if lib:
+            target = f"{'met' if min(lib) >= BATCH_TARGET else '**NOT met**'} (>= {BATCH_TARGET}x)"
+        out.append(f"| {size} | {senders} | {fmt_ns(bt)} | " + " | ".join(cells) + f" | {target} |")
+    out.append("")
+
+
 KM_PREFIX = "km_"
 KM_NOTE = ("Keys are std::string (\"player:123\"); time is wall-clock per lock/unlock, all threads together. "
            "Baselines: map_mutex_cleanup = std::unordered_map<std::string, {std::mutex, users}> under one "
@@ -497,9 +539,12 @@ def render(contexts, results):
     redis_workload = OrderedDict()  # handoff::redis's: their own section
     ractor_workload = OrderedDict()  # handoff::redis::actor_system's: their own section
     fanin_workload = OrderedDict()  # the fan-in matrix: its own section
+    batch_workload = OrderedDict()  # fan-in with batch sends: its own section
     for run, r in results.items():
         workload, impl = split_name(run)
-        if workload.startswith(FANIN_PREFIX):
+        if workload.startswith(BATCH_PREFIX):
+            target = batch_workload
+        elif workload.startswith(FANIN_PREFIX):
             target = fanin_workload
         elif workload.startswith(KM_PREFIX):
             target = km_workload
@@ -517,6 +562,8 @@ def render(contexts, results):
 
     if fanin_workload:
         fanin_section(out, fanin_workload)
+    if batch_workload:
+        batch_section(out, batch_workload)
 
     # Speed-ups between two handoff impls of one workload (the worker pool).
     speedups = [(w, impls) for w, impls in by_workload.items() if w.split("/")[0] in SPEEDUP_TARGETS]
