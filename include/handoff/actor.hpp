@@ -51,6 +51,7 @@
 
 #include "handoff/actor_options.hpp"
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/ask_awaiter.hpp"
 #include "handoff/run_deferred.hpp"
 
 namespace handoff {
@@ -61,12 +62,15 @@ class actor : private detail::actor_base {
   // What post, ask, async_ask and defer take: a callable invoked as f(state, self) or f(state).
   template <class F>
   static constexpr bool is_handler = std::invocable<F&, State&, actor&> || std::invocable<F&, State&>;
-  // What post_all takes: iterators to handlers, each message built from *it.
+  // What post_all takes: a range's iterator to handlers, each message built from *it.
   template <class It>
   static constexpr bool batchable =
       is_handler<std::iter_value_t<It>>&& std::constructible_from<std::iter_value_t<It>, std::iter_reference_t<It>>;
 
  private:
+  template <class, class>
+  friend class detail::ask_awaiter;  // async_ask's awaiter: a mailbox node of this actor
+
   template <class F>
   static decltype(auto) call(F& f, actor& self) {
     if constexpr (std::invocable<F&, State&, actor&>) {
@@ -150,37 +154,21 @@ class actor : private detail::actor_base {
         make_post_node<F>(f), [&] { call(f, *this); }, carry_of<F>(f));
   }
 
-  // Thread-safe. Posts the handlers of [first, last), in order, as one batch: builds all
-  // their messages first (copied from *first for lvalue elements; pass move iterators to
-  // move them), then counts them with one atomic, so that they run one after another with
-  // no other sender's message between them, each exactly once as by post(). A caller that
-  // finds the actor idle runs them as post() runs its message, then what arrived meanwhile.
-  // Allocates a pooled node per message. A bounded mailbox takes all or none: the batch
-  // waits for room for all of it, or throws mailbox_full, as post() does; a batch larger
-  // than the capacity, or under full_policy::block larger than half of it (one message
-  // always may), throws std::invalid_argument. After a throw nothing was sent. An empty
-  // range sends nothing.
-  template <std::input_iterator It, std::sentinel_for<It> End>
-    requires(batchable<It>)
-  void post_all(It first, End last) { submit_batch<false>(build_posts(std::move(first), std::move(last))); }
+  // Thread-safe. Posts a range of handlers, in order, as one batch: builds every message
+  // first (from lvalue elements by copy; a range of move iterators moves them), then counts
+  // them with one atomic, so that they run one after another with no other sender's message
+  // between them, each exactly once as by post(); a caller that finds the actor idle runs
+  // them as post() runs its one. Bounded mailbox: all or none, waiting for room for the
+  // whole batch (or mailbox_full) as post() does; a batch larger than the capacity, or under
+  // full_policy::block than half of it (one message always may), throws
+  // std::invalid_argument. After a throw nothing was sent. try_post_all(): false instead of
+  // waiting or mailbox_full, having sent nothing.
   template <std::ranges::input_range R>
     requires(batchable<std::ranges::iterator_t<R>>)
-  void post_all(R&& handlers) { post_all(std::ranges::begin(handlers), std::ranges::end(handlers)); }
-
-  // Thread-safe. post_all(), except on a bounded mailbox without room for the whole
-  // batch: returns false at once, having run and sent nothing (the built messages were
-  // destroyed; elements moved from stay so). Throws what post_all() throws but
-  // mailbox_full.
-  template <std::input_iterator It, std::sentinel_for<It> End>
-    requires(batchable<It>)
-  [[nodiscard]] bool try_post_all(It first, End last) {
-    return submit_batch<true>(build_posts(std::move(first), std::move(last)));
-  }
+  void post_all(R&& handlers) { submit_batch<false>(build_posts(handlers)); }
   template <std::ranges::input_range R>
     requires(batchable<std::ranges::iterator_t<R>>)
-  [[nodiscard]] bool try_post_all(R&& handlers) {
-    return try_post_all(std::ranges::begin(handlers), std::ranges::end(handlers));
-  }
+  [[nodiscard]] bool try_post_all(R&& handlers) { return submit_batch<true>(build_posts(handlers)); }
 
   // Thread-safe. Like post(), but never runs f on the calling thread now: if the actor is
   // busy, its owner runs f; if it is idle, the caller becomes its owner and hands it over
@@ -266,7 +254,7 @@ class actor : private detail::actor_base {
   // node is still queued).
   template <class F>
     requires(is_handler<std::decay_t<F>>)
-  [[nodiscard]] auto async_ask(F&& f) { return ask_awaiter<std::decay_t<F>>(*this, std::forward<F>(f)); }
+  [[nodiscard]] auto async_ask(F&& f) { return detail::ask_awaiter<actor, std::decay_t<F>>(*this, std::forward<F>(f)); }
 
  private:
   // Building the node may throw: build it before counting (see actor_base::submit).
@@ -279,12 +267,13 @@ class actor : private detail::actor_base {
     };
   }
 
-  template <class It, class End>
-  batch build_posts(It first, End last) {
-    using Fn = std::iter_value_t<It>;
-    return build_batch(std::move(first), std::move(last), [](auto&& f) {
+  template <class R>
+  detail::message_batch build_posts(R& handlers) {
+    using Fn = std::ranges::range_value_t<R>;
+    auto make = [](auto&& f) {
       return static_cast<detail::message*>(detail::new_node<post_node<Fn>>(std::forward<decltype(f)>(f)));
-    });
+    };
+    return detail::build_batch(std::ranges::begin(handlers), std::ranges::end(handlers), make, this);
   }
 
   // How a nested post that wins an idle actor carries f with it (see actor_base::submit):
@@ -354,83 +343,6 @@ class actor : private detail::actor_base {
       }
       return true;
     }
-  };
-
-  template <class Fn>
-  class [[nodiscard]] ask_awaiter final : detail::message {
-    using result = std::remove_cvref_t<result_of<Fn>>;  // returned by value: never a reference into the state
-    using stored = std::conditional_t<std::is_void_v<result>, std::monostate, result>;
-
-   public:
-    template <class A>
-    ask_awaiter(actor& target, A&& a) : target_(target), fn_(std::forward<A>(a)) {
-      invoke = &run;
-    }
-    ask_awaiter(const ask_awaiter&) = delete;
-    ask_awaiter& operator=(const ask_awaiter&) = delete;
-    ~ask_awaiter() = default;
-
-    [[nodiscard]] bool await_ready() const noexcept { return false; }
-
-    bool await_suspend(std::coroutine_handle<> h) noexcept {
-      waiter_.handle = h;
-      const admission a = target_.template admit<true>(nullptr);
-      switch (a) {
-        case admission::full:
-          full_ = true;  // await_resume throws: a coroutine never waits for room
-          return false;
-        case admission::queued:
-          target_.enqueue(this);  // the owner resumes us; touch nothing of *this after this line
-          return true;
-        case admission::owner:
-          break;
-      }
-      if (detail::tls.top != nullptr) {
-        target_.run_after_current(this);  // drained by this thread after its current handler
-        return true;
-      }
-      auto body = [this] { answer(); };
-      target_.run_inline(body);
-      return false;  // answered: continue without suspending
-    }
-
-    result await_resume() {
-      if (full_) throw mailbox_full("handoff: the actor's mailbox is full (async_ask never waits for room)");
-      if (error_) std::rethrow_exception(error_);
-      if constexpr (!std::is_void_v<result>) return std::move(*value_);
-    }
-
-   private:
-    void answer() noexcept {
-      try {
-        if constexpr (std::is_void_v<result>) {
-          call(fn_, target_);
-          value_.emplace();
-        } else {
-          value_.emplace(call(fn_, target_));
-        }
-      } catch (...) {
-        error_ = std::current_exception();
-      }
-    }
-
-    static bool run(detail::message* m, detail::actor_base* /*a: target_*/, bool execute) {
-      auto* self = static_cast<ask_awaiter*>(m);
-      if (execute) {
-        self->answer();
-      } else {
-        self->error_ = std::make_exception_ptr(std::future_error(std::future_errc::broken_promise));
-      }
-      detail::schedule(&self->waiter_);  // runs after this drain (the owner is inside it)
-      return true;
-    }
-
-    actor& target_;
-    Fn fn_;
-    detail::resumable waiter_;
-    std::optional<stored> value_;
-    std::exception_ptr error_;
-    bool full_ = false;
   };
 
   State state_;

@@ -53,6 +53,7 @@
 #include <utility>
 
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/ask_awaiter.hpp"
 #include "handoff/detail/test_driver.hpp"
 #include "handoff/metrics.hpp"
 
@@ -198,9 +199,11 @@ bool actor_base::try_release_bounded(std::uint64_t ran) noexcept {
   return before == ran;
 }
 
+void throw_async_ask_full() { throw_full("handoff: the actor's mailbox is full (async_ask never waits for room)"); }
+
 void actor_base::count_full() noexcept { count_event(nullptr, metric_counter::mailbox_full); }
 
-void actor_base::check_batch_fits(const batch& b) {
+void actor_base::check_batch_fits(const message_batch& b) {
   const actor_options& o = *options_;
   const char* why = nullptr;
   if (b.size > o.capacity) {

@@ -40,7 +40,7 @@
 
 #include "handoff/actor_options.hpp"
 #include "handoff/detail/clock.hpp"
-#include "handoff/detail/mpsc_queue.hpp"
+#include "handoff/detail/message.hpp"
 #include "handoff/detail/node_pool.hpp"
 #include "handoff/detail/ownership.hpp"
 #include "handoff/detail/report.hpp"
@@ -48,52 +48,6 @@
 #include "handoff/detail/tls_model.hpp"
 
 namespace handoff::detail {
-
-class actor_base;
-
-// A mailbox entry. `invoke` runs the message (run == true) or only destroys it, and in
-// both cases frees the node. It returns false only for the destructor's marker, after
-// which the drainer must not touch the actor again.
-struct message : mailbox_node {
-  using invoke_fn = bool (*)(message*, actor_base*, bool run);
-  invoke_fn invoke = nullptr;
-};
-
-// The source named when a handler's exception has no hook to go to.
-inline constexpr const char* handler_source = "an actor handler";
-
-// The thread's carry slot: the first message of one actor this thread won by a nested
-// send, held until the run queue starts that actor's turn. Touched only by its thread.
-inline constexpr std::size_t carry_size = 64;
-inline constexpr std::size_t carry_align = 16;
-struct carry_slot {
-  const runnable* actor;  // whose message `storage` holds; nullptr: the slot is free
-  // Moves the message out of `storage`, frees the slot, then runs the message (it may throw).
-  void (*run)(actor_base*);
-  alignas(carry_align) unsigned char storage[carry_size];
-};
-HANDOFF_TLS_MODEL extern constinit thread_local carry_slot carried;
-
-// Whether a message of type T can be carried: it fits, and moving it out cannot throw.
-constexpr bool fits_carry_slot(std::size_t size, std::size_t align) noexcept {
-  return size <= carry_size && align <= carry_align;
-}
-template <class T>
-constexpr bool carriable() noexcept {
-  return fits_carry_slot(sizeof(T), alignof(T)) && std::is_nothrow_move_constructible_v<T> &&
-         std::is_nothrow_destructible_v<T>;
-}
-
-// A carry slot's run function, first: moves the message out and frees the slot for the handler's sends.
-template <class T>
-T take_carried() noexcept {
-  T* held = std::launder(reinterpret_cast<T*>(carried.storage));
-  T message(std::move(*held));
-  held->~T();
-  carried.actor = nullptr;
-  return message;
-}
-struct no_carry {};  // submit()'s `carry` argument for a message that is never carried
 
 // A runnable of the run queue (detail/run_queue.hpp): its base is the queue's link word.
 class actor_base : public runnable {
@@ -186,43 +140,11 @@ class actor_base : public runnable {
     }
   }
 
-  // A batch of built messages, linked in order through their `next`.
-  struct batch {
-    message* first = nullptr;
-    message* last = nullptr;
-    std::uint64_t size = 0;
-  };
-
-  // Builds one message per element of [it, end) with make(*it) -> message*, in order. A
-  // throw destroys what was built (unrun) and propagates: nothing was sent.
-  template <class It, class End, class Make>
-  batch build_batch(It it, End end, Make&& make) {
-    batch b;
-    try {
-      for (; it != end; ++it) {
-        message* m = make(*it);
-        if (b.last == nullptr) {
-          b.first = m;
-        } else {
-          b.last->next.store(m, std::memory_order_relaxed);
-        }
-        b.last = m;
-        ++b.size;
-      }
-    } catch (...) {
-      discard_all(b.first);
-      throw;
-    }
-    return b;
-  }
-
-  // Sends a batch (see actor::post_all): counts all its messages with one atomic, then
-  // pushes them as one chain; a caller that wins the actor puts them all in front of the
-  // mailbox and drains, or, inside a handler, queues the actor on its run queue. Bounded: all or none, by
-  // admit_batch(). False only with TryOnly, when a bounded mailbox has no room for them all
-  // (then they were destroyed unrun).
+  // Sends a batch (see actor::post_all): one atomic counts it, one exchange pushes it; a
+  // winner puts it all in front and drains (inside a handler: queues the actor). Bounded:
+  // all or none (admit_batch). False only with TryOnly and no room: destroyed unrun.
   template <bool TryOnly>
-  bool submit_batch(batch b) {
+  bool submit_batch(message_batch b) {
     if (b.size == 0) return true;
     const admission a = admit_batch<TryOnly>(b);
     if (a == admission::full) return false;
@@ -381,20 +303,13 @@ class actor_base : public runnable {
   static message* build_counted(Make& make) noexcept {
     return make();
   }
-  void discard(message* m) noexcept { m->invoke(m, this, false); }  // never counted: destroy unrun
-  // discard() for `m` and the messages linked after it (a batch; a single message has none).
-  void discard_all(message* m) noexcept {
-    while (m != nullptr) {
-      auto* next = static_cast<message*>(m->next.load(std::memory_order_relaxed));
-      discard(m);
-      m = next;
-    }
-  }
+  void discard(message* m) noexcept { m->invoke(m, this, false); }   // never counted: destroy unrun
+  void discard_all(message* m) noexcept { destroy_unrun(m, this); }  // and those linked after it
   // Counts a batch of b.size > 0 messages, as admit() counts one. Bounded: all or none;
   // more than the capacity, or under full_policy::block more than half of it, throws
   // std::invalid_argument (such a batch could wait for room forever); otherwise as admit().
   template <bool TryOnly>
-  admission admit_batch(const batch& b) {
+  admission admit_batch(const message_batch& b) {
     if (options_ == nullptr || options_->capacity == 0) [[likely]] {
       return core_.try_acquire(b.size);
     }
@@ -411,7 +326,7 @@ class actor_base : public runnable {
     }
   }
   // Bounded: throws std::invalid_argument (having destroyed the batch) when it can never fit.
-  void check_batch_fits(const batch& b);
+  void check_batch_fits(const message_batch& b);
   void name_under_driver() noexcept;  // tls.driver set: the test scheduler's trace names actors
 
   // Bounded and full (lib/actor/mailbox_room.cpp): under full_policy::block at top level, runs

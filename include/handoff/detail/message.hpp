@@ -1,0 +1,105 @@
+// What an actor's mailbox holds: a message (a node that runs or destroys itself), a batch
+// of them built before it is sent, and the thread's carry slot for a message that wins an
+// idle actor inside a handler (detail/actor_base.hpp uses all three).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#include "handoff/detail/mpsc_queue.hpp"
+#include "handoff/detail/run_queue.hpp"
+#include "handoff/detail/tls_model.hpp"
+
+namespace handoff::detail {
+
+class actor_base;
+
+// A mailbox entry. `invoke` runs the message (run == true) or only destroys it, and in
+// both cases frees the node. It returns false only for the destructor's marker, after
+// which the drainer must not touch the actor again.
+struct message : mailbox_node {
+  using invoke_fn = bool (*)(message*, actor_base*, bool run);
+  invoke_fn invoke = nullptr;
+};
+
+// The source named when a handler's exception has no hook to go to.
+inline constexpr const char* handler_source = "an actor handler";
+
+// The thread's carry slot: the first message of one actor this thread won by a nested
+// send, held until the run queue starts that actor's turn. Touched only by its thread.
+inline constexpr std::size_t carry_size = 64;
+inline constexpr std::size_t carry_align = 16;
+struct carry_slot {
+  const runnable* actor;  // whose message `storage` holds; nullptr: the slot is free
+  // Moves the message out of `storage`, frees the slot, then runs the message (it may throw).
+  void (*run)(actor_base*);
+  alignas(carry_align) unsigned char storage[carry_size];
+};
+HANDOFF_TLS_MODEL extern constinit thread_local carry_slot carried;
+
+// Whether a message of type T can be carried: it fits, and moving it out cannot throw.
+constexpr bool fits_carry_slot(std::size_t size, std::size_t align) noexcept {
+  return size <= carry_size && align <= carry_align;
+}
+template <class T>
+constexpr bool carriable() noexcept {
+  return fits_carry_slot(sizeof(T), alignof(T)) && std::is_nothrow_move_constructible_v<T> &&
+         std::is_nothrow_destructible_v<T>;
+}
+
+// A carry slot's run function, first: moves the message out and frees the slot for the handler's sends.
+template <class T>
+T take_carried() noexcept {
+  T* held = std::launder(reinterpret_cast<T*>(carried.storage));
+  T message(std::move(*held));
+  held->~T();
+  carried.actor = nullptr;
+  return message;
+}
+struct no_carry {};  // submit()'s `carry` argument for a message that is never carried
+
+// Destroys `m` and the messages linked after it through `next`, unrun (their `invoke` with
+// run == false, which frees each node). `a`: the actor they were built for.
+inline void destroy_unrun(message* m, actor_base* a) noexcept {
+  while (m != nullptr) {
+    auto* next = static_cast<message*>(m->next.load(std::memory_order_relaxed));
+    m->invoke(m, a, false);
+    m = next;
+  }
+}
+
+// A batch of built messages, linked in order through their `next`.
+struct message_batch {
+  message* first = nullptr;
+  message* last = nullptr;
+  std::uint64_t size = 0;
+};
+
+// Builds one message per element of [it, end) with make(*it) -> message*, in order, for
+// actor `a`. A throw destroys what was built (unrun) and propagates: nothing was sent.
+template <class It, class End, class Make>
+message_batch build_batch(It it, End end, Make&& make, actor_base* a) {
+  message_batch b;
+  try {
+    for (; it != end; ++it) {
+      message* m = make(*it);
+      if (b.last == nullptr) {
+        b.first = m;
+      } else {
+        b.last->next.store(m, std::memory_order_relaxed);
+      }
+      b.last = m;
+      ++b.size;
+    }
+  } catch (...) {
+    destroy_unrun(b.first, a);
+    throw;
+  }
+  return b;
+}
+
+}  // namespace handoff::detail
