@@ -154,8 +154,8 @@ class actor : private detail::actor_base {
         make_post_node<F>(f), [&] { call(f, *this); }, carry_of<F>(f));
   }
 
-  // Thread-safe. Posts a range of handlers, in order, as one batch: builds every message
-  // first (from lvalue elements by copy; a range of move iterators moves them), then counts
+  // Thread-safe. Posts a range of handlers (or [first, last)), in order, as one batch: builds
+  // every message first (from lvalue elements by copy; move iterators move them), then counts
   // them with one atomic, so that they run one after another with no other sender's message
   // between them, each exactly once as by post(); a caller that finds the actor idle runs
   // them as post() runs its one. Bounded mailbox: all or none, waiting for room for the
@@ -165,10 +165,20 @@ class actor : private detail::actor_base {
   // waiting or mailbox_full, having sent nothing.
   template <std::ranges::input_range R>
     requires(batchable<std::ranges::iterator_t<R>>)
-  void post_all(R&& handlers) { submit_batch<false>(build_posts(handlers)); }
+  void post_all(R&& handlers) { post_all(std::ranges::begin(handlers), std::ranges::end(handlers)); }
+  template <std::input_iterator It, std::sentinel_for<It> End>
+    requires(batchable<It>)
+  void post_all(It first, End last) { submit_batch<false>(build_posts(std::move(first), std::move(last))); }
   template <std::ranges::input_range R>
     requires(batchable<std::ranges::iterator_t<R>>)
-  [[nodiscard]] bool try_post_all(R&& handlers) { return submit_batch<true>(build_posts(handlers)); }
+  [[nodiscard]] bool try_post_all(R&& handlers) {
+    return try_post_all(std::ranges::begin(handlers), std::ranges::end(handlers));
+  }
+  template <std::input_iterator It, std::sentinel_for<It> End>
+    requires(batchable<It>)
+  [[nodiscard]] bool try_post_all(It first, End last) {
+    return submit_batch<true>(build_posts(std::move(first), std::move(last)));
+  }
 
   // Thread-safe. Like post(), but never runs f on the calling thread now: if the actor is
   // busy, its owner runs f; if it is idle, the caller becomes its owner and hands it over
@@ -267,13 +277,13 @@ class actor : private detail::actor_base {
     };
   }
 
-  template <class R>
-  detail::message_batch build_posts(R& handlers) {
-    using Fn = std::ranges::range_value_t<R>;
+  template <class It, class End>
+  detail::message_batch build_posts(It first, End last) {
     auto make = [](auto&& f) {
-      return static_cast<detail::message*>(detail::new_node<post_node<Fn>>(std::forward<decltype(f)>(f)));
+      return static_cast<detail::message*>(
+          detail::new_node<post_node<std::iter_value_t<It>>>(std::forward<decltype(f)>(f)));
     };
-    return detail::build_batch(std::ranges::begin(handlers), std::ranges::end(handlers), make, this);
+    return detail::build_batch(std::move(first), std::move(last), make, this);
   }
 
   // How a nested post that wins an idle actor carries f with it (see actor_base::submit):

@@ -107,15 +107,25 @@ class basic_actor : private detail::actor_base {
     return try_send(Message(m));
   }
 
-  // Thread-safe. Sends a range of messages, in order, as one batch: actor::post_all's
+  // Thread-safe. Sends a range of messages (or [first, last)), in order, as one batch: actor::post_all's
   // contract (see actor.hpp): built first, counted with one atomic, run one after another,
   // all or none on a bounded mailbox. try_send_all(): as actor::try_post_all.
   template <std::ranges::input_range R>
     requires(accepts_messages() && std::constructible_from<Message, std::ranges::range_reference_t<R>>)
-  void send_all(R&& messages) { submit_batch<false>(build_nodes(messages)); }
+  void send_all(R&& messages) { send_all(std::ranges::begin(messages), std::ranges::end(messages)); }
+  template <std::input_iterator It, std::sentinel_for<It> End>
+    requires(accepts_messages() && std::constructible_from<Message, std::iter_reference_t<It>>)
+  void send_all(It first, End last) { submit_batch<false>(build_nodes(std::move(first), std::move(last))); }
   template <std::ranges::input_range R>
     requires(accepts_messages() && std::constructible_from<Message, std::ranges::range_reference_t<R>>)
-  [[nodiscard]] bool try_send_all(R&& messages) { return submit_batch<true>(build_nodes(messages)); }
+  [[nodiscard]] bool try_send_all(R&& messages) {
+    return try_send_all(std::ranges::begin(messages), std::ranges::end(messages));
+  }
+  template <std::input_iterator It, std::sentinel_for<It> End>
+    requires(accepts_messages() && std::constructible_from<Message, std::iter_reference_t<It>>)
+  [[nodiscard]] bool try_send_all(It first, End last) {
+    return submit_batch<true>(build_nodes(std::move(first), std::move(last)));
+  }
 
   // Thread-safe. Like send(), but never runs the handler on the calling thread now: the
   // same contract as actor::defer (see actor.hpp). Always uses a pooled node. Throws
@@ -133,12 +143,12 @@ class basic_actor : private detail::actor_base {
     return [&m] { return static_cast<detail::message*>(detail::new_node<node>(std::move(m))); };
   }
 
-  template <class R>
-  detail::message_batch build_nodes(R& messages) {
+  template <class It, class End>
+  detail::message_batch build_nodes(It first, End last) {
     auto make = [](auto&& m) {
       return static_cast<detail::message*>(detail::new_node<node>(Message(std::forward<decltype(m)>(m))));
     };
-    return detail::build_batch(std::ranges::begin(messages), std::ranges::end(messages), make, this);
+    return detail::build_batch(std::move(first), std::move(last), make, this);
   }
 
   // How a nested send that wins an idle actor carries m with it (see actor_base::submit).

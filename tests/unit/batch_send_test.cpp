@@ -16,7 +16,6 @@
 #include <functional>
 #include <iterator>
 #include <mutex>
-#include <ranges>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -123,7 +122,7 @@ TEST(BatchSend, ConcurrentBatchesAreNeverInterleavedWithOtherSendersMessages) {
             a.send_all(msgs);
           } else {
             a.send(msgs[0]);  // single sends between the batches, from the same sender
-            a.send_all(std::ranges::subrange(msgs.begin() + 1, msgs.end()));
+            a.send_all(msgs.begin() + 1, msgs.end());
           }
         }
       });
@@ -242,7 +241,7 @@ TEST(BatchSend, MoveIteratorsMoveTheMessagesIn) {
       [&](std::unique_ptr<int> p) { got.push_back(std::move(p)); }};
   std::vector<std::unique_ptr<int>> msgs;
   for (int i = 0; i < 3; ++i) msgs.push_back(std::make_unique<int>(i));
-  a.send_all(std::ranges::subrange(std::make_move_iterator(msgs.begin()), std::make_move_iterator(msgs.end())));
+  a.send_all(std::make_move_iterator(msgs.begin()), std::make_move_iterator(msgs.end()));
   ASSERT_EQ(got.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(*got[i], i);
   EXPECT_EQ(msgs[0], nullptr);
