@@ -147,6 +147,22 @@ def fanin_target(senders, send_ns, work_ns):
     return None
 
 
+def ratio_cells(by_impl, base_impl, impls):
+    """A row's baseline time and, per impl, its cell (baseline / impl, or ERROR / n/a) and ratio."""
+    base = by_impl.get(base_impl, (None, {}))[1]
+    bt = base.get("time") if "error" not in base else None
+    cells, ratios = [], {}
+    for impl in impls:
+        r = by_impl.get(impl, (None, {}))[1]
+        t = r.get("time")
+        if "error" in r or not t or not bt:
+            cells.append("ERROR" if "error" in r else "n/a")
+            continue
+        ratios[impl] = bt / t
+        cells.append(f"{bt / t:.2f}")
+    return bt, cells, ratios
+
+
 def fanin_section(out, workloads):
     """Appends the fan-in matrix: one row per cell, ratio mutex / impl per column."""
     impls = []
@@ -169,18 +185,7 @@ def fanin_section(out, workloads):
         send_ns, work_ns, senders = (int(g) for g in m.groups())
         rows.append(((senders, send_ns, work_ns), by_impl))
     for (senders, send_ns, work_ns), by_impl in sorted(rows, key=lambda r: r[0]):
-        mutex = by_impl.get("mutex", (None, {}))[1]
-        mt = mutex.get("time") if "error" not in mutex else None
-        cells = []
-        ratios = {}
-        for impl in impls:
-            r = by_impl.get(impl, (None, {}))[1]
-            t = r.get("time")
-            if "error" in r or not t or not mt:
-                cells.append("ERROR" if "error" in r else "n/a")
-                continue
-            ratios[impl] = mt / t
-            cells.append(f"{mt / t:.2f}")
+        mt, cells, ratios = ratio_cells(by_impl, "mutex", impls)
         target = ""
         goal = fanin_target(senders, send_ns, work_ns)
         lib = [ratios[i] for i in FANIN_LIBRARY if i in ratios]
@@ -214,17 +219,7 @@ def batch_section(out, workloads):
         if not m:
             continue
         size, senders = (int(g) for g in m.groups())
-        base = by_impl.get("mutex_per_message", (None, {}))[1]
-        bt = base.get("time") if "error" not in base else None
-        cells, ratios = [], {}
-        for impl in impls:
-            r = by_impl.get(impl, (None, {}))[1]
-            t = r.get("time")
-            if "error" in r or not t or not bt:
-                cells.append("ERROR" if "error" in r else "n/a")
-                continue
-            ratios[impl] = bt / t
-            cells.append(f"{bt / t:.2f}")
+        bt, cells, ratios = ratio_cells(by_impl, "mutex_per_message", impls)
         lib = [ratios[i] for i in ("handoff_send_all", "handoff_post_all") if i in ratios]
         target = ""
         if lib:
