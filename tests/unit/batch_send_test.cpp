@@ -64,7 +64,7 @@ TEST(BatchSend, AnIdleActorRunsTheWholeBatchInOrderOnTheCallingThreadBeforePostA
   log_actor a;
   const std::thread::id caller = std::this_thread::get_id();
   std::vector<std::thread::id> ran_on;
-  std::vector<handler> hs = recorders(0, 40);  // more than a chunk of slots
+  std::vector<handler> hs = recorders(0, 40);
   hs.emplace_back([&](std::vector<int>&) { ran_on.push_back(std::this_thread::get_id()); });
   a.post_all(hs);
   EXPECT_EQ(a.pending(), 0u);
@@ -78,7 +78,7 @@ TEST(BatchSend, AnIdleActorRunsTheWholeBatchInOrderOnTheCallingThreadBeforePostA
 TEST(BatchSend, ABatchQueuedBehindABusyOwnerRunsAfterWhatWasQueuedBeforeIt) {
   busy_log b;
   b.a.post([](std::vector<int>& v) { v.push_back(-1); });
-  b.a.post_all(recorders(0, 100));  // tickets over four chunks
+  b.a.post_all(recorders(0, 100));
   b.a.post([](std::vector<int>& v) { v.push_back(-2); });
   EXPECT_EQ(b.a.pending(), 103u);  // the owner's message, -1, the batch, -2
   std::vector<int> want{-1};
