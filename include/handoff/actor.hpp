@@ -51,6 +51,7 @@
 
 #include "handoff/actor_options.hpp"
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/actor_turn.hpp"
 #include "handoff/detail/ask_awaiter.hpp"
 #include "handoff/run_deferred.hpp"
 
@@ -301,9 +302,13 @@ class actor : private detail::actor_base {
     }
   }
   template <class Fn>
-  static void run_carried(detail::actor_base* a) {
+  static void handle_carried(detail::actor_base* a) {
     Fn fn = detail::take_carried<Fn>();
     call(fn, *static_cast<actor*>(a));
+  }
+  template <class Fn>
+  static bool run_carried(detail::actor_base* a) noexcept {
+    return static_cast<actor*>(a)->run_carried_turn(&handle_carried<Fn>);
   }
 
   template <class Fn>

@@ -39,6 +39,7 @@
 
 #include "handoff/actor_options.hpp"
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/actor_turn.hpp"
 #include "handoff/run_deferred.hpp"
 
 namespace handoff {
@@ -162,8 +163,11 @@ class basic_actor : private detail::actor_base {
       return detail::no_carry{};
     }
   }
-  static void run_carried(detail::actor_base* a) {
+  static void handle_carried(detail::actor_base* a) {
     static_cast<basic_actor*>(a)->deliver(detail::take_carried<Message>());
+  }
+  static bool run_carried(detail::actor_base* a) noexcept {
+    return static_cast<basic_actor*>(a)->run_carried_turn(&handle_carried);
   }
 
   void deliver(Message&& m) {

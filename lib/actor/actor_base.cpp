@@ -1,5 +1,6 @@
 // The drain loop and the destructor protocol (see detail/actor_base.hpp).
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/actor_turn.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -141,7 +142,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
 // through drain(), the run queue's hop into an actor (once per hop of a forwarding chain)
 // cost 11 more instructions, 3% of a chain1000 hop (callgrind).
 [[gnu::always_inline]] inline void actor_base::drain_turn(std::uint64_t ran, std::int64_t turn_start) noexcept {
-  drain_frame frame{this, tls.top, 0};
+  drain_frame frame{this, 0, tls.top};
   tls.top = &frame;
   drain_cursor c = start_turn(ran, turn_start, frame);
   for (drain_status s; (s = drain_step(c)) != drain_status::done;) {
@@ -152,19 +153,25 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
 
 void actor_base::drain(std::uint64_t ran, std::int64_t turn_start) noexcept { drain_turn(ran, turn_start); }
 
-// Inlined into run_from_queue(): the hop of a forwarding chain.
-[[gnu::always_inline]] inline void actor_base::run_carried() noexcept {
-  auto run = [this] { carried.run(this); };
+void actor_base::run_carried_limited(void (*message)(actor_base*)) noexcept {
+  auto run = [this, message] { message(this); };
   run_inline<false>(run);
 }
 
-[[gnu::always_inline]] inline bool actor_base::run_from_queue(bool more) noexcept {
+void actor_base::after_stopped_turn(unsigned char stop) noexcept {
+  if ((stop & stop_destroyed) == 0) yield_turn(1);
+}
+
+// Inlined into run_runnable(): the carried hop is a jump to the message's own turn
+// (carry_slot::run, run_carried_turn()), which releases the actor itself.
+[[gnu::always_inline]] inline bool actor_base::run_from_queue() noexcept {
   // The carried message runs here first: the slot belongs to this thread.
-  if (carried.actor == this) {
-    run_carried();
-    return true;
-  }
-  if (more && hand_to_idle_executor()) return false;
+  if (carried.actor == this) return carried.run(this);
+  return run_from_queue_slow();
+}
+
+bool actor_base::run_from_queue_slow() noexcept {
+  if (has_queued() && hand_to_idle_executor()) return false;
   drain_turn(0, 0);  // pushes its own frame on the current one
   return true;
 }
@@ -179,7 +186,7 @@ void actor_base::queue_later() noexcept { push_later(entry_of(this), &ready_next
 
 void actor_base::run_after_current(message* m) noexcept {
   enqueue_first(m);
-  push_now(entry_of(this), &ready_next);
+  queue_now();
 }
 
 void actor_base::submit_deferred(message* m, admission a) noexcept {
@@ -225,9 +232,9 @@ bool actor_base::hand_to_idle_executor() noexcept {
   }
 }
 
-bool run_runnable(runnable* r, drain_frame* parent, bool more) noexcept {
+bool run_runnable(runnable* r, [[maybe_unused]] drain_frame* parent) noexcept {
   HANDOFF_ASSERT(tls.top == parent);
-  return static_cast<actor_base*>(r)->run_from_queue(more);
+  return static_cast<actor_base*>(r)->run_from_queue();
 }
 
 void actor_base::check_not_draining() const {

@@ -16,9 +16,14 @@ namespace {
 // actors delays queued coroutines and grants by at most this many drains.
 constexpr unsigned max_now_streak = 64;
 
+// A tagged entry's runnable: its address is the entry less the tag (a subtraction that
+// folds into the load's addressing; a mask would be an instruction of its own).
+runnable* runnable_of(std::uintptr_t e) noexcept {
+  return reinterpret_cast<runnable*>(e - 1);  // NOLINT(performance-no-int-to-ptr): see run_queue.hpp
+}
+
 std::uintptr_t* link_of(std::uintptr_t e) noexcept {
-  // NOLINTNEXTLINE(performance-no-int-to-ptr): a tagged entry (see run_queue.hpp)
-  if ((e & 1U) != 0) return &reinterpret_cast<runnable*>(e & ~std::uintptr_t{1})->ready_next;
+  if ((e & 1U) != 0) return &runnable_of(e)->ready_next;
   return &reinterpret_cast<task*>(e)->next;  // NOLINT(performance-no-int-to-ptr): untagged: a task
 }
 
@@ -58,18 +63,18 @@ std::uintptr_t* link_of(std::uintptr_t e) noexcept {
     } else if ((entry = pop_after_streak()) == 0) {
       return false;
     }
-    const bool more = has_queued();
-    tls.now_streak = more ? tls.now_streak + 1 : 0;  // nothing else waits: nothing to starve
-    tls.insert = nullptr;                            // what this entry makes runnable goes first
+    // Counted whether or not other work waits: when nothing does, the turn `later` gets
+    // after the streak (pop_after_streak) moves the one entry there and back, in order.
+    ++tls.now_streak;
+    tls.insert = nullptr;  // what this entry makes runnable goes first
     if ((entry & 1U) != 0) {
-      // NOLINTNEXTLINE(performance-no-int-to-ptr): a tagged entry (see run_queue.hpp)
-      if (!run_runnable(reinterpret_cast<runnable*>(entry & ~std::uintptr_t{1}), parent, more)) continue;
+      if (!run_runnable(runnable_of(entry), parent)) continue;
     } else {
       auto* t = reinterpret_cast<task*>(entry);  // NOLINT(performance-no-int-to-ptr): untagged: a task
       // A sentinel frame: what the task makes runnable queues behind it instead of
       // recursing (a million granted coroutines must not nest), and ask() from it still
       // sees the actors being drained below it.
-      drain_frame sentinel{nullptr, parent, 0};
+      drain_frame sentinel{nullptr, 0, parent};
       tls.top = &sentinel;
       t->run(t);
       tls.top = parent;
@@ -89,7 +94,7 @@ std::uintptr_t pop_entry() noexcept {
 
 void run_entry(std::uintptr_t entry, drain_frame* parent) noexcept {
   // Alone on the queue (the scheduler takes every entry off as it appears), so run_next
-  // pops exactly this one; `more` is false, so it is never handed to idle workers.
+  // pops exactly this one; nothing else waits, so it is never handed to idle workers.
   HANDOFF_ASSERT(!has_queued());
   tls.insert = nullptr;
   push_now(entry, link_of(entry));

@@ -153,7 +153,7 @@ class scheduler::impl final : public detail::test_driver {
   friend class scheduler;
   friend struct explorer;
 
-  detail::drain_frame home_frame_{nullptr, nullptr, 0};
+  detail::drain_frame home_frame_{nullptr, 0, nullptr};
   std::vector<queued> queued_;
   std::vector<std::unique_ptr<context>> contexts_;
   std::binary_semaphore back_{0};

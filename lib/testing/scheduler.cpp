@@ -237,7 +237,7 @@ void impl::resume(context& c) {
 
 void impl::work(context* c) noexcept {
   self = c;
-  detail::drain_frame frame{nullptr, nullptr, 0};
+  detail::drain_frame frame{nullptr, 0, nullptr};
   enter(this, &frame);
   for (;;) {
     c->go.acquire();

@@ -132,7 +132,7 @@ class world {
     o.active = true;
     o.blocked = false;
     o.after_inline = inline_ran;
-    o.frame = handoff::detail::drain_frame{actor_.get(), nullptr, 0};
+    o.frame = handoff::detail::drain_frame{actor_.get(), 0, nullptr};
     if (!inline_ran) o.cursor = access::start_turn(*actor_, 0, o.frame);
     return {};
   }

@@ -48,7 +48,7 @@ VOCABULARY = {
     "handoff/metrics.hpp",
     "handoff/multi_guard.hpp",
 }
-ACTOR = {"handoff/detail/actor_base.hpp", "handoff/actor.hpp", "handoff/basic_actor.hpp"}
+ACTOR = {"handoff/detail/actor_base.hpp", "handoff/detail/actor_turn.hpp", "handoff/actor.hpp", "handoff/basic_actor.hpp"}
 KEYED = {
     "handoff/detail/lock_table.hpp",
     "handoff/detail/lock_entry.hpp",

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <handoff/detail/actor_base.hpp>
+#include <handoff/detail/actor_turn.hpp>
 #include <handoff/detail/lock_table.hpp>
 
 #include <cstdint>

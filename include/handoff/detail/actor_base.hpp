@@ -57,10 +57,10 @@ class actor_base : public runnable {
 
   // The run queue's interface (run_runnable(), which the run queue calls on this thread
   // with tls.top == the current frame): drains the actor, which this thread owns, or, when
-  // `more` work waits on the queue and its executor reports idle workers, hands it to that
+  // more work waits on the queue and its executor reports idle workers, hands it to that
   // executor (spreading work over a pool) and returns false.
   // Inline in lib/actor/actor_base.cpp: called only by run_runnable() there.
-  bool run_from_queue(bool more) noexcept;
+  bool run_from_queue() noexcept;
 
  protected:
   using admission = lockfree_ownership::admission;
@@ -110,6 +110,9 @@ class actor_base : public runnable {
   // Winner of the hand-off while this thread is inside a handler: no recursion, the
   // actor joins this thread's run queue carrying `m`, its first message.
   void run_after_current(message* m) noexcept;
+  // The same once its first message is in place: the actor joins the run queue after the
+  // current work (push_now).
+  void queue_now() noexcept { push_now(entry_of(this), &ready_next); }
 
   // A send that never runs here (defer), counted as `a` by admit(): a loser enqueues `m`;
   // the winner puts it in front of the mailbox and continues elsewhere (its executor, else
@@ -123,20 +126,21 @@ class actor_base : public runnable {
   // policy (admit_bounded). An unbounded actor pays one load and branch for the check.
   // (Always inlined, as the other steps of a send: at -O3 GCC otherwise calls them out of
   // line, 18 instructions more per uncontended post than at -O2.)
+  // `k` messages at once (a batch, linked from `built`): all or none.
   template <bool TryOnly>
-  [[gnu::always_inline]] admission admit(message* built) {
+  [[gnu::always_inline]] admission admit(message* built, std::uint64_t k = 1) {
     if (options_ == nullptr || options_->capacity == 0) [[likely]] {
-      return try_acquire();
+      return core_.try_acquire(k);
     }
     if constexpr (TryOnly) {
-      const admission a = core_.try_acquire_below(options_->capacity);
+      const admission a = core_.try_acquire_below(options_->capacity, k);
       if (a == admission::full) {
         discard_all(built);
         count_full();
       }
       return a;
     } else {
-      return admit_bounded(built);
+      return admit_bounded(built, k);
     }
   }
 
@@ -156,7 +160,7 @@ class actor_base : public runnable {
     }
     core_.push_front_all(b.first, b.last);
     if (tls.top != nullptr) {
-      push_now(entry_of(this), &ready_next);  // as run_after_current()
+      queue_now();
     } else {
       drain_now(0);
     }
@@ -193,6 +197,10 @@ class actor_base : public runnable {
         drain_now(0);
       }
     } else {
+      // Read before counting (only this thread writes it, and the count's atomic would make
+      // the compiler read it again): inlined into a carried turn, which has just set it,
+      // the test folds away, and with it the top-level path and the registers it keeps.
+      const bool nested = tls.top != nullptr;
       const admission a = admit<TryOnly>(nullptr);
       switch (a) {
         case admission::full:
@@ -203,12 +211,12 @@ class actor_base : public runnable {
         case admission::owner:
           break;
       }
-      if (tls.top != nullptr) {
+      if (nested) {
         if constexpr (!std::is_same_v<std::remove_cvref_t<Carry>, no_carry>) {
           if (carried.actor == nullptr) {
             carried.run = carry(static_cast<void*>(carried.storage));
             carried.actor = this;
-            push_now(entry_of(this), &ready_next);
+            queue_now();
             return true;
           }
         }
@@ -223,43 +231,28 @@ class actor_base : public runnable {
   // Owner only: runs the actor's first message on this thread, then releases or drains.
   // TopLevel: a top-level send, which then runs this thread's queue; false: a carried
   // message, whose turn the run queue started. Exceptions from `run` go to the error hook.
+  // (The owner's turns are defined in detail/actor_turn.hpp.)
   template <bool TopLevel = true, class Run>
-  void run_inline(Run& run) noexcept {
-    // A time budget counts the owner's own message too.
-    const std::int64_t turn_start = options_ != nullptr && options_->max_time.count() != 0 ? now_ns() : 0;
-    drain_frame frame{this, TopLevel ? nullptr : tls.top, 0};
-    tls.top = &frame;
-    try {
-      run();
-    } catch (...) {
-      report_handler_error(frame);
-    }
-    tls.top = TopLevel ? nullptr : frame.parent;
-    if (frame.stop == 0) [[likely]]
-      return finish_inline<TopLevel>(turn_start);
-    if ((frame.stop & stop_destroyed) == 0) yield_turn(1);
-    if (TopLevel && has_queued()) run_queued();
-  }
+  void run_inline(Run& run) noexcept;
+
+  // A carry slot's run function (carry_slot::run): the turn the run queue starts for an
+  // actor whose first message is in the carry slot. `message` moves it out (freeing the
+  // slot) and runs it; then the actor is released or drained. Without options (no budget,
+  // no capacity) this is all inline, so that a forwarding chain's hop is one jump from the
+  // run queue into the message's own code; otherwise run_inline<false>. Always true (the
+  // run queue's "ran here").
+  [[gnu::always_inline]] inline bool run_carried_turn(void (*message)(actor_base*)) noexcept;
 
   // Owner only, after the winner ran its own message inline: release if nothing else
   // arrived (the uncontended path), else drain; at top level, then run the queue.
   template <bool TopLevel = true>
-  void finish_inline(std::int64_t turn_start) noexcept {
-    std::uint64_t uncounted = 1;
-    if (!try_release_inline(uncounted))
-      return TopLevel ? drain_now(uncounted, turn_start) : drain(uncounted, turn_start);
-    if (TopLevel && has_queued()) run_queued();
-  }
+  void finish_inline(std::int64_t turn_start) noexcept;
 
   // Owner only: the uncontended release after one inline message. False: still owned, and
   // `uncounted` says how many run messages the drain must still subtract (1, or 0 when
-  // the failed release already subtracted it).
-  [[nodiscard, gnu::always_inline]] bool try_release_inline(std::uint64_t& uncounted) noexcept {
-    if (!core_.looks_empty()) return false;
-    if (try_release(1)) return true;
-    uncounted = 0;
-    return false;
-  }
+  // the failed release already subtracted it). Unbounded: known to have no capacity.
+  template <bool Unbounded = false>
+  [[nodiscard, gnu::always_inline]] inline bool try_release_inline(std::uint64_t& uncounted) noexcept;
 
   // Owner only: drain (having already run `ran` uncounted messages in a turn that began
   // at `turn_start`, 0: now) until released, handed off or destroyed; at top level, then
@@ -310,20 +303,8 @@ class actor_base : public runnable {
   // std::invalid_argument (such a batch could wait for room forever); otherwise as admit().
   template <bool TryOnly>
   admission admit_batch(const message_batch& b) {
-    if (options_ == nullptr || options_->capacity == 0) [[likely]] {
-      return core_.try_acquire(b.size);
-    }
-    check_batch_fits(b);
-    if constexpr (TryOnly) {
-      const admission a = core_.try_acquire_below(options_->capacity, b.size);
-      if (a == admission::full) {
-        discard_all(b.first);
-        count_full();
-      }
-      return a;
-    } else {
-      return admit_bounded(b.first, b.size);
-    }
+    if (options_ != nullptr && options_->capacity != 0) check_batch_fits(b);
+    return admit<TryOnly>(b.first, b.size);
   }
   // Bounded: throws std::invalid_argument (having destroyed the batch) when it can never fit.
   void check_batch_fits(const message_batch& b);
@@ -372,10 +353,13 @@ class actor_base : public runnable {
   [[nodiscard]] drain_cursor start_turn(std::uint64_t ran, std::int64_t turn_start, drain_frame& frame) const noexcept;
   drain_status drain_step(drain_cursor& c) noexcept;
   void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
+  // run_carried_turn() for an actor with options: run_inline<false>.
+  void run_carried_limited(void (*message)(actor_base*)) noexcept;
+  // After a turn's handler set frame.stop: hand the actor on unless it was destroyed.
+  void after_stopped_turn(unsigned char stop) noexcept;
   void drain_turn(std::uint64_t ran, std::int64_t turn_start) noexcept;  // drain()'s body, inlined
-  // The turn the run queue starts for an actor whose first message is in the carry slot:
-  // runs it (freeing the slot), then releases or drains (run_inline<false>).
-  void run_carried() noexcept;
+  // run_from_queue() past the carried hop: spread to idle workers, or drain.
+  bool run_from_queue_slow() noexcept;
   // The FIFO end of this thread's run queue (see continue_elsewhere()).
   void queue_later() noexcept;
   // Owner only, the actor counted (not idle): the owner stops draining and the actor goes

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/actor_turn.hpp"
 
 namespace handoff::detail {
 

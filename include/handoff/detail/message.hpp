@@ -35,8 +35,9 @@ inline constexpr std::size_t carry_size = 64;
 inline constexpr std::size_t carry_align = 16;
 struct carry_slot {
   const runnable* actor;  // whose message `storage` holds; nullptr: the slot is free
-  // Moves the message out of `storage`, frees the slot, then runs the message (it may throw).
-  void (*run)(actor_base*);
+  // The actor's turn (actor_base::run_carried_turn): moves the message out of `storage`,
+  // frees the slot, runs the message, then releases or drains the actor. Returns true.
+  bool (*run)(actor_base*) noexcept;
   alignas(carry_align) unsigned char storage[carry_size];
 };
 HANDOFF_TLS_MODEL extern constinit thread_local carry_slot carried;

@@ -60,18 +60,12 @@ class lockfree_ownership {
   lockfree_ownership& operator=(lockfree_ownership&&) = delete;
   ~lockfree_ownership() = default;
 
-  // Counts one request.
+  // Counts `k` >= 1 requests (more than one: a batch, see the overview).
   // acquire; pairs with the release in release(): everything the previous owner
   // wrote is visible to the new one.
-  [[nodiscard]] admission try_acquire() noexcept {
-    const std::uint64_t before = count_.fetch_add(1, std::memory_order_acquire);
-    HANDOFF_ASSERT(before != ~std::uint64_t{0});  // a count that wrapped: a release subtracted too much
-    return before == 0 ? admission::owner : admission::queued;
-  }
-
-  // Counts `k` >= 1 requests at once (a batch: see the overview). acquire, as in try_acquire().
-  [[nodiscard]] admission try_acquire(std::uint64_t k) noexcept {
+  [[nodiscard]] admission try_acquire(std::uint64_t k = 1) noexcept {
     const std::uint64_t before = count_.fetch_add(k, std::memory_order_acquire);
+    HANDOFF_ASSERT(before + k > before);  // a count that wrapped: a release subtracted too much
     return before == 0 ? admission::owner : admission::queued;
   }
 

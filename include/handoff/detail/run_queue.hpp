@@ -58,24 +58,26 @@ struct drain_frame;
 class test_driver;
 
 // Runs r, just popped from this thread's queue, with tls.top == parent (the current frame;
-// nullptr at top level); `more`: other entries wait behind it. False: r went on elsewhere
-// without running here (an actor handed to an executor with idle workers), and the queue
-// pops its next entry. Defined by the implementer of runnable, not by the queue.
-bool run_runnable(runnable* r, drain_frame* parent, bool more) noexcept;
+// nullptr at top level). False: r went on elsewhere without running here (an actor handed
+// to an executor with idle workers because other entries wait behind it: has_queued()), and
+// the queue pops its next entry. Defined by the implementer of runnable, not by the queue.
+bool run_runnable(runnable* r, drain_frame* parent) noexcept;
 
 // r's run-queue entry: its address, tagged.
 [[nodiscard]] inline std::uintptr_t entry_of(runnable* r) noexcept { return reinterpret_cast<std::uintptr_t>(r) | 1U; }
 
 // One runnable this thread is draining (an actor; compared by address only), or a sentinel
 // (actor == nullptr) while a task runs; frames form a stack through `parent`.
+// (`stop` sits between the two pointers: adjacent, GCC's -O2 stored them through a vector
+// register, 2 instructions more per frame.)
 struct drain_frame {
   const runnable* actor;
-  drain_frame* parent;
   // Why the turn ends after the running handler, 0: it need not. One byte, so that the
   // drain loop tests one load per message. Bits:
   //   stop_destroyed  the actor was destroyed by one of its own handlers: stop touching it
   //   stop_yield      a handler deferred to its own actor: hand the actor on after it
   unsigned char stop;
+  drain_frame* parent;
 };
 inline constexpr unsigned char stop_destroyed = 1;
 inline constexpr unsigned char stop_yield = 2;
@@ -86,7 +88,7 @@ struct thread_state {
   drain_frame* top;        // innermost work running on this thread; nullptr at top level
   std::uintptr_t now;      // depth-first list: what the running work made runnable, first
   std::uintptr_t* insert;  // link word the current work's next entry goes after; nullptr: `now`
-  unsigned now_streak;     // entries run from `now` in a row (see run_next)
+  unsigned now_streak;     // entries run from `now` since `later` last had a turn (see run_next)
   std::uintptr_t later;    // FIFO list (tagged links), 0: empty
   std::uintptr_t* tail;    // link word of the last `later` entry; nullptr: empty
   // A bounded actor whose room bucket this woken sender holds locked until its message is
@@ -101,10 +103,16 @@ HANDOFF_TLS_MODEL extern constinit thread_local thread_state tls;
 
 // Makes an entry (its tagged address and its link word) runnable after the current work,
 // behind what the current work made runnable before it and ahead of everything else.
+// (Two branches rather than one pointer to the link word to change: the address of
+// tls.now costs three instructions, and the first push after each pop takes that branch.)
 inline void push_now(std::uintptr_t entry, std::uintptr_t* link) noexcept {
-  std::uintptr_t* at = tls.insert != nullptr ? tls.insert : &tls.now;
-  *link = *at;
-  *at = entry;
+  if (std::uintptr_t* at = tls.insert; at != nullptr) {
+    *link = *at;
+    *at = entry;
+  } else {
+    *link = tls.now;
+    tls.now = entry;
+  }
   tls.insert = link;
 }
 
