@@ -24,7 +24,7 @@ namespace {
 // runs when that work returns.
 class handler_frame {
  public:
-  handler_frame() noexcept : frame_{nullptr, handoff::detail::tls.top, 0} { handoff::detail::tls.top = &frame_; }
+  handler_frame() noexcept : frame_{nullptr, 0, handoff::detail::tls.top} { handoff::detail::tls.top = &frame_; }
   handler_frame(const handler_frame&) = delete;
   handler_frame& operator=(const handler_frame&) = delete;
   ~handler_frame() {
