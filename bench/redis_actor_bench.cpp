@@ -1,12 +1,16 @@
-// Actors across processes: handoff::redis::actor_system against the usual design, a
-// worker thread per key blocked in BLPOP on a Redis list that senders RPUSH to, and next to
-// the in-process handoff::actor. The binary starts its own redis-server on loopback
-// (tests/redis/redis_server.hpp).
+// Actors across processes: handoff::redis::actor_system against the usual designs, a
+// worker thread per key reading a Redis list or stream that senders write to (the one that
+// loses a message on a crash, and the two crash-safe ones), a floor of two scripts per
+// message, and the in-process handoff::actor. The binary starts its own redis-servers on
+// loopback (tests/redis/redis_server.hpp): one without persistence, and one with an
+// append-only file fsynced every second.
 //
 // Workloads (each run once per repetition; the messages are trivial: the handler records
-// the message's latency):
+// the message's latency and counts it):
 //   ractor_1key/<impl>     4 sender processes (fork) post 2000 messages each to one key
 //   ractor_64keys/<impl>   the same over 64 keys (each sender cycles through all of them)
+//   ractor_1key_aof, ractor_64keys_aof: the same on the server with --appendonly yes
+//                          --appendfsync everysec
 //   ractor_1key_paced, ractor_64keys_paced: 500 messages per sender, one every 1 ms (4000
 //                          messages/s in all, under every impl's capacity): the latency
 //                          of a loaded but not saturated system (the unpaced workloads
@@ -14,20 +18,38 @@
 //   ractor_1key_rtt0.5ms, ractor_64keys_rtt0.5ms: 400 messages per sender, every
 //                          connection through a proxy on loopback that delays each
 //                          direction by 250 us (bench/delay_proxy.hpp)
-// Impls:
-//   handoff_redis      every process runs an actor_system with the handler and a
+// Impls (the worker loops and their commands: bench/redis_peers.hpp):
+//   handoff_redis_batch16  every process runs an actor_system with the handler and a
 //                      one-thread executor for budget hand-ons (the defaults: batches of
 //                      16, max_messages 64, max_time 50 ms): the sender that finds an
-//                      actor idle drains it
+//                      actor idle drains it. The name carries the default batch.
 //   worker_blpop       every key has one worker thread, in the process key % 4, looping
-//                      BLPOP on the key's list; senders RPUSH (raw hiredis)
+//                      BLPOP on the key's list; senders RPUSH (raw hiredis). Not crash-safe:
+//                      a worker that dies after BLPOP returned loses that message.
+//   worker_reliable_list  the same workers, each looping BLMOVE <key> <key>:processing,
+//                      handle, LREM from the processing list; senders RPUSH. A recovery pass
+//                      (LRANGE the processing list, handle + LREM each) at start and every
+//                      sweep_interval of the actors' defaults (100 ms).
+//   worker_stream      the same workers on one stream per key and a consumer group:
+//                      XREADGROUP, handle, XACK + XDEL in one round trip; senders XADD.
+//                      Recovery: XAUTOCLAIM of entries idle for the actors' lease (5 s),
+//                      every sweep_interval.
+//   ..._batch16        the crash-safe workers reading up to 16 messages per round trip (the
+//                      actors' default batch): the stream with XREADGROUP COUNT 16 and one
+//                      XACK + XDEL for all; the list with a blocking BLMOVE and then 15
+//                      LMOVEs pipelined in one round trip, and the LREMs in one more.
+//   floor_two_scripts  no worker: the sender runs one script that RPUSHes its message and
+//                      one that LPOPs the key's head, and handles what it popped: the
+//                      least a script-based ownership protocol costs the server
 //   handoff_inprocess  4 threads of one process post to handoff::actor<int>s (no Redis)
 // Time: wall-clock from the moment all senders start to the moment the last message was
 // handled, divided by the messages: time per message, all processes together
 // (items_per_second: messages per second). Counters: p50_us, p99_us of the end-to-end
-// latency, from the post (or RPUSH) call to the handler's start, on the machine's
+// latency, from the post (or RPUSH, XADD) call to the handler's start, on the machine's
 // monotonic clock, which every process shares; server_cpu_us, the redis-server's CPU time
 // (user + system, from INFO cpu) per message over the timed part of the run.
+// Every message carries an id; a run in which any message was not handled exactly once
+// fails with what went wrong (these runs crash nothing, so recovery finds nothing).
 //
 // Caveat: loopback. Server, senders, workers and proxy share the machine's cores.
 #include <benchmark/benchmark.h>
@@ -52,6 +74,7 @@
 
 #include "bench_support.hpp"
 #include "delay_proxy.hpp"
+#include "redis_peers.hpp"
 #include "redis_server.hpp"  // tests/redis: a private redis-server on a free loopback port
 
 namespace {
@@ -73,7 +96,9 @@ struct shared_area {
   std::atomic<int> ready{0};             // senders set up
   std::atomic<int> go{0};                // 1: post; 2: all handled, exit
   std::atomic<int> failed{0};
+  std::atomic<std::int64_t> stray{0};  // handled messages whose id is out of range
   std::int64_t latency_ns[max_messages];
+  std::atomic<std::int32_t> seen[max_messages];  // times message id was handled
 };
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 
@@ -86,11 +111,50 @@ shared_area* area() {
   return a;
 }
 
-void record(std::int64_t sent) {
+// A message's handler: its latency, and one more handling of message `id`.
+void record(std::int64_t sent, std::int64_t id) {
   shared_area& a = *area();
   const std::int64_t slot = a.slots.fetch_add(1);
   if (slot < max_messages) a.latency_ns[slot] = now_ns() - sent;
+  if (id >= 0 && id < max_messages) {
+    a.seen[id].fetch_add(1);
+  } else {
+    a.stray.fetch_add(1);
+  }
   a.handled.fetch_add(1);
+}
+
+// A message on Redis: "<send time, ns> <id>" (ids 0 to total - 1, each sent once).
+std::string body(std::int64_t id) { return std::to_string(now_ns()) + " " + std::to_string(id); }
+
+void handle(const char* text, std::size_t size) {
+  const std::string b(text, size);
+  char* end = nullptr;
+  const std::int64_t sent = std::strtoll(b.c_str(), &end, 10);
+  record(sent, std::strtoll(end, nullptr, 10));
+}
+
+void reset_counts(std::int64_t total) {
+  shared_area& a = *area();
+  a.handled = 0;
+  a.slots = 0;
+  a.stray = 0;
+  for (std::int64_t i = 0; i < std::min(total, max_messages); ++i) a.seen[i] = 0;
+}
+
+// Empty if every message 0 to total - 1 was handled exactly once; else what went wrong.
+std::string exactly_once_error(std::int64_t total) {
+  shared_area& a = *area();
+  std::int64_t missing = 0;
+  std::int64_t extra = 0;
+  for (std::int64_t i = 0; i < std::min(total, max_messages); ++i) {
+    const std::int32_t n = a.seen[i].load();
+    if (n == 0) ++missing;
+    if (n > 1) extra += n - 1;
+  }
+  if (missing == 0 && extra == 0 && a.stray.load() == 0) return {};
+  return "not exactly once: " + std::to_string(missing) + " never handled, " + std::to_string(extra) +
+         " extra handlings, " + std::to_string(a.stray.load()) + " unknown ids";
 }
 
 std::string key_name(int k) { return "bench:" + std::to_string(k); }
@@ -159,8 +223,7 @@ double server_cpu_us(int port) {
 template <class MakeSender>
 void run_processes(benchmark::State& state, int port, std::int64_t total, MakeSender make_sender) {
   shared_area& a = *area();
-  a.handled = 0;
-  a.slots = 0;
+  reset_counts(total);
   a.ready = 0;
   a.go = 0;
   a.failed = 0;
@@ -197,6 +260,10 @@ void run_processes(benchmark::State& state, int port, std::int64_t total, MakeSe
     state.SkipWithError(("handled " + std::to_string(a.handled.load()) + " of " + std::to_string(total)).c_str());
     return;
   }
+  if (const std::string error = exactly_once_error(total); !error.empty()) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
   state.SetIterationTime(static_cast<double>(t1 - t0) / 1e9 / static_cast<double>(total));
   if (cpu0 >= 0 && cpu1 >= 0) state.counters["server_cpu_us"] = (cpu1 - cpu0) / static_cast<double>(total);
 }
@@ -215,7 +282,8 @@ struct route {
   int port;
   int keys;
   int per_sender;
-  int pace_us;  // 0: post as fast as possible; else one post per sender every pace_us
+  int pace_us;            // 0: post as fast as possible; else one post per sender every pace_us
+  std::size_t batch = 1;  // the peers' read batch: messages per read
 };
 
 // Sleeps until message i of a paced sender is due (the schedule starts at `start`).
@@ -237,12 +305,12 @@ void handoff_redis(benchmark::State& state, route r) {
         handoff::redis::actor_options ao;
         ao.executor = *pool;
         auto actors = std::make_shared<handoff::redis::actor_system>(o, ao);
-        actors->on("bench:", [](handoff::redis::delivery& d) { record(std::stoll(std::string(d.body()))); });
+        actors->on("bench:", [](handoff::redis::delivery& d) { handle(d.body().data(), d.body().size()); });
         return [pool, actors, p, r] {
           const std::int64_t start = now_ns();
           for (int i = 0; i < r.per_sender; ++i) {
             pace(r, start, i);
-            actors->post(key_name((i + p) % r.keys), std::to_string(now_ns()));
+            actors->post(key_name((i + p) % r.keys), body(std::int64_t{p} * r.per_sender + i));
           }
         };
       });
@@ -262,46 +330,101 @@ context_ptr connect(int port) {
   return c;
 }
 
-void worker_blpop(benchmark::State& state, route r) {
+bool alive() { return area()->go.load() != 2 && area()->failed.load() == 0; }
+
+// The worker-per-key peers: every key k has one worker thread in process k % senders, on
+// its own connection, running `work(connection, key, k)` until every message was handled;
+// `setup_key(connection, key)` runs for this process's keys before it reports ready; the
+// senders make `send(connection, key, body)` per message (bench/redis_peers.hpp).
+template <class SetupKey, class Work, class Send>
+void worker_per_key(benchmark::State& state, route r, SetupKey setup_key, Work work, Send send) {
   const std::int64_t total = std::int64_t{r.per_sender} * senders;
   for (auto _ : state) {
     run_processes(state, r.port, total, [&](int p) {
       sender_process([&] {
-        // This process's workers: one per key k with k % senders == p, each on its own
-        // connection, until every message was handled.
+        auto sender = std::make_shared<context_ptr>(connect(r.port));
+        for (int k = p; k < r.keys; k += senders) setup_key(sender->get(), key_name(k));
         auto workers = std::make_shared<std::vector<std::thread>>();
         for (int k = p; k < r.keys; k += senders) {
-          workers->emplace_back([port = r.port, key = key_name(k)] {
-            const context_ptr c = connect(port);
-            while (area()->go.load() != 2 && area()->failed.load() == 0) {
-              auto* reply = static_cast<redisReply*>(redisCommand(c.get(), "BLPOP %b 0.05", key.data(), key.size()));
-              if (reply == nullptr) {
-                area()->failed.store(1);
-                return;
-              }
-              if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
-                record(std::stoll(std::string(reply->element[1]->str, reply->element[1]->len)));
-              }
-              freeReplyObject(reply);
+          workers->emplace_back([port = r.port, key = key_name(k), k, work] {
+            try {
+              const context_ptr c = connect(port);
+              work(c.get(), key, k);
+            } catch (const std::exception& e) {
+              std::fprintf(stderr, "redis_actor_bench worker: %s\n", e.what());
+              area()->failed.store(1);
             }
           });
         }
-        auto sender = std::make_shared<context_ptr>(connect(r.port));
-        return [workers, sender, p, r] {
+        return [workers, sender, p, r, send] {
           const std::int64_t start = now_ns();
           for (int i = 0; i < r.per_sender; ++i) {
             pace(r, start, i);
-            const std::string key = key_name((i + p) % r.keys);
-            const std::string body = std::to_string(now_ns());
-            auto* reply = static_cast<redisReply*>(
-                redisCommand(sender->get(), "RPUSH %b %b", key.data(), key.size(), body.data(), body.size()));
-            if (reply == nullptr) throw std::runtime_error("RPUSH failed");
-            freeReplyObject(reply);
+            send(sender->get(), key_name((i + p) % r.keys), body(std::int64_t{p} * r.per_sender + i));
           }
-          while (area()->go.load() != 2 && area()->failed.load() == 0) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
+          while (alive()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
           for (auto& w : *workers) w.join();
+        };
+      });
+    });
+  }
+  report(state, total);
+}
+
+namespace peers = handoff::bench::redis_peers;
+
+void no_setup(redisContext*, const std::string&) {}
+
+void rpush(redisContext* c, const std::string& key, const std::string& msg) {
+  (void)peers::command(c, {"RPUSH", key, msg});
+}
+
+void worker_blpop(benchmark::State& state, route r) {
+  worker_per_key(
+      state, r, no_setup,
+      [](redisContext* c, const std::string& key, int) { peers::blpop_worker(c, key, handle, alive); }, rpush);
+}
+
+// The handoff actors' defaults, which the peers' recovery passes follow.
+const handoff::redis::actor_options actor_defaults{};
+
+void worker_reliable_list(benchmark::State& state, route r) {
+  worker_per_key(
+      state, r, no_setup,
+      [batch = r.batch](redisContext* c, const std::string& key, int) {
+        peers::reliable_list_worker(c, key, batch, actor_defaults.sweep_interval, handle, alive);
+      },
+      rpush);
+}
+
+void worker_stream(benchmark::State& state, route r) {
+  worker_per_key(
+      state, r, peers::stream_setup,
+      [batch = r.batch](redisContext* c, const std::string& key, int k) {
+        // XAUTOCLAIM's min-idle: the actors' lease, after which they take a dead owner's work.
+        const auto min_idle = std::chrono::duration_cast<std::chrono::milliseconds>(actor_defaults.lease.duration);
+        peers::stream_worker(c, key, "c" + std::to_string(k), batch, actor_defaults.sweep_interval, min_idle, handle,
+                             alive);
+      },
+      [](redisContext* c, const std::string& key, const std::string& msg) {
+        (void)peers::command(c, {"XADD", key, "*", "m", msg});
+      });
+}
+
+// No worker: each sender pushes its message with one script and pops the key's head with
+// another, and handles that (bench/redis_peers.hpp).
+void floor_two_scripts(benchmark::State& state, route r) {
+  const std::int64_t total = std::int64_t{r.per_sender} * senders;
+  for (auto _ : state) {
+    run_processes(state, r.port, total, [&](int p) {
+      sender_process([&] {
+        auto c = std::make_shared<context_ptr>(connect(r.port));
+        auto scripts = std::make_shared<peers::two_scripts>(peers::load_two_scripts(c->get()));
+        return [c, scripts, p, r] {
+          for (int i = 0; i < r.per_sender; ++i) {
+            peers::two_scripts_message(c->get(), *scripts, key_name((i + p) % r.keys),
+                                       body(std::int64_t{p} * r.per_sender + i), handle);
+          }
         };
       });
     });
@@ -313,8 +436,7 @@ void handoff_inprocess(benchmark::State& state, route r) {
   const std::int64_t total = std::int64_t{r.per_sender} * senders;
   for (auto _ : state) {
     shared_area& a = *area();
-    a.handled = 0;
-    a.slots = 0;
+    reset_counts(total);
     std::vector<std::unique_ptr<handoff::actor<int>>> actors;
     for (int k = 0; k < r.keys; ++k) actors.push_back(std::make_unique<handoff::actor<int>>());
     const std::int64_t t0 = now_ns();
@@ -323,16 +445,18 @@ void handoff_inprocess(benchmark::State& state, route r) {
       threads.emplace_back([&, p] {
         for (int i = 0; i < r.per_sender; ++i) {
           const std::int64_t sent = now_ns();
-          actors[static_cast<std::size_t>((i + p) % r.keys)]->post([sent](int& n) {
-            ++n;
-            record(sent);
-          });
+          actors[static_cast<std::size_t>((i + p) % r.keys)]->post(
+              [sent, id = std::int64_t{p} * r.per_sender + i](int& n) {
+                ++n;
+                record(sent, id);
+              });
         }
       });
     }
     for (auto& t : threads) t.join();
     while (a.handled.load() < total) std::this_thread::yield();
     state.SetIterationTime(static_cast<double>(now_ns() - t0) / 1e9 / static_cast<double>(total));
+    if (const std::string error = exactly_once_error(total); !error.empty()) state.SkipWithError(error.c_str());
   }
   report(state, total);
 }
@@ -350,6 +474,13 @@ std::string server_version(int port) {
   return v;
 }
 
+// CONFIG GET <name> on the server: its value, or "unknown".
+std::string config_value(int port, const std::string& name) {
+  const context_ptr c = connect(port);
+  const peers::reply_ptr r = peers::command(c.get(), {"CONFIG", "GET", name});
+  return r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? peers::text(r->element[1]) : "unknown";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -359,22 +490,41 @@ int main(int argc, char** argv) {
     (void)area();  // mapped before any fork
     handoff::test::redis_server server;
     const int port = server.port();
+    // The same server with an append-only file, fsynced once a second (Redis's default
+    // when the file is on): the later --appendonly overrides the helper's "no".
+    handoff::test::redis_server aof_server({"--appendonly", "yes", "--appendfsync", "everysec"});
     handoff::bench::add_machine_context();
     benchmark::AddCustomContext("redis_actor_server", "Redis " + server_version(port) +
                                                           " on TCP 127.0.0.1 (loopback), --save \"\" --appendonly no");
+    benchmark::AddCustomContext("redis_actor_aof",
+                                "_aof: a second server, --appendonly " + config_value(aof_server.port(), "appendonly") +
+                                    " --appendfsync " + config_value(aof_server.port(), "appendfsync"));
     handoff::bench::delay_proxy proxy(port, std::chrono::microseconds(250));
     benchmark::AddCustomContext("redis_actor_rtt0.5ms", "a proxy on loopback delaying each direction by 250 us");
     const auto add = [](const std::string& name, void (*fn)(benchmark::State&, route), route r) {
       benchmark::RegisterBenchmark(name.c_str(), fn, r)->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
     };
+    // The actors' rows carry their batch (the default actor_options::batch); the peers'
+    // batched reads take as many.
+    const std::size_t batch = actor_defaults.batch;
+    const std::string handoff_name = "handoff_redis_batch" + std::to_string(batch);
+    const std::string b = "_batch" + std::to_string(batch);
     for (const int keys : {1, 64}) {
       const std::string w = keys == 1 ? "ractor_1key" : "ractor_64keys";
-      add(w + "/handoff_redis", handoff_redis, {port, keys, 2000, 0});
-      add(w + "/worker_blpop", worker_blpop, {port, keys, 2000, 0});
+      for (const auto& [suffix, p] :
+           {std::pair{std::string(), port}, std::pair{std::string("_aof"), aof_server.port()}}) {
+        add(w + suffix + "/" + handoff_name, handoff_redis, {p, keys, 2000, 0});
+        add(w + suffix + "/worker_blpop", worker_blpop, {p, keys, 2000, 0});
+        add(w + suffix + "/worker_reliable_list", worker_reliable_list, {p, keys, 2000, 0});
+        add(w + suffix + "/worker_reliable_list" + b, worker_reliable_list, {p, keys, 2000, 0, batch});
+        add(w + suffix + "/worker_stream", worker_stream, {p, keys, 2000, 0});
+        add(w + suffix + "/worker_stream" + b, worker_stream, {p, keys, 2000, 0, batch});
+        add(w + suffix + "/floor_two_scripts", floor_two_scripts, {p, keys, 2000, 0});
+      }
       add(w + "/handoff_inprocess", handoff_inprocess, {port, keys, 2000, 0});
-      add(w + "_paced/handoff_redis", handoff_redis, {port, keys, 500, 1000});
+      add(w + "_paced/" + handoff_name, handoff_redis, {port, keys, 500, 1000});
       add(w + "_paced/worker_blpop", worker_blpop, {port, keys, 500, 1000});
-      add(w + "_rtt0.5ms/handoff_redis", handoff_redis, {proxy.port(), keys, 400, 0});
+      add(w + "_rtt0.5ms/" + handoff_name, handoff_redis, {proxy.port(), keys, 400, 0});
       add(w + "_rtt0.5ms/worker_blpop", worker_blpop, {proxy.port(), keys, 400, 0});
     }
     benchmark::RunSpecifiedBenchmarks();
