@@ -267,18 +267,29 @@ REDIS_NOTE = ("handoff::redis::keyed_mutex against the polling lock of redis-plu
               "See bench/redis_bench.cpp and docs/redis.md.")
 
 RACTOR_PREFIX = "ractor_"
-RACTOR_NOTE = ("handoff::redis::actor_system (handoff_redis: the sender that finds an actor idle runs its "
-               "own message; a one-thread executor per process sends the dequeues, several in one round "
-               "trip, and runs what follows) against a worker thread per key "
-               "blocked in BLPOP on the key's list, senders RPUSH (worker_blpop), and the in-process "
+RACTOR_NOTE = ("handoff::redis::actor_system (handoff_redis_batch16: the sender that finds an actor idle "
+               "runs its own message; a one-thread executor per process sends the dequeues, several in one "
+               "round trip, and runs what follows; its owner takes up to 16 messages, the default batch, "
+               "per round trip) against a worker thread per key in the process key % 4: blocked in BLPOP "
+               "on the key's list, senders RPUSH (worker_blpop: a worker that crashes loses the message "
+               "it popped); the crash-safe peers: BLMOVE to a processing list, handle, LREM "
+               "(worker_reliable_list), and a stream per key read by a consumer group, XREADGROUP, "
+               "handle, XACK + XDEL in one round trip, senders XADD (worker_stream), each with a "
+               "recovery pass every 100 ms (LRANGE of the processing list; XAUTOCLAIM); their _batch16 "
+               "variants read up to 16 messages per round trip (the list: a BLMOVE, then 15 LMOVEs "
+               "pipelined, then the LREMs pipelined; the stream: COUNT 16, one XACK + XDEL); "
+               "floor_two_scripts: each sender runs a script that only RPUSHes and one that only LPOPs "
+               "(the least a script-based ownership protocol costs); and the in-process "
                "handoff::actor (handoff_inprocess: 4 threads, no Redis). 4 sender processes (fork), trivial "
                "handlers. ractor_1key: 2000 messages per sender to one key; ractor_64keys: over 64 keys; "
+               "_aof: the same on a server with --appendonly yes --appendfsync everysec; "
                "_paced: 500 per sender, one every 1 ms (4000 messages/s, below every impl's capacity); "
                "_rtt0.5ms: 400 per sender through a proxy delaying each direction by 250 us. Time is "
                "wall-clock per message, all processes together (ops/s = messages per second); p50_us, "
-               "p99_us = end-to-end latency from the post (RPUSH) call to the handler, on the shared "
-               "monotonic clock; server_cpu_us = the redis-server's CPU time per message. The unpaced rows "
-               "saturate the system: their latency is mostly queueing. "
+               "p99_us = end-to-end latency from the post (RPUSH, XADD) call to the handler, on the shared "
+               "monotonic clock; server_cpu_us = the redis-server's CPU time per message. Every row checks "
+               "that each message was handled exactly once (a row that was not shows ERROR). The unpaced "
+               "rows saturate the system: their latency is mostly queueing. "
                "Each workload runs once per repetition. See bench/redis_actor_bench.cpp and "
                "docs/redis_actor.md.")
 
@@ -644,8 +655,8 @@ def render(contexts, results):
                     redis_workload)
     if ractor_workload:
         context = next((c for c in contexts if "redis_actor_server" in c), None)
-        ops_section(out, "Redis actors", RACTOR_NOTE, context and context["redis_actor_server"] + ".", context,
-                    ractor_workload)
+        server = context and "; ".join(context[k] for k in ("redis_actor_server", "redis_actor_aof") if k in context)
+        ops_section(out, "Redis actors", RACTOR_NOTE, server and server + ".", context, ractor_workload)
     return "\n".join(out), plot, km_plot
 
 
