@@ -1,0 +1,239 @@
+// The timer service's entries: schedule, cancel, rearm, deliveries, the pool
+// (lib/timer/timer_core.hpp has the life of an entry).
+#include "timer_core.hpp"
+
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "handoff/detail/assert.hpp"
+#include "handoff/detail/clock.hpp"
+#include "handoff/detail/test_driver.hpp"
+
+namespace handoff::detail {
+
+timer_core::timer_core(std::int64_t resolution_ns, test_driver* driver)
+    : wheel_([&] { return driver != nullptr ? driver->now() : now_ns(); }(),
+             [&] {
+               unsigned shift = 0;
+               while (shift < 40 && (std::int64_t{1} << shift) < resolution_ns) ++shift;
+               return shift;
+             }()),
+      driver_(driver) {
+  grow();
+}
+
+std::int64_t timer_core::now() const noexcept { return driver_ != nullptr ? driver_->now() : now_ns(); }
+
+void timer_core::grow() {
+  auto chunk = std::make_unique<timer_entry[]>(chunk_entries);
+  for (std::size_t i = chunk_entries; i-- > 0;) {
+    chunk[i].where = timer_wheel::nowhere;
+    chunk[i].next = free_;
+    free_ = &chunk[i];
+  }
+  chunks_.push_back(std::move(chunk));  // may throw: then the chunk is freed, free_ restored below
+}
+
+void timer_core::shrink() noexcept {
+  // No entry is out: keep the first chunk, rebuild the free list from it.
+  chunks_.resize(1);
+  free_ = nullptr;
+  for (std::size_t i = chunk_entries; i-- > 0;) {
+    chunks_[0][i].next = free_;
+    free_ = &chunks_[0][i];
+  }
+}
+
+void timer_core::recycle(timer_entry* e) noexcept {
+  HANDOFF_ASSERT(e->where == timer_wheel::nowhere && e->in_flight == 0 && (e->flags & (live | handle | payload)) == 0);
+  ++e->gen;  // a stale delivery of it never matches again
+  e->flags = 0;
+  e->next = free_;
+  free_ = e;
+  HANDOFF_ASSERT(allocated_ != 0);
+  if (--allocated_ == 0 && chunks_.size() > 1) shrink();
+}
+
+bool timer_core::link(timer_entry* e) noexcept {
+  wheel_.insert(e);
+  if (!notify_) return false;
+  const std::uint64_t t = wheel_.tick_of(e->deadline);
+  if (t >= wake_tick_) return false;
+  wake_tick_ = t;
+  return true;
+}
+
+void timer_core::unlock_and_maybe_delete() noexcept {
+  const bool last = gone();
+  lock_.unlock();
+  if (last) delete this;
+}
+
+timer_entry* timer_core::schedule(const timer_request& r) {
+  lock_.lock();
+  if (free_ == nullptr) {
+    timer_entry* const before = free_;
+    try {
+      grow();
+    } catch (...) {
+      free_ = before;
+      lock_.unlock();
+      throw;
+    }
+  }
+  timer_entry* e = free_;
+  free_ = e->next;
+  ++allocated_;
+  e->next = nullptr;
+  e->deadline = r.deadline;
+  e->period = r.period;
+  e->ops = r.ops;
+  e->target = r.target;
+  e->in_flight = 0;
+  e->flags = static_cast<std::uint8_t>(live | handle | payload | (r.trivial ? trivial : 0) |
+                                       (r.delivers ? delivers : 0) | (static_cast<unsigned>(r.kind) << kind_shift));
+  r.emplace(e, r.source);
+  ++stats_.scheduled;
+  const bool w = link(e);
+  lock_.unlock();
+  if (w) wake();
+  return e;
+}
+
+bool timer_core::cancel(timer_entry* e) noexcept {
+  lock_.lock();
+  bool stopped = false;
+  if ((e->flags & live) != 0) {
+    stopped = true;
+    e->flags &= static_cast<std::uint8_t>(~live);
+    ++e->gen;  // a delivery not yet started does nothing
+    wheel_.unlink(e);
+    ++stats_.cancelled;
+  }
+  // A send of it on another thread may still be touching the target: wait it out. On
+  // this thread (a handler run inline by that send) it is below us on the stack.
+  while (firing_ == e && firing_thread_ != std::this_thread::get_id()) {
+    lock_.unlock();
+    std::this_thread::yield();
+    lock_.lock();
+  }
+  e->flags &= static_cast<std::uint8_t>(~handle);
+  if (tidy(e)) {
+    lock_.unlock();
+    destroy_unlocked(e);
+    return stopped;
+  }
+  unlock_and_maybe_delete();
+  return stopped;
+}
+
+void timer_core::detach(timer_entry* e) noexcept {
+  lock_.lock();
+  e->flags &= static_cast<std::uint8_t>(~handle);
+  if (tidy(e)) {
+    lock_.unlock();
+    destroy_unlocked(e);
+    return;
+  }
+  unlock_and_maybe_delete();
+}
+
+bool timer_core::rearm(timer_entry* e, std::int64_t deadline) noexcept {
+  lock_.lock();
+  if ((e->flags & live) == 0) {
+    lock_.unlock();
+    return false;
+  }
+  ++e->gen;  // a delivery of the old deadline not yet started does nothing
+  wheel_.unlink(e);
+  e->deadline = deadline;
+  const bool w = link(e);  // also while firing: the driver then leaves it where it is
+  lock_.unlock();
+  if (w) wake();
+  return true;
+}
+
+bool timer_core::active(timer_entry* e) noexcept {
+  std::lock_guard g(lock_);
+  return (e->flags & live) != 0;
+}
+
+bool timer_core::delivery_begin(timer_entry* e, std::uint32_t gen) noexcept {
+  std::lock_guard g(lock_);
+  if ((e->flags & live) == 0 || e->gen != gen) return false;
+  if (kind_of(e) == timer_kind::once) {
+    e->flags &= static_cast<std::uint8_t>(~live);  // over once it starts: cancel says false
+    ++e->gen;
+  }
+  return true;
+}
+
+void timer_core::delivery_end(timer_entry* e, bool ran) noexcept {
+  lock_.lock();
+  HANDOFF_ASSERT(e->in_flight != 0);
+  if (ran && kind_of(e) == timer_kind::fixed_delay && (e->flags & live) != 0 && e->where == timer_wheel::nowhere &&
+      firing_ != e) {
+    e->deadline = add_saturating(now(), e->period);
+    if (link(e)) {
+      // Wake the driver unlocked, still counted in flight: the core cannot go meanwhile.
+      lock_.unlock();
+      wake();
+      lock_.lock();
+    }
+  }
+  --e->in_flight;
+  if (tidy(e)) {
+    lock_.unlock();
+    destroy_unlocked(e);
+  } else {
+    unlock_and_maybe_delete();
+  }
+}
+
+bool timer_core::tidy(timer_entry* e) noexcept {
+  if ((e->flags & (live | destroying)) != 0 || e->where != timer_wheel::nowhere || e->in_flight != 0 ||
+      firing_ == e) {
+    return false;
+  }
+  if ((e->flags & payload) != 0) {
+    e->flags &= static_cast<std::uint8_t>(~payload);
+    if ((e->flags & trivial) == 0) {
+      e->flags |= destroying;  // its destructor may be user code: not under the lock
+      return true;
+    }
+  }
+  if ((e->flags & handle) == 0) recycle(e);
+  return false;
+}
+
+void timer_core::destroy_unlocked(timer_entry* e) noexcept {
+  e->ops(this, e, 0, timer_op::destroy);
+  lock_.lock();
+  e->flags &= static_cast<std::uint8_t>(~destroying);
+  (void)tidy(e);  // recycles it unless a handle still refers to it
+  unlock_and_maybe_delete();
+}
+
+timer_stats timer_core::stats() noexcept {
+  std::lock_guard g(lock_);
+  timer_stats s = stats_;
+  s.pending = wheel_.size();
+  s.bytes = sizeof(timer_core) + chunks_.size() * chunk_entries * sizeof(timer_entry) +
+            chunks_.capacity() * sizeof(chunks_[0]);
+  return s;
+}
+
+// --- the calls of handoff/timer_entry.hpp ---
+timer_entry* timer_schedule(timer_core* c, const timer_request& r) { return c->schedule(r); }
+bool timer_cancel(timer_core* c, timer_entry* e) noexcept { return c->cancel(e); }
+bool timer_rearm(timer_core* c, timer_entry* e, std::int64_t deadline) noexcept { return c->rearm(e, deadline); }
+bool timer_active(timer_core* c, timer_entry* e) noexcept { return c->active(e); }
+void timer_detach(timer_core* c, timer_entry* e) noexcept { c->detach(e); }
+std::int64_t timer_now(const timer_core* c) noexcept { return c->now(); }
+bool timer_delivery_begin(timer_core* c, timer_entry* e, std::uint32_t gen) noexcept {
+  return c->delivery_begin(e, gen);
+}
+void timer_delivery_end(timer_core* c, timer_entry* e, bool ran) noexcept { c->delivery_end(e, ran); }
+
+}  // namespace handoff::detail
