@@ -38,6 +38,10 @@ void timer_core::grow() {
 void timer_core::shrink() noexcept {
   // No entry is out: keep the first chunk, rebuild the free list from it.
   chunks_.resize(1);
+  try {
+    chunks_.shrink_to_fit();  // a million timers leave a 32 KiB vector of chunk pointers otherwise
+  } catch (...) {  // non-binding: keeping the capacity is fine
+  }
   free_ = nullptr;
   for (std::size_t i = chunk_entries; i-- > 0;) {
     chunks_[0][i].next = free_;
