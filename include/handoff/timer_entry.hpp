@@ -39,11 +39,11 @@ struct timer_entry {
   std::int64_t deadline = 0;      // steady_clock ns (the service's clock)
   std::int64_t period = 0;        // ns; 0 for a one-shot
   timer_ops ops = nullptr;
-  void* target = nullptr;          // the actor
-  std::uint32_t gen = 0;           // bumped by cancel, rearm, a one-shot's start, and reuse
-  std::uint16_t in_flight = 0;     // deliveries posted and not yet run or destroyed
-  std::uint8_t where = 0;          // see timer_wheel: a level, the due list, or none
-  std::uint8_t flags = 0;          // see timer_core: live, handle, payload, kind
+  void* target = nullptr;       // the actor
+  std::uint32_t gen = 0;        // bumped by cancel, rearm, a one-shot's start, and reuse
+  std::uint16_t in_flight = 0;  // deliveries posted and not yet run or destroyed
+  std::uint8_t where = 0;       // see timer_wheel: a level, the due list, or none
+  std::uint8_t flags = 0;       // see timer_core: live, handle, payload, kind
   alignas(8) unsigned char payload[payload_size];
 };
 static_assert(sizeof(timer_entry) == 80);

@@ -155,8 +155,7 @@ class timer_service {
   // The payload: F itself when it fits inline (moved in under the lock), else F on the heap.
   template <class F>
   static constexpr bool inline_payload = sizeof(F) <= detail::timer_entry::payload_size &&
-                                         alignof(F) <= alignof(std::int64_t) &&
-                                         std::is_nothrow_move_constructible_v<F>;
+                                         alignof(F) <= alignof(std::int64_t) && std::is_nothrow_move_constructible_v<F>;
   template <class F>
   static F& payload(detail::timer_entry* e) noexcept {
     if constexpr (inline_payload<F>) {
@@ -241,8 +240,9 @@ class timer_service {
   template <class On, class A, class T>
   timer make(std::int64_t deadline, std::int64_t period, detail::timer_kind kind, A* target, T&& value) {
     using F = typename On::stored;
-    detail::timer_request r{deadline, period, kind, std::is_trivially_destructible_v<F> && inline_payload<F>,
-                            On::delivers, &On::ops, target, nullptr, nullptr};
+    detail::timer_request r{deadline,     period,   kind,   std::is_trivially_destructible_v<F> && inline_payload<F>,
+                            On::delivers, &On::ops, target, nullptr,
+                            nullptr};
     if constexpr (inline_payload<F>) {
       F f(std::forward<T>(value));  // built outside the lock: its constructor may throw
       r.emplace = [](detail::timer_entry* e, void* src) noexcept {
@@ -252,7 +252,9 @@ class timer_service {
       return timer(core_, detail::timer_schedule(core_, r));
     } else {
       auto* boxed = new F(std::forward<T>(value));
-      r.emplace = [](detail::timer_entry* e, void* src) noexcept { ::new (static_cast<void*>(e->payload)) F*(static_cast<F*>(src)); };
+      r.emplace = [](detail::timer_entry* e, void* src) noexcept {
+        ::new (static_cast<void*>(e->payload)) F*(static_cast<F*>(src));
+      };
       r.source = boxed;
       try {
         return timer(core_, detail::timer_schedule(core_, r));

@@ -208,7 +208,7 @@ bool impl::step() {
 
 void impl::pass_time_to(std::int64_t to) {
   now_ = std::max(now_, to);
-  for (detail::lock_table* table : tables_) table->advance_manual_clock(now_);  // what they complete queues
+  for (detail::lock_table* table : tables_) table->advance_manual_clock(now_);              // what they complete queues
   for (detail::timer_core* timers : timer_services_) detail::timers_run_due(timers, now_);  // sends queue
 }
 

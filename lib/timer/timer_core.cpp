@@ -40,7 +40,7 @@ void timer_core::shrink() noexcept {
   chunks_.resize(1);
   try {
     chunks_.shrink_to_fit();  // a million timers leave a 32 KiB vector of chunk pointers otherwise
-  } catch (...) {  // non-binding: keeping the capacity is fine
+  } catch (...) {             // non-binding: keeping the capacity is fine
   }
   free_ = nullptr;
   for (std::size_t i = chunk_entries; i-- > 0;) {
@@ -196,8 +196,7 @@ void timer_core::delivery_end(timer_entry* e, bool ran) noexcept {
 }
 
 bool timer_core::tidy(timer_entry* e) noexcept {
-  if ((e->flags & (live | destroying)) != 0 || e->where != timer_wheel::nowhere || e->in_flight != 0 ||
-      firing_ == e) {
+  if ((e->flags & (live | destroying)) != 0 || e->where != timer_wheel::nowhere || e->in_flight != 0 || firing_ == e) {
     return false;
   }
   if ((e->flags & payload) != 0) {

@@ -42,13 +42,13 @@ class test_driver;
 class timer_core {
  public:
   // timer_entry::flags
-  static constexpr std::uint8_t live = 1;        // will still send or run
-  static constexpr std::uint8_t handle = 2;      // a handle refers to it
-  static constexpr std::uint8_t payload = 4;     // holds a payload not yet destroyed
-  static constexpr std::uint8_t trivial = 8;     // the payload's destruction is a no-op
+  static constexpr std::uint8_t live = 1;         // will still send or run
+  static constexpr std::uint8_t handle = 2;       // a handle refers to it
+  static constexpr std::uint8_t payload = 4;      // holds a payload not yet destroyed
+  static constexpr std::uint8_t trivial = 8;      // the payload's destruction is a no-op
   static constexpr std::uint8_t destroying = 16;  // the payload is being destroyed, unlocked
-  static constexpr std::uint8_t delivers = 32;   // actor<State>: sends counted deliveries
-  static constexpr unsigned kind_shift = 6;      // bits 6-7: timer_kind
+  static constexpr std::uint8_t delivers = 32;    // actor<State>: sends counted deliveries
+  static constexpr unsigned kind_shift = 6;       // bits 6-7: timer_kind
   // Entries per pool chunk (20 KiB): the chunk kept when the pool shrinks.
   static constexpr std::size_t chunk_entries = 256;
 
@@ -78,9 +78,7 @@ class timer_core {
   [[nodiscard]] timer_stats stats() noexcept;
 
  private:
-  static timer_kind kind_of(const timer_entry* e) noexcept {
-    return static_cast<timer_kind>(e->flags >> kind_shift);
-  }
+  static timer_kind kind_of(const timer_entry* e) noexcept { return static_cast<timer_kind>(e->flags >> kind_shift); }
   // Under the lock. Finishes an over entry: see the overview. True: the caller must
   // destroy the payload after unlocking, through destroy_unlocked.
   bool tidy(timer_entry* e) noexcept;
@@ -101,23 +99,23 @@ class timer_core {
   timer_wheel wheel_;
   timer_entry* free_ = nullptr;
   std::vector<std::unique_ptr<timer_entry[]>> chunks_;
-  std::size_t allocated_ = 0;      // entries out of the pool
+  std::size_t allocated_ = 0;                    // entries out of the pool
   std::uint64_t wake_tick_ = ~std::uint64_t{0};  // the earliest tick the driver will wake for
-  timer_entry* firing_ = nullptr;  // the entry being sent, unlocked, by firing_thread_
+  timer_entry* firing_ = nullptr;                // the entry being sent, unlocked, by firing_thread_
   std::thread::id firing_thread_;
-  bool closed_ = false;            // the service is gone
+  bool closed_ = false;  // the service is gone
   timer_stats stats_;
-  work wakeup_{};                  // set before any schedule (see set_wakeup)
-  bool notify_ = false;            // a thread or a wakeup waits on wake_tick_
+  work wakeup_{};        // set before any schedule (see set_wakeup)
+  bool notify_ = false;  // a thread or a wakeup waits on wake_tick_
 
-  test_driver* driver_;            // the scheduler whose clock this is; nullptr: steady_clock
-  std::mutex drive_mutex_;         // one run_due at a time
+  test_driver* driver_;     // the scheduler whose clock this is; nullptr: steady_clock
+  std::mutex drive_mutex_;  // one run_due at a time
   // The service's thread: m_ guards stop_ and notified_.
   std::mutex m_;
   std::condition_variable cv_;
   bool stop_ = false;
   bool notified_ = false;
-  bool threaded_ = false;          // set before the thread starts, cleared after it joined
+  bool threaded_ = false;  // set before the thread starts, cleared after it joined
   executor_ref executor_;
   std::binary_semaphore batch_done_{0};
   std::thread thread_;

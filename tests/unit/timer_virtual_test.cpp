@@ -49,7 +49,7 @@ TEST(TimerVirtual, AnOfferExpiresAfterTenVirtualSecondsInMicroseconds) {
     EXPECT_FALSE(o.ask([](offer& x) { return x.expired; }).get());
     s.run_all();
     EXPECT_TRUE(o.ask([](offer& x) { return x.expired; }).get());
-    EXPECT_GE(s.now(), 10s);  // never early
+    EXPECT_GE(s.now(), 10s);        // never early
     EXPECT_LT(s.now(), 10s + 2ms);  // one resolution step late at most
   }
   EXPECT_LT(std::chrono::steady_clock::now() - wall, 1s);  // no real waiting
@@ -96,7 +96,7 @@ TEST(TimerVirtual, RearmAfterItFiredMovesTheQueuedMessageToTheNewDeadline) {
   handoff::timer_service timers;
   handoff::actor<std::vector<std::int64_t>> a;
   auto t = timers.after(1s, a, [&](std::vector<std::int64_t>& v) { v.push_back(s.now() / 1ms); });
-  s.advance(2s);  // queued, not run
+  s.advance(2s);             // queued, not run
   EXPECT_TRUE(t.rearm(3s));  // the silent player spoke: the old delivery does nothing
   s.run_all();
   const auto v = a.ask([](std::vector<std::int64_t>& x) { return x; }).get();
@@ -128,7 +128,8 @@ TEST(TimerVirtual, FixedDelayCountsThePeriodFromWhenTheTickRan) {
   handoff::timer_service timers{exact};
   std::vector<std::int64_t> at;
   handoff::actor<int> a{0};
-  auto t = timers.every(50ms, a, [&](int&) { at.push_back(s.now() / 1ms); }, handoff::repeat::fixed_delay);
+  auto t = timers.every(
+      50ms, a, [&](int&) { at.push_back(s.now() / 1ms); }, handoff::repeat::fixed_delay);
   s.advance(50ms);
   s.advance(20ms);  // the tick runs at 70 ms: the next is due at 120 ms
   ASSERT_TRUE(s.run_one());
