@@ -16,14 +16,12 @@ namespace handoff::detail {
 std::size_t timer_core::run_due(std::int64_t now) {
   std::lock_guard driving(drive_mutex_);
   lock_.lock();
-  timer_entry* due = nullptr;
-  wheel_.advance(wheel_.tick_at(now), due);
+  wheel_.advance(wheel_.tick_at(now));
   firing_thread_ = std::this_thread::get_id();
-  timer_entry* retry = nullptr;
   std::size_t sent = 0;
-  while (timer_entry* e = due) {
-    due = e->next;
-    e->next = nullptr;
+  // One entry at a time from the batch list: a cancel made while a send runs unlocked
+  // (on another thread, or by a handler that send runs here) unlinks its entry from it.
+  while (timer_entry* e = wheel_.pop_batch()) {
     HANDOFF_ASSERT((e->flags & live) != 0);  // cancel unlinks
     const timer_kind kind = kind_of(e);
     if (kind == timer_kind::fixed_rate && e->in_flight != 0) {
@@ -38,9 +36,12 @@ std::size_t timer_core::run_due(std::int64_t now) {
       firing_ = nullptr;
       if (!accepted) {
         ++stats_.retried;
-        if ((e->flags & live) != 0 && e->where == timer_wheel::nowhere) {
-          e->next = retry;
-          retry = e;
+        // To the due list: the next run sends it (the deadline is past, so the tick is).
+        if ((e->flags & live) != 0 && e->where == timer_wheel::nowhere) wheel_.insert(e);
+        if (tidy(e)) {
+          lock_.unlock();
+          destroy_unlocked(e);
+          lock_.lock();
         }
         continue;
       }
@@ -67,11 +68,6 @@ std::size_t timer_core::run_due(std::int64_t now) {
       destroy_unlocked(e);  // the service is open here: the core stays
       lock_.lock();
     }
-  }
-  while (timer_entry* e = retry) {  // to the due list: the next run sends them
-    retry = e->next;
-    e->next = nullptr;
-    wheel_.insert(e);
   }
   firing_thread_ = {};
   lock_.unlock();

@@ -55,18 +55,20 @@ void timer_wheel::cascade(unsigned level) noexcept {
   }
 }
 
-void timer_wheel::advance(std::uint64_t target, timer_entry*& out) noexcept {
+void timer_wheel::advance(std::uint64_t target) noexcept {
   auto take = [&](timer_entry*& head, unsigned where) {
     while (timer_entry* e = head) {
       HANDOFF_ASSERT(e->where == where);
       unlink(e);
-      e->next = out;
-      out = e;
+      e->where = batch_list;
+      ++count_[batch_list];
+      ++size_;
+      push(batch_, e);
     }
   };
   take(due_, due_list);
   while (now_ < target) {
-    if (size_ == 0) {
+    if (count_[0] + count_[1] + count_[2] + count_[3] == 0) {  // nothing in the slots
       now_ = target;
       break;
     }
@@ -105,6 +107,7 @@ void timer_wheel::take_all(timer_entry*& out) noexcept {
     }
   };
   take(due_);
+  take(batch_);
   for (auto& level : slot_) {
     for (timer_entry*& head : level) take(head);
   }

@@ -9,8 +9,11 @@
 // in level 3 and are placed again when their slot cascades). When now crosses a multiple
 // of 256^L, level L's slot for the new block is emptied into the levels below
 // (cascade); level 0's slot for now holds exactly the entries due now. Entries at or
-// before now go to the due list. Slots are intrusive doubly-linked lists (next, pprev):
-// insert and unlink are O(1). Advancing skips whole blocks of empty lower levels.
+// before now go to the due list. advance() moves what is due onto the batch list, which the
+// driver empties one entry at a time (pop_batch) while it sends, unlocking between sends:
+// a cancel meanwhile unlinks the entry from the batch like from any list. Slots are
+// intrusive doubly-linked lists (next, pprev): insert and unlink are O(1). Advancing skips
+// whole blocks of empty lower levels.
 #pragma once
 
 #include <array>
@@ -27,6 +30,7 @@ class timer_wheel {
   static constexpr unsigned slots = 1U << slot_bits;
   // timer_entry::where
   static constexpr std::uint8_t due_list = levels;
+  static constexpr std::uint8_t batch_list = levels + 1;
   static constexpr std::uint8_t nowhere = 0xff;
 
   // Ticks are resolution steps since `epoch` ns; `shift`: log2 of the resolution in ns.
@@ -52,9 +56,16 @@ class timer_wheel {
   void insert(timer_entry* e) noexcept;
   // Unlinks e from its list, if any.
   void unlink(timer_entry* e) noexcept;
-  // Moves now to `target` (never back), cascading, and moves every due entry to the front
-  // of *out (a list through next; `where` set to nowhere).
-  void advance(std::uint64_t target, timer_entry*& out) noexcept;
+  // Moves now to `target` (never back), cascading, and moves every due entry onto the
+  // batch list. Due entries linked later (a retry, a rearm to the past) wait in the due
+  // list for the next advance.
+  void advance(std::uint64_t target) noexcept;
+  // Unlinks and returns an entry of the batch list; nullptr when it is empty.
+  timer_entry* pop_batch() noexcept {
+    timer_entry* e = batch_;
+    if (e != nullptr) unlink(e);
+    return e;
+  }
   // Unlinks every entry onto the front of *out (the service is closing).
   void take_all(timer_entry*& out) noexcept;
   // The earliest tick with an entry: now() if the due list has one; UINT64_MAX if empty.
@@ -71,8 +82,9 @@ class timer_wheel {
   void cascade(unsigned level) noexcept;
 
   std::array<std::array<timer_entry*, slots>, levels> slot_{};
-  std::array<std::size_t, levels + 1> count_{};  // per level, then the due list
+  std::array<std::size_t, levels + 2> count_{};  // per level, then the due and batch lists
   timer_entry* due_ = nullptr;
+  timer_entry* batch_ = nullptr;
   std::size_t size_ = 0;
   std::uint64_t now_ = 0;  // every tick up to now has been processed
   std::int64_t epoch_;

@@ -273,3 +273,29 @@ TEST(TimerService, AnAsioIoContextDrivesItThroughNextDeadlineAndTheWakeup) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(TimerService, ATimerCancelledByAHandlerOfTheSameBatchDoesNotRun) {
+  test_timeout timeout{10s};
+  handoff::timer_service timers;
+  handoff::actor<int> a{0};
+  const auto at = timers.now() + 1s;
+  handoff::timer x;
+  handoff::timer y;
+  // Both due in one run; whichever runs first (inline, on this thread) cancels the other,
+  // which waits in the same batch.
+  x = timers.at(at, a, [&](int& n) {
+    ++n;
+    y.cancel();
+  });
+  y = timers.at(at, a, [&](int& n) {
+    ++n;
+    x.cancel();
+  });
+  EXPECT_EQ(timers.run_due(at + 1s), 1U);
+  EXPECT_EQ(a.ask([](int& n) { return n; }).get(), 1);
+  EXPECT_EQ(timers.stats().pending, 0U);
+}
+
+}  // namespace

@@ -18,10 +18,9 @@ using handoff::detail::timer_wheel;
 using handoff::test::test_timeout;
 
 std::vector<timer_entry*> advance(timer_wheel& w, std::uint64_t to) {
-  timer_entry* out = nullptr;
-  w.advance(to, out);
+  w.advance(to);
   std::vector<timer_entry*> v;
-  for (; out != nullptr; out = out->next) v.push_back(out);
+  while (timer_entry* e = w.pop_batch()) v.push_back(e);
   return v;
 }
 
