@@ -33,19 +33,21 @@
 //    timer was not cancelled or re-armed since it was sent: a cancel() that happens
 //    before the delivery starts (one made by a handler of the same actor always does)
 //    keeps it from running. A periodic timer has at most one delivery pending.
-//  - After cancel() returns (or the handle is destroyed), the service never touches the
-//    target again: a send of that timer in progress on another thread is waited for.
+//  - After cancel() returns (or the handle is destroyed), or once the target's destructor
+//    has begun, the service never touches the target again: a send of that timer in
+//    progress on another thread is waited for.
 //  - Destroying the service drops the pending timers (counted in stats().dropped before
 //    it goes; their callables are destroyed, never sent). Deliveries already posted run
 //    (or do nothing, if cancelled) as usual.
 // Not promised: that a basic_actor's message, once sent, can be stopped (it is the user's
 // own value in the mailbox); periodic timers for basic_actor (re-arm a one-shot instead).
 //
-// Actor lifetime: the service holds a raw pointer to the target until the timer is over.
-// Cancel (or destroy) the handle before the actor is destroyed: keep handles in an object
-// destroyed before the actor (a member declared after it), or cancel from the actor's
-// last handler. A handle inside the actor's own State is destroyed after the actor shut
-// down: too late if the timer can still fire then.
+// Actor lifetime: an actor may be destroyed with timers pending. Its destructor, first
+// thing, has every live service cancel the timers aimed at it, wait for a send of one of
+// them in progress on another thread, and destroy their callables; from then on no
+// service touches it. Handles anywhere (also inside the actor's own State) stay valid and
+// report the timer over. An actor costs nothing for this: no field, and one relaxed load
+// of a null hook while no service exists (docs/timers.md has the cost with services).
 //
 // Under a handoff::testing::scheduler (a service made while one is in scope on the
 // thread), the clock is the scheduler's virtual clock, time events run the wheel (the

@@ -172,6 +172,7 @@ void timer_core::run_thread() noexcept {
 }
 
 void timer_core::close() noexcept {
+  unregister_core(this);  // a hook that pinned it already goes on: gone() waits for it
   stop();
   if (driver_ != nullptr) timers_detach(*driver_, this);
   std::unique_lock driving(drive_mutex_);
@@ -218,6 +219,12 @@ namespace {
 detail::timer_core* make_core(const timer_options& o) {
   detail::test_driver* d = detail::tls.driver;
   auto* c = new detail::timer_core(std::max<std::int64_t>(1, o.resolution.count()), d);
+  try {
+    detail::register_core(c);
+  } catch (...) {
+    delete c;
+    throw;
+  }
   if (d != nullptr) {
     try {
       detail::timers_attach(*d, c);

@@ -74,18 +74,45 @@ void timer_core::unlock_and_maybe_delete() noexcept {
   if (last) delete this;
 }
 
+timer_core::target_count& timer_core::count_of(const void* target) {
+  if (target == cached_target_) return *cached_count_;
+  target_count& c = targets_.try_emplace(target).first->second;  // may throw
+  if (cached_count_ != nullptr && cached_count_->timers == 0) targets_.erase(cached_target_);  // kept while cached
+  cached_target_ = target;
+  cached_count_ = &c;
+  return c;
+}
+
+void timer_core::uncount(const void* target) noexcept {
+  if (target == cached_target_) {
+    HANDOFF_ASSERT(cached_count_->timers != 0);
+    --cached_count_->timers;  // erased when another target takes the cache
+    return;
+  }
+  const auto it = targets_.find(target);
+  HANDOFF_ASSERT(it != targets_.end() && it->second.timers != 0);
+  if (--it->second.timers == 0) targets_.erase(it);
+}
+
 timer_entry* timer_core::schedule(const timer_request& r) {
   lock_.lock();
-  if (free_ == nullptr) {
-    timer_entry* const before = free_;
-    try {
-      grow();
-    } catch (...) {
-      free_ = before;
-      lock_.unlock();
-      throw;
+  target_count* counted = nullptr;
+  try {
+    if (free_ == nullptr) {
+      try {
+        grow();
+      } catch (...) {
+        free_ = nullptr;  // grow() linked the chunk it failed to keep
+        throw;
+      }
     }
+    counted = &count_of(r.target);
+  } catch (...) {
+    lock_.unlock();
+    throw;
   }
+  ++counted->timers;
+  counted->forgotten = false;
   timer_entry* e = free_;
   free_ = e->next;
   ++allocated_;
@@ -201,6 +228,7 @@ bool timer_core::tidy(timer_entry* e) noexcept {
   }
   if ((e->flags & payload) != 0) {
     e->flags &= static_cast<std::uint8_t>(~payload);
+    uncount(e->target);  // over: it never touches the target again
     if ((e->flags & trivial) == 0) {
       e->flags |= destroying;  // its destructor may be user code: not under the lock
       return true;
@@ -223,8 +251,65 @@ timer_stats timer_core::stats() noexcept {
   timer_stats s = stats_;
   s.pending = wheel_.size();
   s.bytes = sizeof(timer_core) + chunks_.size() * chunk_entries * sizeof(timer_entry) +
-            chunks_.capacity() * sizeof(chunks_[0]);
+            chunks_.capacity() * sizeof(chunks_[0]) +
+            targets_.size() * (sizeof(void*) + sizeof(decltype(targets_)::value_type)) +  // nodes, roughly
+            targets_.bucket_count() * sizeof(void*);
   return s;
+}
+
+template <class F>
+void timer_core::for_each_entry_of(const void* target, F f) noexcept {
+  // By index, checking the size at each step: f may recycle the last entry out, and the
+  // pool then shrinks to its first chunk.
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    for (std::size_t i = 0; i < chunk_entries && c < chunks_.size(); ++i) {
+      timer_entry* e = &chunks_[c][i];
+      if (e->target == target && (e->flags & payload) != 0) f(e);  // allocated, not over
+    }
+  }
+}
+
+bool timer_core::pin_if_targets(const void* actor) noexcept {
+  std::lock_guard g(lock_);
+  const auto it = targets_.find(actor);
+  if (it == targets_.end() || it->second.forgotten || it->second.timers == 0) return false;
+  it->second.forgotten = true;
+  ++pins_;
+  return true;
+}
+
+void timer_core::forget(const void* actor) noexcept {
+  lock_.lock();
+  for_each_entry_of(actor, [&](timer_entry* e) {
+    if ((e->flags & live) == 0) return;
+    e->flags &= static_cast<std::uint8_t>(~live);
+    ++e->gen;  // a delivery queued in the actor's mailbox does nothing
+    wheel_.unlink(e);
+    ++stats_.cancelled;
+  });
+  // A send of one of them on another thread may still be touching the actor: wait it out.
+  while (firing_ != nullptr && firing_->target == actor && firing_thread_ != std::this_thread::get_id()) {
+    lock_.unlock();
+    std::this_thread::yield();
+    lock_.lock();
+  }
+  timer_entry* to_destroy = nullptr;  // through next: tidy left them unlinked and unpooled
+  for_each_entry_of(actor, [&](timer_entry* e) {
+    if (tidy(e)) {
+      e->next = to_destroy;
+      to_destroy = e;
+    }
+  });
+  lock_.unlock();
+  while (timer_entry* e = to_destroy) {
+    to_destroy = e->next;
+    e->next = nullptr;
+    destroy_unlocked(e);  // pinned: the core stays
+  }
+  lock_.lock();
+  HANDOFF_ASSERT(pins_ != 0);
+  --pins_;
+  unlock_and_maybe_delete();
 }
 
 // --- the calls of handoff/timer_entry.hpp ---

@@ -16,8 +16,20 @@
 //   over (not live, unlinked, not firing, no delivery): the payload is destroyed; the
 //                  entry returns to the pool once the handle lets go too
 //
-// The core is deleted when the service is gone and no entry is allocated (no handle, no
-// delivery refers to it): whichever thread sees that last deletes it.
+// Timers by target: targets_ counts, per actor address, the entries aimed at it that are
+// not over (from schedule until their payload is destroyed). It is touched when a timer is
+// scheduled for a target other than the last one and when the last timer of a target
+// ends; the last target's count is cached, so a run of schedules and cancels for one actor
+// never hashes. When an actor is destroyed, the process-wide hook (lib/timer/registry.cpp,
+// handoff/detail/actor_destroy_hook.hpp) finds the services that count timers for it and
+// calls forget(): it cancels them, waits for a send of one of them in progress on another
+// thread, and finishes them. Finding them scans the pool (O(entries allocated)), but only
+// for an actor that has timers in this service: no per-entry links, the entry stays 80
+// bytes.
+//
+// The core is deleted when the service is gone, no entry is allocated (no handle, no
+// delivery refers to it) and no hook holds it pinned: whichever thread sees that last
+// deletes it.
 #pragma once
 
 #include <condition_variable>
@@ -27,6 +39,7 @@
 #include <mutex>
 #include <semaphore>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "handoff/detail/spin_lock.hpp"
@@ -75,6 +88,14 @@ class timer_core {
   void stop() noexcept;
   // The service is destroyed: stops, drops pending timers; may delete this.
   void close() noexcept;
+
+  // The actor-destruction hook (lib/timer/registry.cpp). pin_if_targets: under the
+  // registry's mutex; if timers aimed at `actor` were not yet forgotten, marks them so and
+  // pins the core (it is not deleted until forget() returns). forget: cancels them, waits
+  // for a send of one on another thread (not this one: a handler run by that send is below
+  // us), destroys their callables, unpins; may delete this.
+  bool pin_if_targets(const void* actor) noexcept;
+  void forget(const void* actor) noexcept;
   [[nodiscard]] timer_stats stats() noexcept;
 
  private:
@@ -89,7 +110,17 @@ class timer_core {
   // Under the lock: links e; true if the wakeup must be called (after unlocking).
   bool link(timer_entry* e) noexcept;
   void wake() noexcept;
-  [[nodiscard]] bool gone() const noexcept { return closed_ && allocated_ == 0; }
+  [[nodiscard]] bool gone() const noexcept { return closed_ && allocated_ == 0 && pins_ == 0; }
+  // Under the lock: the count of timers aimed at `target`, made if new (may throw
+  // std::bad_alloc); the last one found stays cached.
+  struct target_count {
+    std::size_t timers = 0;  // entries aimed at the target, not over
+    bool forgotten = false;  // the target was destroyed (the hook ran); reset by a schedule
+  };
+  target_count& count_of(const void* target);
+  void uncount(const void* target) noexcept;  // an entry aimed at it is over
+  template <class F>
+  void for_each_entry_of(const void* target, F f) noexcept;
   void unlock_and_maybe_delete() noexcept;
   void run_thread() noexcept;
   void send_batch(std::int64_t now);
@@ -105,6 +136,10 @@ class timer_core {
   std::thread::id firing_thread_;
   bool closed_ = false;  // the service is gone
   timer_stats stats_;
+  std::unordered_map<const void*, target_count> targets_;
+  const void* cached_target_ = nullptr;  // the last target counted, and its count
+  target_count* cached_count_ = nullptr;
+  std::size_t pins_ = 0;  // hooks between pin_if_targets and the end of forget
   work wakeup_{};        // set before any schedule (see set_wakeup)
   bool notify_ = false;  // a thread or a wakeup waits on wake_tick_
 
@@ -120,5 +155,11 @@ class timer_core {
   std::binary_semaphore batch_done_{0};
   std::thread thread_;
 };
+
+// The process-wide registry of live cores, which the actor-destruction hook visits
+// (lib/timer/registry.cpp). The first registered installs the hook, the last removed
+// uninstalls it. register_core may throw std::bad_alloc.
+void register_core(timer_core* c);
+void unregister_core(timer_core* c) noexcept;
 
 }  // namespace handoff::detail
