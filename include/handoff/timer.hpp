@@ -42,8 +42,9 @@ struct timer_stats {
 
 // A handle on one timer. Move-only; destroying it cancels the timer (detach() first to
 // let it run on). Owner only: one thread at a time uses a handle (any thread). A handle
-// keeps the service's internal state alive, so it may outlive the service (cancel() and
-// rearm() then return false: the service dropped its timers).
+// keeps the service's internal state alive, so it may outlive the service and the target
+// actor (cancel() and rearm() then return false: the service dropped its timers, or the
+// actor's destructor cancelled them). A handle may live in the target's own State.
 class timer {
  public:
   timer() noexcept = default;
@@ -82,7 +83,7 @@ class timer {
   }
   bool rearm_at(std::chrono::steady_clock::time_point t) noexcept {
     if (core_ == nullptr) return false;
-    return detail::timer_rearm(core_, entry_, detail::deadline_at(detail::timer_now(core_), t));
+    return detail::timer_rearm(core_, entry_, detail::deadline_at(0, t));  // steady_clock: no read of the clock
   }
 
   // Whether the timer will still send or run: pending, or a delivery not yet started.

@@ -150,9 +150,8 @@ class timer_service {
   std::int64_t deadline_after(std::chrono::duration<Rep, Period> d) const noexcept {
     return detail::deadline_after(detail::timer_now(core_), d);
   }
-  std::int64_t deadline_at(std::chrono::steady_clock::time_point t) const noexcept {
-    return detail::deadline_at(detail::timer_now(core_), t);
-  }
+  // A steady_clock time point converts without the clock: no read of it.
+  static std::int64_t deadline_at(std::chrono::steady_clock::time_point t) noexcept { return detail::deadline_at(0, t); }
 
   // The payload: F itself when it fits inline (moved in under the lock), else F on the heap.
   template <class F>
