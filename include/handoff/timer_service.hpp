@@ -151,7 +151,9 @@ class timer_service {
     return detail::deadline_after(detail::timer_now(core_), d);
   }
   // A steady_clock time point converts without the clock: no read of it.
-  static std::int64_t deadline_at(std::chrono::steady_clock::time_point t) noexcept { return detail::deadline_at(0, t); }
+  static std::int64_t deadline_at(std::chrono::steady_clock::time_point t) noexcept {
+    return detail::deadline_at(0, t);
+  }
 
   // The payload: F itself when it fits inline (moved in under the lock), else F on the heap.
   template <class F>

@@ -76,7 +76,7 @@ void timer_core::unlock_and_maybe_delete() noexcept {
 
 timer_core::target_count& timer_core::count_of(const void* target) {
   if (target == cached_target_) return *cached_count_;
-  target_count& c = targets_.try_emplace(target).first->second;  // may throw
+  target_count& c = targets_.try_emplace(target).first->second;                                // may throw
   if (cached_count_ != nullptr && cached_count_->timers == 0) targets_.erase(cached_target_);  // kept while cached
   cached_target_ = target;
   cached_count_ = &c;

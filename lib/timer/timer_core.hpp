@@ -140,8 +140,8 @@ class timer_core {
   const void* cached_target_ = nullptr;  // the last target counted, and its count
   target_count* cached_count_ = nullptr;
   std::size_t pins_ = 0;  // hooks between pin_if_targets and the end of forget
-  work wakeup_{};        // set before any schedule (see set_wakeup)
-  bool notify_ = false;  // a thread or a wakeup waits on wake_tick_
+  work wakeup_{};         // set before any schedule (see set_wakeup)
+  bool notify_ = false;   // a thread or a wakeup waits on wake_tick_
 
   test_driver* driver_;     // the scheduler whose clock this is; nullptr: steady_clock
   std::mutex drive_mutex_;  // one run_due at a time
