@@ -44,7 +44,7 @@ struct timer_entry {
   std::uint16_t in_flight = 0;  // deliveries posted and not yet run or destroyed
   std::uint8_t where = 0;       // see timer_wheel: a level, the due list, or none
   std::uint8_t flags = 0;       // see timer_core: live, handle, payload, kind
-  alignas(8) unsigned char payload[payload_size];
+  alignas(8) unsigned char payload[payload_size]{};
 };
 static_assert(sizeof(timer_entry) == 80);
 

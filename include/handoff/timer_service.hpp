@@ -157,6 +157,7 @@ class timer_service {
 
   // The payload: F itself when it fits inline (moved in under the lock), else F on the heap.
   template <class F>
+  // NOLINTNEXTLINE(misc-redundant-expression): clang-tidy 14 misreads the instantiated sizeof test
   static constexpr bool inline_payload = sizeof(F) <= detail::timer_entry::payload_size &&
                                          alignof(F) <= alignof(std::int64_t) && std::is_nothrow_move_constructible_v<F>;
   template <class F>
@@ -197,6 +198,11 @@ class timer_service {
       struct end_guard {  // also when the callable throws (then the error hook takes it)
         detail::timer_core* c;
         detail::timer_entry* e;
+        end_guard(detail::timer_core* core, detail::timer_entry* entry) noexcept : c(core), e(entry) {}
+        end_guard(const end_guard&) = delete;
+        end_guard& operator=(const end_guard&) = delete;
+        end_guard(end_guard&&) = delete;
+        end_guard& operator=(end_guard&&) = delete;
         ~end_guard() { detail::timer_delivery_end(c, e, true); }
       } guard{c, e_};
       F& f = payload<F>(e_);
@@ -242,21 +248,22 @@ class timer_service {
 
   template <class On, class A, class T>
   timer make(std::int64_t deadline, std::int64_t period, detail::timer_kind kind, A* target, T&& value) {
-    using F = typename On::stored;
-    detail::timer_request r{deadline,     period,   kind,   std::is_trivially_destructible_v<F> && inline_payload<F>,
-                            On::delivers, &On::ops, target, nullptr,
-                            nullptr};
-    if constexpr (inline_payload<F>) {
-      F f(std::forward<T>(value));  // built outside the lock: its constructor may throw
+    using stored = typename On::stored;
+    detail::timer_request r{
+        deadline,     period,   kind,   std::is_trivially_destructible_v<stored> && inline_payload<stored>,
+        On::delivers, &On::ops, target, nullptr,
+        nullptr};
+    if constexpr (inline_payload<stored>) {
+      stored f(std::forward<T>(value));  // built outside the lock: its constructor may throw
       r.emplace = [](detail::timer_entry* e, void* src) noexcept {
-        ::new (static_cast<void*>(e->payload)) F(std::move(*static_cast<F*>(src)));
+        ::new (static_cast<void*>(e->payload)) stored(std::move(*static_cast<stored*>(src)));
       };
       r.source = &f;
       return timer(core_, detail::timer_schedule(core_, r));
     } else {
-      auto* boxed = new F(std::forward<T>(value));
+      auto* boxed = new stored(std::forward<T>(value));
       r.emplace = [](detail::timer_entry* e, void* src) noexcept {
-        ::new (static_cast<void*>(e->payload)) F*(static_cast<F*>(src));
+        ::new (static_cast<void*>(e->payload)) stored*(static_cast<stored*>(src));
       };
       r.source = boxed;
       try {

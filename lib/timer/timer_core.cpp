@@ -238,11 +238,15 @@ bool timer_core::tidy(timer_entry* e) noexcept {
   return false;
 }
 
-void timer_core::destroy_unlocked(timer_entry* e) noexcept {
+void timer_core::destroy_payload(timer_entry* e) noexcept {
   e->ops(this, e, 0, timer_op::destroy);
   lock_.lock();
   e->flags &= static_cast<std::uint8_t>(~destroying);
   (void)tidy(e);  // recycles it unless a handle still refers to it
+}
+
+void timer_core::destroy_unlocked(timer_entry* e) noexcept {
+  destroy_payload(e);
   unlock_and_maybe_delete();
 }
 
@@ -300,13 +304,12 @@ void timer_core::forget(const void* actor) noexcept {
       to_destroy = e;
     }
   });
-  lock_.unlock();
   while (timer_entry* e = to_destroy) {
     to_destroy = e->next;
     e->next = nullptr;
-    destroy_unlocked(e);  // pinned: the core stays
+    lock_.unlock();
+    destroy_payload(e);  // locks again; pinned, the core stays (it deletes nothing)
   }
-  lock_.lock();
   HANDOFF_ASSERT(pins_ != 0);
   --pins_;
   unlock_and_maybe_delete();

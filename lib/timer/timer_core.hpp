@@ -68,6 +68,9 @@ class timer_core {
   timer_core(std::int64_t resolution_ns, test_driver* driver);
   timer_core(const timer_core&) = delete;
   timer_core& operator=(const timer_core&) = delete;
+  timer_core(timer_core&&) = delete;
+  timer_core& operator=(timer_core&&) = delete;
+  ~timer_core() = default;  // by unlock_and_maybe_delete, once gone()
 
   [[nodiscard]] std::int64_t now() const noexcept;
 
@@ -104,6 +107,8 @@ class timer_core {
   // destroy the payload after unlocking, through destroy_unlocked.
   bool tidy(timer_entry* e) noexcept;
   void destroy_unlocked(timer_entry* e) noexcept;  // then tidies again; may delete this
+  // The same, unlocked on entry and locked on return: never deletes this.
+  void destroy_payload(timer_entry* e) noexcept;
   void recycle(timer_entry* e) noexcept;
   void grow();
   void shrink() noexcept;
