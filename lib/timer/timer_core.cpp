@@ -49,29 +49,17 @@ void timer_core::shrink() noexcept {
   }
 }
 
-void timer_core::recycle(timer_entry* e) noexcept {
-  HANDOFF_ASSERT(e->where == timer_wheel::nowhere && e->in_flight == 0 && (e->flags & (live | handle | payload)) == 0);
-  ++e->gen;  // a stale delivery of it never matches again
-  e->flags = 0;
-  e->next = free_;
-  free_ = e;
-  HANDOFF_ASSERT(allocated_ != 0);
-  if (--allocated_ == 0 && chunks_.size() > 1) shrink();
-}
-
 bool timer_core::link(timer_entry* e) noexcept {
   wheel_.insert(e);
+  return wake_for(e);
+}
+
+bool timer_core::wake_for(const timer_entry* e) noexcept {
   if (!notify_) return false;
   const std::uint64_t t = wheel_.tick_of(e->deadline);
   if (t >= wake_tick_) return false;
   wake_tick_ = t;
   return true;
-}
-
-void timer_core::unlock_and_maybe_delete() noexcept {
-  const bool last = gone();
-  lock_.unlock();
-  if (last) delete this;
 }
 
 timer_core::target_count& timer_core::count_of(const void* target) {
@@ -83,12 +71,7 @@ timer_core::target_count& timer_core::count_of(const void* target) {
   return c;
 }
 
-void timer_core::uncount(const void* target) noexcept {
-  if (target == cached_target_) {
-    HANDOFF_ASSERT(cached_count_->timers != 0);
-    --cached_count_->timers;  // erased when another target takes the cache
-    return;
-  }
+void timer_core::uncount_other(const void* target) noexcept {
   const auto it = targets_.find(target);
   HANDOFF_ASSERT(it != targets_.end() && it->second.timers != 0);
   if (--it->second.timers == 0) targets_.erase(it);
@@ -96,20 +79,23 @@ void timer_core::uncount(const void* target) noexcept {
 
 timer_entry* timer_core::schedule(const timer_request& r) {
   lock_.lock();
-  target_count* counted = nullptr;
-  try {
-    if (free_ == nullptr) {
-      try {
-        grow();
-      } catch (...) {
-        free_ = nullptr;  // grow() linked the chunk it failed to keep
-        throw;
+  // The common case, a free entry and the target of the last schedule, calls nothing.
+  target_count* counted = r.target == cached_target_ ? cached_count_ : nullptr;
+  if (free_ == nullptr || counted == nullptr) [[unlikely]] {
+    try {
+      if (free_ == nullptr) {
+        try {
+          grow();
+        } catch (...) {
+          free_ = nullptr;  // grow() linked the chunk it failed to keep
+          throw;
+        }
       }
+      counted = &count_of(r.target);
+    } catch (...) {
+      lock_.unlock();
+      throw;
     }
-    counted = &count_of(r.target);
-  } catch (...) {
-    lock_.unlock();
-    throw;
   }
   ++counted->timers;
   counted->forgotten = false;
@@ -134,6 +120,18 @@ timer_entry* timer_core::schedule(const timer_request& r) {
 
 bool timer_core::cancel(timer_entry* e) noexcept {
   lock_.lock();
+  // The common case, what tidy() would find in fewer steps: pending, not being sent, no
+  // delivery in flight, a payload whose destruction is a no-op. Over here, back in the pool.
+  if ((e->flags & (live | trivial | destroying)) == (live | trivial) && e->where != timer_wheel::nowhere &&
+      e->in_flight == 0 && firing_ != e) [[likely]] {
+    wheel_.unlink(e);
+    ++stats_.cancelled;
+    uncount(e->target);
+    e->flags = 0;  // recycle() bumps the generation: no delivery of it is in flight
+    recycle(e);
+    unlock_and_maybe_delete();
+    return true;
+  }
   bool stopped = false;
   if ((e->flags & live) != 0) {
     stopped = true;
@@ -176,10 +174,9 @@ bool timer_core::rearm(timer_entry* e, std::int64_t deadline) noexcept {
     lock_.unlock();
     return false;
   }
-  ++e->gen;  // a delivery of the old deadline not yet started does nothing
-  wheel_.unlink(e);
-  e->deadline = deadline;
-  const bool w = link(e);  // also while firing: the driver then leaves it where it is
+  ++e->gen;                  // a delivery of the old deadline not yet started does nothing
+  wheel_.move(e, deadline);  // also while firing: the driver then leaves it where it is
+  const bool w = wake_for(e);
   lock_.unlock();
   if (w) wake();
   return true;
@@ -220,22 +217,6 @@ void timer_core::delivery_end(timer_entry* e, bool ran) noexcept {
   } else {
     unlock_and_maybe_delete();
   }
-}
-
-bool timer_core::tidy(timer_entry* e) noexcept {
-  if ((e->flags & (live | destroying)) != 0 || e->where != timer_wheel::nowhere || e->in_flight != 0 || firing_ == e) {
-    return false;
-  }
-  if ((e->flags & payload) != 0) {
-    e->flags &= static_cast<std::uint8_t>(~payload);
-    uncount(e->target);  // over: it never touches the target again
-    if ((e->flags & trivial) == 0) {
-      e->flags |= destroying;  // its destructor may be user code: not under the lock
-      return true;
-    }
-  }
-  if ((e->flags & handle) == 0) recycle(e);
-  return false;
 }
 
 void timer_core::destroy_payload(timer_entry* e) noexcept {

@@ -42,6 +42,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "handoff/detail/assert.hpp"
 #include "handoff/detail/spin_lock.hpp"
 #include "handoff/executor.hpp"
 #include "handoff/timer.hpp"
@@ -105,15 +106,41 @@ class timer_core {
   static timer_kind kind_of(const timer_entry* e) noexcept { return static_cast<timer_kind>(e->flags >> kind_shift); }
   // Under the lock. Finishes an over entry: see the overview. True: the caller must
   // destroy the payload after unlocking, through destroy_unlocked.
-  bool tidy(timer_entry* e) noexcept;
+  bool tidy(timer_entry* e) noexcept {
+    if ((e->flags & (live | destroying)) != 0 || e->where != timer_wheel::nowhere || e->in_flight != 0 ||
+        firing_ == e) {
+      return false;
+    }
+    if ((e->flags & payload) != 0) {
+      e->flags &= static_cast<std::uint8_t>(~payload);
+      uncount(e->target);  // over: it never touches the target again
+      if ((e->flags & trivial) == 0) {
+        e->flags |= destroying;  // its destructor may be user code: not under the lock
+        return true;
+      }
+    }
+    if ((e->flags & handle) == 0) recycle(e);
+    return false;
+  }
   void destroy_unlocked(timer_entry* e) noexcept;  // then tidies again; may delete this
   // The same, unlocked on entry and locked on return: never deletes this.
   void destroy_payload(timer_entry* e) noexcept;
-  void recycle(timer_entry* e) noexcept;
+  void recycle(timer_entry* e) noexcept {
+    HANDOFF_ASSERT(e->where == timer_wheel::nowhere && e->in_flight == 0 &&
+                   (e->flags & (live | handle | payload)) == 0);
+    ++e->gen;  // a stale delivery of it never matches again
+    e->flags = 0;
+    e->next = free_;
+    free_ = e;
+    HANDOFF_ASSERT(allocated_ != 0);
+    if (--allocated_ == 0 && chunks_.size() > 1) [[unlikely]]
+      shrink();
+  }
   void grow();
   void shrink() noexcept;
   // Under the lock: links e; true if the wakeup must be called (after unlocking).
   bool link(timer_entry* e) noexcept;
+  bool wake_for(const timer_entry* e) noexcept;  // the same for an entry linked already
   void wake() noexcept;
   [[nodiscard]] bool gone() const noexcept { return closed_ && allocated_ == 0 && pins_ == 0; }
   // Under the lock: the count of timers aimed at `target`, made if new (may throw
@@ -123,10 +150,23 @@ class timer_core {
     bool forgotten = false;  // the target was destroyed (the hook ran); reset by a schedule
   };
   target_count& count_of(const void* target);
-  void uncount(const void* target) noexcept;  // an entry aimed at it is over
+  void uncount(const void* target) noexcept {  // an entry aimed at it is over
+    if (target != cached_target_) [[unlikely]] {
+      uncount_other(target);
+      return;
+    }
+    HANDOFF_ASSERT(cached_count_->timers != 0);
+    --cached_count_->timers;  // erased when another target takes the cache
+  }
+  void uncount_other(const void* target) noexcept;
   template <class F>
   void for_each_entry_of(const void* target, F f) noexcept;
-  void unlock_and_maybe_delete() noexcept;
+  void unlock_and_maybe_delete() noexcept {
+    const bool last = gone();
+    lock_.unlock();
+    if (last) [[unlikely]]
+      delete this;
+  }
   void run_thread() noexcept;
   void send_batch(std::int64_t now);
 

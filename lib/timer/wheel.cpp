@@ -19,8 +19,7 @@ void timer_wheel::insert(timer_entry* e) noexcept {
     return;
   }
   const std::uint64_t delta = t - now_;
-  unsigned level = 0;
-  while (level + 1 < levels && delta >= (std::uint64_t{1} << (slot_bits * (level + 1)))) ++level;
+  const unsigned level = level_of(delta);
   // Beyond level 3's reach: placed at its last block, placed again when that cascades.
   const std::uint64_t reach = std::uint64_t{1} << (slot_bits * levels);
   const std::uint64_t at = delta >= reach ? now_ + reach - 1 : t;
@@ -39,6 +38,22 @@ void timer_wheel::unlink(timer_entry* e) noexcept {
   e->where = nowhere;
   e->next = nullptr;
   e->pprev = nullptr;
+}
+
+void timer_wheel::move(timer_entry* e, std::int64_t deadline) noexcept {
+  if (e->where < levels - 1) {  // level 3 may hold an entry placed short of its tick
+    const unsigned level = e->where;
+    const std::uint64_t t = tick_of(deadline);
+    const unsigned shift = slot_bits * level;
+    if (t > now_ && level_of(t - now_) == level &&
+        ((t >> shift) & (slots - 1)) == ((tick_of(e->deadline) >> shift) & (slots - 1))) {
+      e->deadline = deadline;  // insert() would put it in this very list
+      return;
+    }
+  }
+  unlink(e);
+  e->deadline = deadline;
+  insert(e);
 }
 
 void timer_wheel::cascade(unsigned level) noexcept {

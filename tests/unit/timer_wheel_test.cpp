@@ -72,4 +72,35 @@ TEST(TimerWheel, NextTickIsTheEarliestDeadlineAndUnlinkRemovesAnEntry) {
   EXPECT_EQ(w.size(), 0U);
 }
 
+TEST(TimerWheel, AnEntryMovedWithinItsSlotOrToAnotherLevelComesOutAtItsNewTickOnly) {
+  test_timeout timeout{10s};
+  timer_wheel w(0, 0);
+  std::mt19937_64 rng(11);
+  std::vector<timer_entry> entries(500);
+  for (auto& e : entries) {
+    e.where = timer_wheel::nowhere;
+    e.deadline = 1 + static_cast<std::int64_t>(rng() % 100000);
+    w.insert(&e);
+  }
+  // Moves of every kind, between advances: by a few ticks (mostly the same slot), and
+  // anywhere (another slot or level).
+  std::uint64_t now = 0;
+  for (int round = 0; round < 20; ++round) {
+    for (auto& e : entries) {
+      if (e.where == timer_wheel::nowhere) continue;
+      const std::int64_t d = rng() % 2 == 0 ? e.deadline + static_cast<std::int64_t>(rng() % 8)
+                                            : static_cast<std::int64_t>(now + 1 + rng() % 100000);
+      w.move(&e, d);
+    }
+    const std::uint64_t to = now + 1 + rng() % 3000;
+    for (timer_entry* e : advance(w, to)) {
+      EXPECT_LE(static_cast<std::uint64_t>(e->deadline), to) << "early";
+      EXPECT_GT(static_cast<std::uint64_t>(e->deadline), now) << "late: due at an earlier advance";
+    }
+    now = to;
+  }
+  for (timer_entry* e : advance(w, now + 200000)) EXPECT_GT(static_cast<std::uint64_t>(e->deadline), now);
+  EXPECT_EQ(w.size(), 0U);
+}
+
 }  // namespace
