@@ -63,8 +63,8 @@ bool timer_core::wake_for(const timer_entry* e) noexcept {
 }
 
 timer_core::target_count& timer_core::count_of(const void* target) {
-  if (target == cached_target_) return *cached_count_;
-  target_count& c = targets_.try_emplace(target).first->second;                                // may throw
+  if (target == cached_target_ && cached_count_ != nullptr) return *cached_count_;  // schedule() looked already
+  target_count& c = targets_.try_emplace(target).first->second;                     // may throw
   if (cached_count_ != nullptr && cached_count_->timers == 0) targets_.erase(cached_target_);  // kept while cached
   cached_target_ = target;
   cached_count_ = &c;
