@@ -10,8 +10,10 @@
 // program uses only the public API, so that the same source builds against any revision.
 #include <handoff/actor.hpp>
 #include <handoff/keyed_mutex.hpp>
+#include <handoff/timer_service.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -91,7 +93,18 @@ constexpr mode modes[] = {
     {"backlog", "a message queued behind the busy owner, then run"},
     {"backlog48", "the same, 48-byte capture"},
     {"backlog_xthread", "the same, sent from another thread"},
+    {"timer_pair", "timer after(5s) with a 16-byte capture, then cancel; 10,000 pending"},
+    {"timer_pair_at", "the same with at(now + 5s), now read once"},
+    {"timer_rearm", "one timer's rearm(30s); 10,000 pending"},
 };
+
+// 10,000 one-shots pending 1-60 s ahead, as in bench/timer_bench.cpp.
+std::vector<handoff::timer> pending_timers(handoff::timer_service& timers, handoff::actor<counter>& a) {
+  std::vector<handoff::timer> v;
+  for (int i = 0; i < 10'000; ++i)
+    v.push_back(timers.after(std::chrono::milliseconds(1000 + (i * 7919) % 59'000), a, [](counter&) {}));
+  return v;
+}
 
 }  // namespace
 
@@ -203,6 +216,24 @@ int main(int argc, char** argv) {
         ++p->n;
       }
     sink = links[999].n;
+  } else if (m == "timer_pair" || m == "timer_pair_at") {
+    handoff::timer_service timers;
+    handoff::actor<counter> a;
+    auto pending = pending_timers(timers, a);
+    const auto at = timers.now() + std::chrono::seconds(5);
+    const bool after = m == "timer_pair";  // compared once: not counted per operation
+    for (long i = 0; i < n; ++i) {
+      const long pad[2] = {i, 7};
+      auto f = [pad](counter& c) { c.n += pad[0] + pad[1]; };
+      handoff::timer t = after ? timers.after(std::chrono::seconds(5), a, f) : timers.at(at, a, f);
+      sink += t.cancel() ? 1 : 0;
+    }
+  } else if (m == "timer_rearm") {
+    handoff::timer_service timers;
+    handoff::actor<counter> a;
+    auto pending = pending_timers(timers, a);
+    auto idle = timers.after(std::chrono::seconds(30), a, [](counter& c) { ++c.n; });
+    for (long i = 0; i < n; ++i) sink += idle.rearm(std::chrono::seconds(30)) ? 1 : 0;
   } else {
     std::fprintf(stderr, "unknown mode %s (--list shows them)\n", argv[1]);
     return 2;

@@ -3,7 +3,7 @@
 # (actor_bench: std::mutex, moodycamel mailboxes; fanin_bench: the fan-in matrix against std::mutex
 # and the protocol baseline; peers_bench: Boost.Asio strands and
 # CAF 0.17, the Savina micro-benchmarks, idle-actor memory; pool_bench: per-key
-# serialization over a handoff::thread_pool of 1 and 3 workers; keyed_mutex_bench:
+# serialization over a handoff::thread_pool of 1 and 3 workers; timer_bench: handoff::timer_service against Asio steady_timer; keyed_mutex_bench:
 # handoff::keyed_mutex against a map of std::mutex with cleanup, a striped mutex array and
 # tbb::concurrent_hash_map accessors, the FIFO check and the per-key memory; redis_bench, when
 # hiredis is found: handoff::redis::keyed_mutex against the SET NX polling lock, on a
@@ -45,7 +45,7 @@ fi
 bash tools/deps.sh
 
 cmake --preset release
-benches=(actor_bench fanin_bench peers_bench pool_bench keyed_mutex_bench)
+benches=(actor_bench fanin_bench peers_bench pool_bench keyed_mutex_bench timer_bench)
 # redis_bench exists when CMake found hiredis (tools/deps.sh installs it and redis-server).
 hiredis_found() { grep -q '^HANDOFF_HAS_REDIS:INTERNAL=ON$' build/release/CMakeCache.txt; }
 if hiredis_found; then

@@ -86,6 +86,7 @@ TIME_TARGETS = {
     ("km_uncontended", "striped256"): (0.5, "handoff <= 2x striped mutex time"),
     ("km_uncontended", "map_mutex_cleanup"): (2.0, ">= 2x map of mutexes with cleanup"),
     ("km_uncontended", "tbb_accessor_erase"): (2.0, ">= 2x tbb accessor with erase"),
+    ("timer_schedule_cancel", "asio_steady_timer"): (5.0, ">= 5x Asio steady_timer"),
 }
 # workload -> [(slow impl, fast impl, min speed-up slow_time / fast_time or None, description, note)]
 SPEEDUP_TARGETS = {
@@ -114,6 +115,8 @@ COUNTER_TARGETS = {
     ("km_1m_keys", "rss_growth_kb"): (5120.0, "RSS growth <= 5 MB"),
     ("km_mem_live_100k", "size_after"): (0.0, "size() == 0 after release"),
     ("fib25", "peak_live_vs_depth_first"): (2.0, "peak live actors <= 2x a depth-first run"),
+    ("timer_1m_pending", "bytes_per_timer"): (80.5, "80-byte entries: <= 64 bytes beyond a 16-byte message"),
+    ("timer_fire_latency", "early"): (0.0, "never early"),
 }
 # (workload prefix, counter) -> (min value for handoff impls, description)
 COUNTER_MIN_TARGETS = {
@@ -266,6 +269,9 @@ REDIS_NOTE = ("handoff::redis::keyed_mutex against the polling lock of redis-plu
               "much as waiting; over a network every figure grows by the network's round trips. "
               "See bench/redis_bench.cpp and docs/redis.md.")
 
+TIMER_PREFIX = "timer_"
+TIMER_NOTE = ("handoff::timer_service against one Boost.Asio steady_timer per timeout on an io_context, "
+              "10,000 timers pending (bench/timer_bench.cpp); timer_1m_pending and timer_fire_latency run once.")
 RACTOR_PREFIX = "ractor_"
 RACTOR_NOTE = ("handoff::redis::actor_system (handoff_redis_batch16: the sender that finds an actor idle "
                "runs its own message; a one-thread executor per process sends the dequeues, several in one "
@@ -546,6 +552,7 @@ def render(contexts, results):
     ractor_workload = OrderedDict()  # handoff::redis::actor_system's: their own section
     fanin_workload = OrderedDict()  # the fan-in matrix: its own section
     batch_workload = OrderedDict()  # fan-in with batch sends: its own section
+    timer_workload = OrderedDict()  # the timer service's: their own section
     for run, r in results.items():
         workload, impl = split_name(run)
         if workload.startswith(BATCH_PREFIX):
@@ -554,6 +561,8 @@ def render(contexts, results):
             target = fanin_workload
         elif workload.startswith(KM_PREFIX):
             target = km_workload
+        elif workload.startswith(TIMER_PREFIX):
+            target = timer_workload
         elif workload.startswith(RACTOR_PREFIX):
             target = ractor_workload
         elif workload.startswith(REDIS_PREFIX):
@@ -646,6 +655,15 @@ def render(contexts, results):
         out.append("")
         time_table(out, km_plot, km_workload)
         counter_tables(out, km_workload)
+
+    # The timer service: its time table, then its counters (bytes, lateness).
+    if timer_workload:
+        out.append("### Timers")
+        out.append("")
+        out.append(TIMER_NOTE)
+        out.append("")
+        time_table(out, [], timer_workload)  # not in the main plot
+        counter_tables(out, timer_workload)
 
     # The keyed mutex over Redis, then the actors over Redis: each its time table with
     # ops/s, then its counters.

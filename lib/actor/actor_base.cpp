@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "../runtime/thread_exit.hpp"
+#include "handoff/detail/actor_destroy_hook.hpp"
 #include "handoff/detail/backoff.hpp"
 #include "handoff/detail/test_driver.hpp"
 
@@ -265,6 +266,7 @@ void actor_base::ask_driven(message* m, admission a, test_driver::ready_fn ready
 }
 
 void actor_base::shut_down() noexcept {
+  run_actor_destroy_hook(this);  // first: no timer service touches this actor from here on
   bool own_handler = false;
   for (drain_frame* f = tls.top; f != nullptr; f = f->parent) {
     if (f->actor == this) {

@@ -40,6 +40,10 @@
 #include "handoff/detail/test_driver.hpp"
 #include "handoff/testing.hpp"
 
+namespace handoff::detail {
+class timer_core;
+}
+
 namespace handoff::testing {
 
 // "5 ms", "20 us", "7 ns": a virtual duration in the trace.
@@ -125,7 +129,10 @@ class scheduler::impl final : public detail::test_driver {
   [[nodiscard]] std::vector<candidate> candidates();
   [[nodiscard]] event describe(const candidate& c) const;
   [[nodiscard]] std::int64_t next_deadline() const;
-  [[nodiscard]] std::int64_t tables_deadline() const;  // the earliest of the tables' timers
+  // The earliest of the tables' timers and the timer services' deadlines.
+  [[nodiscard]] std::int64_t tables_deadline() const;
+  void attach_timers(detail::timer_core* t);
+  void detach_timers(detail::timer_core* t) noexcept;
   void pass_time_to(std::int64_t to);
   void run_in_context(std::uintptr_t entry, std::string subject);
   void resume(context& c);
@@ -161,6 +168,7 @@ class scheduler::impl final : public detail::test_driver {
   std::int64_t now_ = start_;
   std::int64_t home_deadline_ = detail::no_deadline;  // the test's own blocked call
   std::vector<detail::lock_table*> tables_;
+  std::vector<detail::timer_core*> timer_services_;  // made under this scheduler
   mutable std::unordered_map<const void*, unsigned> actors_;
   mutable unsigned actor_count_ = 0;
   std::uint64_t seq_ = 0;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "../keyed/driver_interface.hpp"
+#include "../timer/driver_interface.hpp"
 #include "driver.hpp"
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/lock_table.hpp"
@@ -136,6 +137,7 @@ void impl::collect() {
 std::int64_t impl::tables_deadline() const {
   std::int64_t t = detail::no_deadline;
   for (detail::lock_table* table : tables_) t = std::min(t, table->next_deadline());
+  for (detail::timer_core* timers : timer_services_) t = std::min(t, detail::timers_next_deadline(timers));
   return t;
 }
 
@@ -206,7 +208,8 @@ bool impl::step() {
 
 void impl::pass_time_to(std::int64_t to) {
   now_ = std::max(now_, to);
-  for (detail::lock_table* table : tables_) table->advance_manual_clock(now_);  // what they complete queues
+  for (detail::lock_table* table : tables_) table->advance_manual_clock(now_);              // what they complete queues
+  for (detail::timer_core* timers : timer_services_) detail::timers_run_due(timers, now_);  // sends queue
 }
 
 void impl::run_in_context(std::uintptr_t entry, std::string subject) {
@@ -355,9 +358,23 @@ void impl::attach(detail::lock_table* t) { tables_.push_back(t); }
 
 void impl::detach(detail::lock_table* t) noexcept { std::erase(tables_, t); }
 
+void impl::attach_timers(detail::timer_core* t) { timer_services_.push_back(t); }
+
+void impl::detach_timers(detail::timer_core* t) noexcept { std::erase(timer_services_, t); }
+
 void impl::execute(job j) {
   auto* t = new job_task(std::move(j));
   detail::push_later(reinterpret_cast<std::uintptr_t>(t), &t->next);  // collected as an event
 }
 
 }  // namespace handoff::testing
+
+namespace handoff::detail {
+
+// The only test_driver is the scheduler (lib/testing/driver.hpp).
+void timers_attach(test_driver& d, timer_core* c) { static_cast<testing::scheduler::impl&>(d).attach_timers(c); }
+void timers_detach(test_driver& d, timer_core* c) noexcept {
+  static_cast<testing::scheduler::impl&>(d).detach_timers(c);
+}
+
+}  // namespace handoff::detail

@@ -21,6 +21,9 @@
 #include <handoff/run_deferred.hpp>
 #include <handoff/testing.hpp>
 #include <handoff/thread_pool.hpp>
+#include <handoff/timer.hpp>
+#include <handoff/timer_entry.hpp>
+#include <handoff/timer_service.hpp>
 
 #include <memory>
 

@@ -62,7 +62,7 @@ REDIS_VOCABULARY = {"handoff/redis/options.hpp", "handoff/redis/client_stats.hpp
 TEST_DRIVER = "handoff/detail/test_driver.hpp"
 # The files of other parts that lib/testing/ may include: interfaces their part declares
 # for the test scheduler (relative to lib/).
-TESTING_INTERFACES = {"keyed/driver_interface.hpp"}
+TESTING_INTERFACES = {"keyed/driver_interface.hpp", "timer/driver_interface.hpp"}
 RUNTIME_HEADERS = ["run_queue.hpp", "node_pool.hpp", "tls_model.hpp"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 

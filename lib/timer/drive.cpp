@@ -1,0 +1,263 @@
+// Driving a timer service: run_due, its thread, the test scheduler's time events, and
+// handoff::timer_service's out-of-line members (lib/timer/timer_core.hpp has the design).
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "driver_interface.hpp"
+#include "handoff/detail/assert.hpp"
+#include "handoff/detail/clock.hpp"
+#include "handoff/detail/run_queue.hpp"
+#include "handoff/timer_service.hpp"
+#include "timer_core.hpp"
+
+namespace handoff::detail {
+
+std::size_t timer_core::run_due(std::int64_t now) {
+  std::lock_guard driving(drive_mutex_);
+  lock_.lock();
+  wheel_.advance(wheel_.tick_at(now));
+  firing_thread_ = std::this_thread::get_id();
+  std::size_t sent = 0;
+  // One entry at a time from the batch list: a cancel made while a send runs unlocked
+  // (on another thread, or by a handler that send runs here) unlinks its entry from it.
+  while (timer_entry* e = wheel_.pop_batch()) {
+    HANDOFF_ASSERT((e->flags & live) != 0);  // cancel unlinks
+    const timer_kind kind = kind_of(e);
+    if (kind == timer_kind::fixed_rate && e->in_flight != 0) {
+      ++stats_.skipped;  // at most one tick pending
+    } else {
+      const std::uint32_t gen = e->gen;
+      if ((e->flags & delivers) != 0) ++e->in_flight;  // the delivery ends it, run or destroyed
+      firing_ = e;
+      lock_.unlock();
+      const bool accepted = e->ops(this, e, gen, timer_op::send);  // may run a handler here
+      lock_.lock();
+      firing_ = nullptr;
+      if (!accepted) {
+        ++stats_.retried;
+        // To the due list: the next run sends it (the deadline is past, so the tick is).
+        if ((e->flags & live) != 0 && e->where == timer_wheel::nowhere) wheel_.insert(e);
+        if (tidy(e)) {
+          lock_.unlock();
+          destroy_unlocked(e);
+          lock_.lock();
+        }
+        continue;
+      }
+      ++stats_.sent;
+      ++sent;
+      if (kind == timer_kind::once && (e->flags & delivers) == 0 && e->gen == gen) {
+        e->flags &= static_cast<std::uint8_t>(~live);  // a basic_actor's message: over once sent
+        ++e->gen;
+      }
+    }
+    // Linked again by a rearm made meanwhile: it stays where the rearm put it.
+    if (kind == timer_kind::fixed_rate && (e->flags & live) != 0 && e->where == timer_wheel::nowhere) {
+      std::int64_t next = add_saturating(e->deadline, e->period);
+      if (next <= now) {  // missed ticks are skipped, not sent in a burst
+        const std::int64_t missed = (now - next) / e->period + 1;
+        stats_.skipped += static_cast<std::uint64_t>(missed);
+        next = add_saturating(next, missed * e->period);
+      }
+      e->deadline = next;
+      wheel_.insert(e);
+    }
+    if (tidy(e)) {
+      lock_.unlock();
+      destroy_unlocked(e);  // the service is open here: the core stays
+      lock_.lock();
+    }
+  }
+  firing_thread_ = {};
+  lock_.unlock();
+  return sent;
+}
+
+std::int64_t timer_core::next_deadline() noexcept {
+  std::lock_guard g(lock_);
+  std::uint64_t t = wheel_.next_tick();
+  if (t != ~std::uint64_t{0} && t <= wheel_.now()) t = wheel_.now() + 1;  // a retry: the next tick
+  wake_tick_ = t;
+  return t == ~std::uint64_t{0} ? no_deadline : wheel_.time_of(t);
+}
+
+void timer_core::set_wakeup(work w) noexcept {
+  std::lock_guard g(lock_);
+  wakeup_ = w;
+  notify_ = threaded_ || wakeup_.fn != nullptr;
+}
+
+void timer_core::wake() noexcept {
+  {
+    std::lock_guard g(m_);
+    notified_ = true;
+  }
+  cv_.notify_one();
+  if (wakeup_.fn != nullptr) wakeup_();
+}
+
+void timer_core::start(executor_ref ex) {
+  if (driver_ != nullptr) return;  // the scheduler's time events drive it
+  if (thread_.joinable()) throw std::logic_error("handoff::timer_service: already started");
+  executor_ = ex;
+  {
+    std::lock_guard g(lock_);
+    threaded_ = true;
+    notify_ = true;
+  }
+  thread_ = std::thread([this] { run_thread(); });
+}
+
+void timer_core::stop() noexcept {
+  {
+    std::lock_guard g(m_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard g(lock_);
+  threaded_ = false;
+  notify_ = wakeup_.fn != nullptr;
+}
+
+void timer_core::send_batch(std::int64_t now) {
+  if (!executor_) {
+    (void)run_due(now);
+    return;
+  }
+  struct batch {
+    timer_core* core;
+    std::int64_t now;
+  } b{this, now};
+  try {
+    executor_.execute(work{[](void* p) noexcept {
+                             auto* x = static_cast<batch*>(p);
+                             try {
+                               (void)x->core->run_due(x->now);
+                             } catch (...) {  // only bad_alloc of the pool: retried next time
+                             }
+                             x->core->batch_done_.release();
+                           },
+                           &b});
+  } catch (...) {
+    (void)run_due(now);  // the executor refused: send from here
+    return;
+  }
+  batch_done_.acquire();  // b lives on this stack until the job is done
+}
+
+void timer_core::run_thread() noexcept {
+  for (;;) {
+    {
+      std::lock_guard g(m_);
+      if (stop_) return;
+      notified_ = false;
+    }
+    try {
+      send_batch(now());
+    } catch (...) {  // nothing sends a batch that throws; keep the thread alive
+    }
+    const std::int64_t next = next_deadline();  // the spin lock is never taken under m_
+    std::unique_lock g(m_);
+    if (stop_) return;
+    if (notified_) continue;
+    if (next == no_deadline) {
+      cv_.wait(g, [&] { return stop_ || notified_; });
+    } else {
+      const std::chrono::steady_clock::time_point at{std::chrono::nanoseconds(next)};
+      cv_.wait_until(g, at, [&] { return stop_ || notified_; });
+    }
+  }
+}
+
+void timer_core::close() noexcept {
+  unregister_core(this);  // a hook that pinned it already goes on: gone() waits for it
+  stop();
+  if (driver_ != nullptr) timers_detach(*driver_, this);
+  std::unique_lock driving(drive_mutex_);
+  lock_.lock();
+  closed_ = true;
+  timer_entry* all = nullptr;
+  wheel_.take_all(all);  // every pending entry, due or not
+  timer_entry* to_destroy = nullptr;
+  while (timer_entry* e = all) {
+    all = e->next;
+    e->next = nullptr;
+    e->flags &= static_cast<std::uint8_t>(~live);
+    ++e->gen;  // its deliveries, if any, do nothing
+    ++stats_.dropped;
+    if (tidy(e)) {
+      e->next = to_destroy;
+      to_destroy = e;
+    }
+  }
+  lock_.unlock();
+  driving.unlock();
+  while (timer_entry* e = to_destroy) {
+    to_destroy = e->next;
+    e->next = nullptr;
+    e->ops(this, e, 0, timer_op::destroy);
+    lock_.lock();
+    e->flags &= static_cast<std::uint8_t>(~destroying);
+    (void)tidy(e);
+    lock_.unlock();
+  }
+  lock_.lock();
+  unlock_and_maybe_delete();
+}
+
+// --- the test scheduler's side ---
+std::int64_t timers_next_deadline(timer_core* c) noexcept { return c->next_deadline(); }
+void timers_run_due(timer_core* c, std::int64_t now) { (void)c->run_due(now); }
+
+}  // namespace handoff::detail
+
+namespace handoff {
+
+namespace {
+detail::timer_core* make_core(const timer_options& o) {
+  detail::test_driver* d = detail::tls.driver;
+  auto* c = new detail::timer_core(std::max<std::int64_t>(1, o.resolution.count()), d);
+  try {
+    detail::register_core(c);
+  } catch (...) {
+    delete c;
+    throw;
+  }
+  if (d != nullptr) {
+    try {
+      detail::timers_attach(*d, c);
+    } catch (...) {
+      c->close();  // deletes it
+      throw;
+    }
+  }
+  return c;
+}
+}  // namespace
+
+timer_service::timer_service(timer_options o) : core_(make_core(o)) {}
+timer_service::~timer_service() { core_->close(); }
+void timer_service::start() { core_->start({}); }
+void timer_service::start(executor_ref ex) {
+  if (!ex) throw std::invalid_argument("handoff::timer_service::start: an empty executor");
+  core_->start(ex);
+}
+void timer_service::stop() noexcept { core_->stop(); }
+std::size_t timer_service::run_due() { return core_->run_due(core_->now()); }
+std::size_t timer_service::run_due(std::chrono::steady_clock::time_point now) {
+  return core_->run_due(detail::deadline_at(core_->now(), now));
+}
+std::chrono::steady_clock::time_point timer_service::next_deadline() const {
+  const std::int64_t t = core_->next_deadline();
+  if (t == detail::no_deadline) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(t));
+}
+void timer_service::set_wakeup(work w) noexcept { core_->set_wakeup(w); }
+std::chrono::steady_clock::time_point timer_service::now() const noexcept {
+  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(core_->now()));
+}
+timer_stats timer_service::stats() const { return core_->stats(); }
+
+}  // namespace handoff

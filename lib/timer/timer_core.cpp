@@ -1,0 +1,311 @@
+// The timer service's entries: schedule, cancel, rearm, deliveries, the pool
+// (lib/timer/timer_core.hpp has the life of an entry).
+#include "timer_core.hpp"
+
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "handoff/detail/assert.hpp"
+#include "handoff/detail/clock.hpp"
+#include "handoff/detail/test_driver.hpp"
+
+namespace handoff::detail {
+
+timer_core::timer_core(std::int64_t resolution_ns, test_driver* driver)
+    : wheel_([&] { return driver != nullptr ? driver->now() : now_ns(); }(),
+             [&] {
+               unsigned shift = 0;
+               while (shift < 40 && (std::int64_t{1} << shift) < resolution_ns) ++shift;
+               return shift;
+             }()),
+      driver_(driver) {
+  grow();
+}
+
+std::int64_t timer_core::now() const noexcept { return driver_ != nullptr ? driver_->now() : now_ns(); }
+
+void timer_core::grow() {
+  auto chunk = std::make_unique<timer_entry[]>(chunk_entries);
+  for (std::size_t i = chunk_entries; i-- > 0;) {
+    chunk[i].where = timer_wheel::nowhere;
+    chunk[i].next = free_;
+    free_ = &chunk[i];
+  }
+  chunks_.push_back(std::move(chunk));  // may throw: then the chunk is freed, free_ restored below
+}
+
+void timer_core::shrink() noexcept {
+  // No entry is out: keep the first chunk, rebuild the free list from it.
+  chunks_.resize(1);
+  try {
+    chunks_.shrink_to_fit();  // a million timers leave a 32 KiB vector of chunk pointers otherwise
+  } catch (...) {             // non-binding: keeping the capacity is fine
+  }
+  free_ = nullptr;
+  for (std::size_t i = chunk_entries; i-- > 0;) {
+    chunks_[0][i].next = free_;
+    free_ = &chunks_[0][i];
+  }
+}
+
+bool timer_core::link(timer_entry* e) noexcept {
+  wheel_.insert(e);
+  return wake_for(e);
+}
+
+bool timer_core::wake_for(const timer_entry* e) noexcept {
+  if (!notify_) return false;
+  const std::uint64_t t = wheel_.tick_of(e->deadline);
+  if (t >= wake_tick_) return false;
+  wake_tick_ = t;
+  return true;
+}
+
+timer_core::target_count& timer_core::count_of(const void* target) {
+  if (target == cached_target_ && cached_count_ != nullptr) return *cached_count_;  // schedule() looked already
+  target_count& c = targets_.try_emplace(target).first->second;                     // may throw
+  if (cached_count_ != nullptr && cached_count_->timers == 0) targets_.erase(cached_target_);  // kept while cached
+  cached_target_ = target;
+  cached_count_ = &c;
+  return c;
+}
+
+void timer_core::uncount_other(const void* target) noexcept {
+  const auto it = targets_.find(target);
+  HANDOFF_ASSERT(it != targets_.end() && it->second.timers != 0);
+  if (--it->second.timers == 0) targets_.erase(it);
+}
+
+timer_entry* timer_core::schedule(const timer_request& r) {
+  lock_.lock();
+  // The common case, a free entry and the target of the last schedule, calls nothing.
+  target_count* counted = r.target == cached_target_ ? cached_count_ : nullptr;
+  if (free_ == nullptr || counted == nullptr) [[unlikely]] {
+    try {
+      if (free_ == nullptr) {
+        try {
+          grow();
+        } catch (...) {
+          free_ = nullptr;  // grow() linked the chunk it failed to keep
+          throw;
+        }
+      }
+      counted = &count_of(r.target);
+    } catch (...) {
+      lock_.unlock();
+      throw;
+    }
+  }
+  ++counted->timers;
+  counted->forgotten = false;
+  timer_entry* e = free_;
+  free_ = e->next;
+  ++allocated_;
+  e->next = nullptr;
+  e->deadline = r.deadline;
+  e->period = r.period;
+  e->ops = r.ops;
+  e->target = r.target;
+  e->in_flight = 0;
+  e->flags = static_cast<std::uint8_t>(live | handle | payload | (r.trivial ? trivial : 0) |
+                                       (r.delivers ? delivers : 0) | (static_cast<unsigned>(r.kind) << kind_shift));
+  r.emplace(e, r.source);
+  ++stats_.scheduled;
+  const bool w = link(e);
+  lock_.unlock();
+  if (w) wake();
+  return e;
+}
+
+bool timer_core::cancel(timer_entry* e) noexcept {
+  lock_.lock();
+  // The common case, what tidy() would find in fewer steps: pending, not being sent, no
+  // delivery in flight, a payload whose destruction is a no-op. Over here, back in the pool.
+  if ((e->flags & (live | trivial | destroying)) == (live | trivial) && e->where != timer_wheel::nowhere &&
+      e->in_flight == 0 && firing_ != e) [[likely]] {
+    wheel_.unlink(e);
+    ++stats_.cancelled;
+    uncount(e->target);
+    e->flags = 0;  // recycle() bumps the generation: no delivery of it is in flight
+    recycle(e);
+    unlock_and_maybe_delete();
+    return true;
+  }
+  bool stopped = false;
+  if ((e->flags & live) != 0) {
+    stopped = true;
+    e->flags &= static_cast<std::uint8_t>(~live);
+    ++e->gen;  // a delivery not yet started does nothing
+    wheel_.unlink(e);
+    ++stats_.cancelled;
+  }
+  // A send of it on another thread may still be touching the target: wait it out. On
+  // this thread (a handler run inline by that send) it is below us on the stack.
+  while (firing_ == e && firing_thread_ != std::this_thread::get_id()) {
+    lock_.unlock();
+    std::this_thread::yield();
+    lock_.lock();
+  }
+  e->flags &= static_cast<std::uint8_t>(~handle);
+  if (tidy(e)) {
+    lock_.unlock();
+    destroy_unlocked(e);
+    return stopped;
+  }
+  unlock_and_maybe_delete();
+  return stopped;
+}
+
+void timer_core::detach(timer_entry* e) noexcept {
+  lock_.lock();
+  e->flags &= static_cast<std::uint8_t>(~handle);
+  if (tidy(e)) {
+    lock_.unlock();
+    destroy_unlocked(e);
+    return;
+  }
+  unlock_and_maybe_delete();
+}
+
+bool timer_core::rearm(timer_entry* e, std::int64_t deadline) noexcept {
+  lock_.lock();
+  if ((e->flags & live) == 0) {
+    lock_.unlock();
+    return false;
+  }
+  ++e->gen;                  // a delivery of the old deadline not yet started does nothing
+  wheel_.move(e, deadline);  // also while firing: the driver then leaves it where it is
+  const bool w = wake_for(e);
+  lock_.unlock();
+  if (w) wake();
+  return true;
+}
+
+bool timer_core::active(timer_entry* e) noexcept {
+  std::lock_guard g(lock_);
+  return (e->flags & live) != 0;
+}
+
+bool timer_core::delivery_begin(timer_entry* e, std::uint32_t gen) noexcept {
+  std::lock_guard g(lock_);
+  if ((e->flags & live) == 0 || e->gen != gen) return false;
+  if (kind_of(e) == timer_kind::once) {
+    e->flags &= static_cast<std::uint8_t>(~live);  // over once it starts: cancel says false
+    ++e->gen;
+  }
+  return true;
+}
+
+void timer_core::delivery_end(timer_entry* e, bool ran) noexcept {
+  lock_.lock();
+  HANDOFF_ASSERT(e->in_flight != 0);
+  if (ran && kind_of(e) == timer_kind::fixed_delay && (e->flags & live) != 0 && e->where == timer_wheel::nowhere &&
+      firing_ != e) {
+    e->deadline = add_saturating(now(), e->period);
+    if (link(e)) {
+      // Wake the driver unlocked, still counted in flight: the core cannot go meanwhile.
+      lock_.unlock();
+      wake();
+      lock_.lock();
+    }
+  }
+  --e->in_flight;
+  if (tidy(e)) {
+    lock_.unlock();
+    destroy_unlocked(e);
+  } else {
+    unlock_and_maybe_delete();
+  }
+}
+
+void timer_core::destroy_payload(timer_entry* e) noexcept {
+  e->ops(this, e, 0, timer_op::destroy);
+  lock_.lock();
+  e->flags &= static_cast<std::uint8_t>(~destroying);
+  (void)tidy(e);  // recycles it unless a handle still refers to it
+}
+
+void timer_core::destroy_unlocked(timer_entry* e) noexcept {
+  destroy_payload(e);
+  unlock_and_maybe_delete();
+}
+
+timer_stats timer_core::stats() noexcept {
+  std::lock_guard g(lock_);
+  timer_stats s = stats_;
+  s.pending = wheel_.size();
+  s.bytes = sizeof(timer_core) + chunks_.size() * chunk_entries * sizeof(timer_entry) +
+            chunks_.capacity() * sizeof(chunks_[0]) +
+            targets_.size() * (sizeof(void*) + sizeof(decltype(targets_)::value_type)) +  // nodes, roughly
+            targets_.bucket_count() * sizeof(void*);
+  return s;
+}
+
+template <class F>
+void timer_core::for_each_entry_of(const void* target, F f) noexcept {
+  // By index, checking the size at each step: f may recycle the last entry out, and the
+  // pool then shrinks to its first chunk.
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    for (std::size_t i = 0; i < chunk_entries && c < chunks_.size(); ++i) {
+      timer_entry* e = &chunks_[c][i];
+      if (e->target == target && (e->flags & payload) != 0) f(e);  // allocated, not over
+    }
+  }
+}
+
+bool timer_core::pin_if_targets(const void* actor) noexcept {
+  std::lock_guard g(lock_);
+  const auto it = targets_.find(actor);
+  if (it == targets_.end() || it->second.forgotten || it->second.timers == 0) return false;
+  it->second.forgotten = true;
+  ++pins_;
+  return true;
+}
+
+void timer_core::forget(const void* actor) noexcept {
+  lock_.lock();
+  for_each_entry_of(actor, [&](timer_entry* e) {
+    if ((e->flags & live) == 0) return;
+    e->flags &= static_cast<std::uint8_t>(~live);
+    ++e->gen;  // a delivery queued in the actor's mailbox does nothing
+    wheel_.unlink(e);
+    ++stats_.cancelled;
+  });
+  // A send of one of them on another thread may still be touching the actor: wait it out.
+  while (firing_ != nullptr && firing_->target == actor && firing_thread_ != std::this_thread::get_id()) {
+    lock_.unlock();
+    std::this_thread::yield();
+    lock_.lock();
+  }
+  timer_entry* to_destroy = nullptr;  // through next: tidy left them unlinked and unpooled
+  for_each_entry_of(actor, [&](timer_entry* e) {
+    if (tidy(e)) {
+      e->next = to_destroy;
+      to_destroy = e;
+    }
+  });
+  while (timer_entry* e = to_destroy) {
+    to_destroy = e->next;
+    e->next = nullptr;
+    lock_.unlock();
+    destroy_payload(e);  // locks again; pinned, the core stays (it deletes nothing)
+  }
+  HANDOFF_ASSERT(pins_ != 0);
+  --pins_;
+  unlock_and_maybe_delete();
+}
+
+// --- the calls of handoff/timer_entry.hpp ---
+timer_entry* timer_schedule(timer_core* c, const timer_request& r) { return c->schedule(r); }
+bool timer_cancel(timer_core* c, timer_entry* e) noexcept { return c->cancel(e); }
+bool timer_rearm(timer_core* c, timer_entry* e, std::int64_t deadline) noexcept { return c->rearm(e, deadline); }
+bool timer_active(timer_core* c, timer_entry* e) noexcept { return c->active(e); }
+void timer_detach(timer_core* c, timer_entry* e) noexcept { c->detach(e); }
+std::int64_t timer_now(const timer_core* c) noexcept { return c->now(); }
+bool timer_delivery_begin(timer_core* c, timer_entry* e, std::uint32_t gen) noexcept {
+  return c->delivery_begin(e, gen);
+}
+void timer_delivery_end(timer_core* c, timer_entry* e, bool ran) noexcept { c->delivery_end(e, ran); }
+
+}  // namespace handoff::detail

@@ -1,0 +1,210 @@
+// timer_core: the state of a handoff::timer_service (handoff/timer_service.hpp), which the
+// service, its handles and the deliveries it posted share. Private to lib/timer/.
+//
+// One spin lock guards everything below it: the wheel, the entry pool, every entry's
+// fields but the payload (see handoff/timer_entry.hpp), the counts. Critical sections are
+// a few loads and stores; user code (sends, payload moves that may run user code,
+// non-trivial payload destructors) never runs under it. An entry's life:
+//
+//   schedule: pool -> live, linked in the wheel, referenced by the handle
+//   fire (driver): unlinked, firing_ = it, lock dropped, try_post/try_send, lock again;
+//                  a one-shot basic_actor message is then over; a fixed-rate timer is
+//                  linked again at its next tick; a refused send goes back to the due list
+//   delivery (actor<State>): counted in in_flight from the fire until it runs or is
+//                  destroyed; begin checks the generation (a one-shot is over from there)
+//   cancel / rearm: bump the generation; cancel makes it not live
+//   over (not live, unlinked, not firing, no delivery): the payload is destroyed; the
+//                  entry returns to the pool once the handle lets go too
+//
+// Timers by target: targets_ counts, per actor address, the entries aimed at it that are
+// not over (from schedule until their payload is destroyed). It is touched when a timer is
+// scheduled for a target other than the last one and when the last timer of a target
+// ends; the last target's count is cached, so a run of schedules and cancels for one actor
+// never hashes. When an actor is destroyed, the process-wide hook (lib/timer/registry.cpp,
+// handoff/detail/actor_destroy_hook.hpp) finds the services that count timers for it and
+// calls forget(): it cancels them, waits for a send of one of them in progress on another
+// thread, and finishes them. Finding them scans the pool (O(entries allocated)), but only
+// for an actor that has timers in this service: no per-entry links, the entry stays 80
+// bytes.
+//
+// The core is deleted when the service is gone, no entry is allocated (no handle, no
+// delivery refers to it) and no hook holds it pinned: whichever thread sees that last
+// deletes it.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <semaphore>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "handoff/detail/assert.hpp"
+#include "handoff/detail/spin_lock.hpp"
+#include "handoff/executor.hpp"
+#include "handoff/timer.hpp"
+#include "handoff/timer_entry.hpp"
+#include "wheel.hpp"
+
+namespace handoff::detail {
+
+class test_driver;
+
+class timer_core {
+ public:
+  // timer_entry::flags
+  static constexpr std::uint8_t live = 1;         // will still send or run
+  static constexpr std::uint8_t handle = 2;       // a handle refers to it
+  static constexpr std::uint8_t payload = 4;      // holds a payload not yet destroyed
+  static constexpr std::uint8_t trivial = 8;      // the payload's destruction is a no-op
+  static constexpr std::uint8_t destroying = 16;  // the payload is being destroyed, unlocked
+  static constexpr std::uint8_t delivers = 32;    // actor<State>: sends counted deliveries
+  static constexpr unsigned kind_shift = 6;       // bits 6-7: timer_kind
+  // Entries per pool chunk (20 KiB): the chunk kept when the pool shrinks.
+  static constexpr std::size_t chunk_entries = 256;
+
+  timer_core(std::int64_t resolution_ns, test_driver* driver);
+  timer_core(const timer_core&) = delete;
+  timer_core& operator=(const timer_core&) = delete;
+  timer_core(timer_core&&) = delete;
+  timer_core& operator=(timer_core&&) = delete;
+  ~timer_core() = default;  // by unlock_and_maybe_delete, once gone()
+
+  [[nodiscard]] std::int64_t now() const noexcept;
+
+  // The calls of handoff/timer_entry.hpp.
+  timer_entry* schedule(const timer_request& r);
+  bool cancel(timer_entry* e) noexcept;
+  bool rearm(timer_entry* e, std::int64_t deadline) noexcept;
+  bool active(timer_entry* e) noexcept;
+  void detach(timer_entry* e) noexcept;
+  bool delivery_begin(timer_entry* e, std::uint32_t gen) noexcept;
+  void delivery_end(timer_entry* e, bool ran) noexcept;
+
+  // Driving (lib/timer/drive.cpp).
+  std::size_t run_due(std::int64_t now);
+  [[nodiscard]] std::int64_t next_deadline() noexcept;  // also what set_wakeup compares with
+  void set_wakeup(work w) noexcept;
+  void start(executor_ref ex);
+  void stop() noexcept;
+  // The service is destroyed: stops, drops pending timers; may delete this.
+  void close() noexcept;
+
+  // The actor-destruction hook (lib/timer/registry.cpp). pin_if_targets: under the
+  // registry's mutex; if timers aimed at `actor` were not yet forgotten, marks them so and
+  // pins the core (it is not deleted until forget() returns). forget: cancels them, waits
+  // for a send of one on another thread (not this one: a handler run by that send is below
+  // us), destroys their callables, unpins; may delete this.
+  bool pin_if_targets(const void* actor) noexcept;
+  void forget(const void* actor) noexcept;
+  [[nodiscard]] timer_stats stats() noexcept;
+
+ private:
+  static timer_kind kind_of(const timer_entry* e) noexcept { return static_cast<timer_kind>(e->flags >> kind_shift); }
+  // Under the lock. Finishes an over entry: see the overview. True: the caller must
+  // destroy the payload after unlocking, through destroy_unlocked.
+  bool tidy(timer_entry* e) noexcept {
+    if ((e->flags & (live | destroying)) != 0 || e->where != timer_wheel::nowhere || e->in_flight != 0 ||
+        firing_ == e) {
+      return false;
+    }
+    if ((e->flags & payload) != 0) {
+      e->flags &= static_cast<std::uint8_t>(~payload);
+      uncount(e->target);  // over: it never touches the target again
+      if ((e->flags & trivial) == 0) {
+        e->flags |= destroying;  // its destructor may be user code: not under the lock
+        return true;
+      }
+    }
+    if ((e->flags & handle) == 0) recycle(e);
+    return false;
+  }
+  void destroy_unlocked(timer_entry* e) noexcept;  // then tidies again; may delete this
+  // The same, unlocked on entry and locked on return: never deletes this.
+  void destroy_payload(timer_entry* e) noexcept;
+  void recycle(timer_entry* e) noexcept {
+    HANDOFF_ASSERT(e->where == timer_wheel::nowhere && e->in_flight == 0 &&
+                   (e->flags & (live | handle | payload)) == 0);
+    ++e->gen;  // a stale delivery of it never matches again
+    e->flags = 0;
+    e->next = free_;
+    free_ = e;
+    HANDOFF_ASSERT(allocated_ != 0);
+    if (--allocated_ == 0 && chunks_.size() > 1) [[unlikely]]
+      shrink();
+  }
+  void grow();
+  void shrink() noexcept;
+  // Under the lock: links e; true if the wakeup must be called (after unlocking).
+  bool link(timer_entry* e) noexcept;
+  bool wake_for(const timer_entry* e) noexcept;  // the same for an entry linked already
+  void wake() noexcept;
+  [[nodiscard]] bool gone() const noexcept { return closed_ && allocated_ == 0 && pins_ == 0; }
+  // Under the lock: the count of timers aimed at `target`, made if new (may throw
+  // std::bad_alloc); the last one found stays cached.
+  struct target_count {
+    std::size_t timers = 0;  // entries aimed at the target, not over
+    bool forgotten = false;  // the target was destroyed (the hook ran); reset by a schedule
+  };
+  target_count& count_of(const void* target);
+  void uncount(const void* target) noexcept {  // an entry aimed at it is over
+    if (target != cached_target_) [[unlikely]] {
+      uncount_other(target);
+      return;
+    }
+    HANDOFF_ASSERT(cached_count_->timers != 0);
+    --cached_count_->timers;  // erased when another target takes the cache
+  }
+  void uncount_other(const void* target) noexcept;
+  template <class F>
+  void for_each_entry_of(const void* target, F f) noexcept;
+  void unlock_and_maybe_delete() noexcept {
+    const bool last = gone();
+    lock_.unlock();
+    if (last) [[unlikely]]
+      delete this;
+  }
+  void run_thread() noexcept;
+  void send_batch(std::int64_t now);
+
+  spin_lock lock_;
+  // Guarded by lock_.
+  timer_wheel wheel_;
+  timer_entry* free_ = nullptr;
+  std::vector<std::unique_ptr<timer_entry[]>> chunks_;
+  std::size_t allocated_ = 0;                    // entries out of the pool
+  std::uint64_t wake_tick_ = ~std::uint64_t{0};  // the earliest tick the driver will wake for
+  timer_entry* firing_ = nullptr;                // the entry being sent, unlocked, by firing_thread_
+  std::thread::id firing_thread_;
+  bool closed_ = false;  // the service is gone
+  timer_stats stats_;
+  std::unordered_map<const void*, target_count> targets_;
+  const void* cached_target_ = nullptr;  // the last target counted, and its count
+  target_count* cached_count_ = nullptr;
+  std::size_t pins_ = 0;  // hooks between pin_if_targets and the end of forget
+  work wakeup_{};         // set before any schedule (see set_wakeup)
+  bool notify_ = false;   // a thread or a wakeup waits on wake_tick_
+
+  test_driver* driver_;     // the scheduler whose clock this is; nullptr: steady_clock
+  std::mutex drive_mutex_;  // one run_due at a time
+  // The service's thread: m_ guards stop_ and notified_.
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool notified_ = false;
+  bool threaded_ = false;  // set before the thread starts, cleared after it joined
+  executor_ref executor_;
+  std::binary_semaphore batch_done_{0};
+  std::thread thread_;
+};
+
+// The process-wide registry of live cores, which the actor-destruction hook visits
+// (lib/timer/registry.cpp). The first registered installs the hook, the last removed
+// uninstalls it. register_core may throw std::bad_alloc.
+void register_core(timer_core* c);
+void unregister_core(timer_core* c) noexcept;
+
+}  // namespace handoff::detail
