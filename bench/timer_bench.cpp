@@ -61,13 +61,19 @@ void handoff_schedule_cancel(benchmark::State& state) {
   state.counters["pending"] = static_cast<double>(timers.stats().pending);
 }
 
-void asio_schedule_cancel(benchmark::State& state) {
-  boost::asio::io_context io;
+// The Asio baseline's pending timers: one steady_timer per timeout, each waited on.
+std::vector<std::unique_ptr<boost::asio::steady_timer>> asio_pending(boost::asio::io_context& io) {
   std::vector<std::unique_ptr<boost::asio::steady_timer>> pending;
   for (auto d : spread(pending_count)) {
     pending.push_back(std::make_unique<boost::asio::steady_timer>(io, d));
     pending.back()->async_wait([](boost::system::error_code) {});
   }
+  return pending;
+}
+
+void asio_schedule_cancel(benchmark::State& state) {
+  boost::asio::io_context io;
+  const auto pending = asio_pending(io);
   std::int64_t sum = 0;
   std::int64_t i = 0;
   for (auto _ : state) {
@@ -93,11 +99,7 @@ void handoff_rearm(benchmark::State& state) {
 
 void asio_rearm(benchmark::State& state) {
   boost::asio::io_context io;
-  std::vector<std::unique_ptr<boost::asio::steady_timer>> pending;
-  for (auto d : spread(pending_count)) {
-    pending.push_back(std::make_unique<boost::asio::steady_timer>(io, d));
-    pending.back()->async_wait([](boost::system::error_code) {});
-  }
+  const auto pending = asio_pending(io);
   boost::asio::steady_timer idle(io, 30s);
   idle.async_wait([](boost::system::error_code) {});
   for (auto _ : state) {
