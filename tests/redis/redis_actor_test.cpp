@@ -182,6 +182,23 @@ TEST(RedisActor, an_owner_killed_mid_handler_loses_no_message_and_its_rerun_is_f
   EXPECT_EQ(handoff::test::check_log(log_of(raw, "room:9"), nullptr), "");
 }
 
+TEST(RedisActor, a_post_queues_behind_a_dead_owner_and_only_a_sweep_takes_the_actor_over) {
+  hr::actor_options a = quick();
+  a.sweep_interval = 0ms;  // this process sweeps only when told to
+  recorded t({}, a);
+  const auto owner = helper({std::to_string(t.port), "300", "hang", "room:9"});
+  ASSERT_TRUE(eventually([&] { return t.raw.string({"GET", "t:hanging"}) == "1"; }, 10s));
+  owner->kill();                                    // SIGKILL mid-handler
+  std::this_thread::sleep_for(test_lease + 100ms);  // its lease has run out
+  t.actors.post("room:9", "t 0");
+  EXPECT_TRUE(log_of(t.raw, "room:9").empty()) << "a post took over an actor that still had messages";
+  EXPECT_EQ(t.actors.pending("room:9"), 2U) << "the dead owner's message and the post's";
+  EXPECT_EQ(t.actors.sweep(), 1U);
+  EXPECT_EQ(handoff::test::runs_of(log_of(t.raw, "room:9")), (std::vector<std::string>{"hang 0 2", "t 0 1"}));
+  EXPECT_EQ(t.actors.pending("room:9"), 0U);
+  EXPECT_EQ(t.actors.sweep(), 0U) << "nothing left to take over";
+}
+
 TEST(RedisActor, an_owner_killed_mid_batch_re_runs_what_it_had_not_dequeued_flagged_and_commits_state_once) {
   redis_server server;
   const int port = server.port();
@@ -881,8 +898,10 @@ TEST(RedisActor, every_client_refuses_a_prefix_that_holds_data_of_another_format
   hr::options other = at(server.port());
   other.prefix = "other:";
   { hr::actor_system actors(other, quick()); }
-  EXPECT_EQ(raw.string({"GET", "other:format"}), "2") << "the first client marks its prefix";
-  (void)raw.command({"SET", "handoff:format", "3"});  // a newer version's data
+  EXPECT_EQ(raw.string({"GET", "other:format"}), "3") << "the first client marks its prefix";
+  (void)raw.command({"SET", "handoff:format", "2"});  // the version before's data (a `count` key per actor)
+  each_client_refuses();
+  (void)raw.command({"SET", "handoff:format", "4"});  // a newer version's data
   each_client_refuses();
   (void)raw.command({"DEL", "handoff:format"});
   // No marker, but actors with messages: data of a build from before the marker.

@@ -9,25 +9,26 @@
 //   actors.on("room:", [](handoff::redis::delivery& d) { apply(d.key(), d.body()); });
 //   actors.post("room:7", "join alice");  // may handle room:7's messages here, see post()
 //
-// The protocol is the in-process actor's hand-off with the count and the mailbox on the
-// server (each step one Lua script; lib/redis/actor/scripts.hpp gives the data layout):
-//   post:    count += 1 and append the message, atomically; the post that finds no live
-//            owner (count 0 -> 1) becomes the owner and drains on the caller's thread: at
+// The protocol is the in-process actor's hand-off with the mailbox on the server, its
+// length the count (each step one Lua script; lib/redis/actor/scripts.hpp gives the data
+// layout):
+//   post:    append the message; the post whose append takes the mailbox from empty to
+//            one message (count 0 -> 1) becomes the owner and drains on the caller's thread: at
 //            once at top level, after the current work inside a handler or callback. With
 //            an executor, that drain runs only the post's own message; its dequeue (and
 //            the rest of the drain) goes to the executor, in one round trip with the
 //            other actors' dequeues waiting there.
 //   drain:   peek a batch from the head (each delivery count + 1), run the handlers in
 //            order, then dequeue those that returned with the next peek (at-least-once:
-//            a message is removed only after its handler returned); with the mailbox
-//            empty, release by subtracting the messages removed this round. Ownership
+//            a message is removed only after its handler returned); the step that empties
+//            the mailbox releases the actor (count 0). Ownership
 //            is a token with a lease, renewed by every step and, while a handler runs,
 //            by this process's renewal thread.
-//   budget:  after max_messages messages or max_time, the owner subtracts what it
-//            ran and hands the actor on: to actor_options::executor if set (still owned),
+//   budget:  after max_messages messages or max_time, the owner dequeues what it ran
+//            and hands the actor on: to actor_options::executor if set (still owned),
 //            otherwise by announcing it, so that a sweeping process continues it.
-//   crash:   an owner that dies leaves its lease to run out; then the next post or a
-//            sweeper takes the actor over and re-runs what was not dequeued (the dead
+//   crash:   an owner that dies leaves its lease to run out; then a sweeper (within
+//            sweep_interval) takes the actor over and re-runs what was not dequeued (the dead
 //            owner's batch, each message flagged as redelivered).
 //   failure: a message delivered more than max_attempts times (its handler threw, or
 //            its owner died while handling it) moves to the key's dead-letter list.
@@ -47,7 +48,7 @@
 // Not promised: exactly-once side effects outside Redis (use remember_handled and
 // delivery::set_state for state kept with the actor); order across senders; anything
 // after a Redis failover or with an evicting server; progress of a handed-on or crashed
-// actor when no process sweeps and nobody posts to it.
+// actor when no process sweeps (a post queues behind it, as behind a live owner).
 //
 // Errors: every Redis failure is handoff::redis::error, within options::command_timeout of
 // each command (a dead or stalled server never hangs a caller). A full mailbox is
@@ -165,8 +166,9 @@ struct actor_options {
   std::uint32_t max_attempts = 5;             // deliveries before a message is dead-lettered
   bool remember_handled = false;              // keep {last handled id, state} per key
   // This process takes over actors whose owner's lease ran out or that were announced,
-  // for the families it has handlers for, checking this often (0: never). A check reads one
-  // pending set on one server, 256 on a cluster (one write per primary).
+  // for the families it has handlers for, checking this often (0: never; then only calls
+  // of sweep() do: a post never takes an actor over). A check reads one pending set on
+  // one server, 256 on a cluster (one write per primary).
   std::chrono::milliseconds sweep_interval{100};
   // A handler's exception, a lost ownership or a Redis failure while draining: called with
   // the key and the error (on the draining thread; must not throw). Empty: printed to stderr.
@@ -200,7 +202,7 @@ class actor_system {
   void on(std::string family, handler h);
 
   // Thread-safe. Appends `body` to `key`'s mailbox (keys and bodies are any bytes); one
-  // round trip. If no process owns the actor, the caller becomes its owner. At top level
+  // round trip. If the mailbox was empty, the caller becomes the actor's owner. At top level
   // (the thread runs nothing of the library) it drains the actor here. Without an
   // executor, that runs handlers (its own message's and others') until the mailbox is
   // empty or the budget is spent: post may block that long. With an executor it runs only

@@ -76,7 +76,6 @@ struct actor_names {
       base = key_name(prefix, k, "actor:");
       pending = std::string(prefix) + std::string(actor_pending_set);
     }
-    count = base + "count";
     mailbox = base + "mailbox";
     owner = base + "owner";
     delivered = base + "delivered";
@@ -84,7 +83,7 @@ struct actor_names {
     state = base + "state";
   }
   std::string key;  // the actor key itself (raw bytes): the pending set's member
-  std::string count, mailbox, owner, delivered, dead, state;
+  std::string mailbox, owner, delivered, dead, state;
   std::string pending;  // the pending set the actor is listed in while it has messages
 };
 

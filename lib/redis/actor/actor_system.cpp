@@ -113,10 +113,10 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   const bool nested = inside_work();
   const bool can_own = find(key) != nullptr;
   const std::string what = describe("post to", key);
-  const reply r = servers.eval(
-      post_script, {n.count, n.mailbox, n.owner, n.pending, n.delivered, n.state},
-      {element, bound, id, lease_px, can_own ? "1" : "0", key, nested ? "0" : "1", a.remember_handled ? "1" : "0"},
-      what);
+  // What this caller does if its post wins the actor (scripts.hpp).
+  const char* on_win = !can_own ? "q" : nested ? "o" : a.remember_handled ? "s" : "d";
+  const reply r = servers.eval(post_script, {n.mailbox, n.owner, n.pending, n.delivered, n.state},
+                               {element, bound, on_win, lease_px, key}, what);
   // The token of an owner that won by posting is its message's id.
   if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_INTEGER &&
       r->element[0]->integer == 2 && !nested) {

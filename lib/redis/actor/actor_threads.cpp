@@ -100,7 +100,7 @@ std::size_t actor_core::sweep() {
     if (find(key) == nullptr) continue;  // another process's family
     const actor_names n = names(key);
     const std::string token = next_id();
-    const reply r = servers.eval(claim_script, {n.count, n.mailbox, n.owner, n.pending}, {token, lease_px, key},
+    const reply r = servers.eval(claim_script, {n.mailbox, n.owner, n.pending}, {token, lease_px, key},
                                  "takeover of actor " + handoff::detail::key_excerpt(key));
     if (r->type != REDIS_REPLY_INTEGER || r->integer != 1) continue;
     ++claimed;

@@ -37,20 +37,21 @@ class handler_frame {
 };
 
 // A step's reply that peeked a batch (status 1) has at least this many elements: status,
-// x, dead letters, the state's id and value, then an element and its delivery count each.
-constexpr std::size_t batch_reply_min = 7;
-constexpr std::size_t batch_from = 5;
+// dead letters, the state's id and value, then an element and its delivery count each.
+constexpr std::size_t batch_reply_min = 6;
+constexpr std::size_t batch_from = 4;
 
 }  // namespace
 
 long long actor_core::settle(const actor_names& n, const redisReply& r) const {
   const std::string what = describe("drain of", n.key);
   if (r.type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + what + ": " + std::string(r.str, r.len));
-  if (r.type != REDIS_REPLY_ARRAY || r.elements < 3 || r.element[0]->type != REDIS_REPLY_INTEGER) {
+  if (r.type != REDIS_REPLY_ARRAY || r.elements < 2 || r.element[0]->type != REDIS_REPLY_INTEGER ||
+      r.element[1]->type != REDIS_REPLY_INTEGER) {
     unexpected(what);
   }
   const long long status = r.element[0]->integer;
-  if (const long long dead = r.element[2]->integer; dead > 0) {
+  if (const long long dead = r.element[1]->integer; dead > 0) {
     std::string why = "handoff::redis: " + what + ": ";
     why += std::to_string(dead);
     why += " message(s) moved to the dead letters after ";
@@ -88,8 +89,7 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
     const std::int64_t budget_end = a.max_time.count() == 0
                                         ? handoff::detail::no_deadline
                                         : handoff::detail::deadline_after(handoff::detail::now_ns(), a.max_time);
-    std::string x = "0";  // messages removed this round, as the last step said
-    reply r;              // the last step's reply, which `batch` and `last_id` point into
+    reply r;  // the last step's reply, which `batch` and `last_id` point into
     std::vector<message> batch;
     // The state a handler sees (remember_handled): the last step's, then what the batch's
     // handlers set, committed with their dequeue by the next step.
@@ -97,12 +97,10 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
     std::string_view state;
     std::string new_state;
     bool has_state = false;
-    // The batch a status-1 step reply (settle()) delivered, into r, and the messages
-    // removed this round so far.
+    // The batch a status-1 step reply (settle()) delivered, into r.
     const auto take_batch = [&] {
-      x = std::to_string(r->element[1]->integer);
-      last_id = text(*r->element[3]);
-      state = text(*r->element[4]);
+      last_id = text(*r->element[2]);
+      state = text(*r->element[3]);
       new_state.clear();
       has_state = false;
       for (std::size_t i = batch_from; i < r->elements; i += 2) {
@@ -159,8 +157,7 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
       const std::uint32_t size =
           a.max_messages == 0 ? a.batch : std::min(a.batch, a.max_messages - std::min(ran, a.max_messages));
       const std::size_t started = handled + (threw ? 1 : 0);
-      std::vector<std::string> call{"7",
-                                    n.count,
+      std::vector<std::string> call{"6",
                                     n.mailbox,
                                     n.owner,
                                     n.delivered,
@@ -172,16 +169,16 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
                                     std::to_string(handled),
                                     std::string(handled != 0 ? batch.front().id : std::string_view()),
                                     std::string(handled != 0 ? batch[handled - 1].id : std::string_view()),
-                                    x,
                                     mode,
                                     attempts,
-                                    a.remember_handled ? "1" : "0",
-                                    has_state ? "1" : "0",
-                                    new_state,
                                     n.key,
-                                    std::to_string(size),
-                                    threw ? "1" : "0",
-                                    std::to_string(batch.size() - started)};
+                                    std::to_string(size == 0 ? 0 : size - 1)};
+      // The arguments the script reads only when used (scripts.hpp).
+      const std::size_t unrun = batch.size() - started;
+      if (unrun != 0 || a.remember_handled) {
+        call.insert(call.end(), {threw ? "1" : "0", std::to_string(unrun)});
+        if (a.remember_handled) call.insert(call.end(), {"1", has_state ? "1" : "0", new_state});
+      }
       if (defer) {
         // The batch ran: the step goes to the executor with the other actors' (one round
         // trip for all), and a post's caller returns now.

@@ -11,8 +11,9 @@
 namespace handoff::redis::detail {
 
 // Format 1: builds from before the marker, which write none. Format 2: Redis actors drain
-// in batches (per-message delivery counts in the actor's `delivered` hash).
-inline constexpr std::string_view data_format = "2";
+// in batches (per-message delivery counts in the actor's `delivered` hash). Format 3: an
+// actor's count is its mailbox's length (no `count` key); only sweepers take over.
+inline constexpr std::string_view data_format = "3";
 // The marker's key, after options::prefix: it stays while any client may use the prefix.
 inline constexpr std::string_view format_marker = "format";
 // The actors' pending set, after options::prefix (actor/actor_core.hpp): its presence with
