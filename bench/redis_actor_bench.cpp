@@ -17,12 +17,17 @@
 //                          saturate it, and their latency is mostly time in the queue)
 //   ractor_1key_rtt0.5ms, ractor_64keys_rtt0.5ms: 400 messages per sender, every
 //                          connection through a proxy on loopback that delays each
-//                          direction by 250 us (bench/delay_proxy.hpp)
+//                          direction by 250 us (bench/delay_proxy.hpp); the actors, the
+//                          crash-safe peers and the BLPOP worker
+// With HANDOFF_BENCH_COMMANDS set in the environment, each row first prints on stderr the
+// commands the server ran per message and their time (INFO commandstats; the commands a
+// script runs are listed beside it).
 // Impls (the worker loops and their commands: bench/redis_peers.hpp):
-//   handoff_redis_batch16  every process runs an actor_system with the handler and a
-//                      one-thread executor for budget hand-ons (the defaults: batches of
-//                      16, max_messages 64, max_time 50 ms): the sender that finds an
-//                      actor idle drains it. The name carries the default batch.
+//   handoff_redis_batch1, handoff_redis_batch16  every process runs an actor_system with
+//                      the handler and a one-thread executor for budget hand-ons (the
+//                      defaults but for the batch: max_messages 64, max_time 50 ms): the
+//                      sender that finds an actor idle drains it. The name carries the
+//                      batch (actor_options::batch; 16 is the default).
 //   worker_blpop       every key has one worker thread, in the process key % 4, looping
 //                      BLPOP on the key's list; senders RPUSH (raw hiredis). Not crash-safe:
 //                      a worker that dies after BLPOP returned loses that message.
@@ -67,6 +72,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -217,6 +224,48 @@ double server_cpu_us(int port) {
   return total;
 }
 
+// The server's INFO commandstats: command -> {calls, usec} (commands a script runs included).
+std::map<std::string, std::pair<double, double>> command_stats(int port) {
+  std::map<std::string, std::pair<double, double>> out;
+  redisContext* c = redisConnect("127.0.0.1", port);
+  if (c != nullptr && c->err == 0) {
+    if (auto* r = static_cast<redisReply*>(redisCommand(c, "INFO commandstats"))) {
+      if (r->type == REDIS_REPLY_STRING) {
+        // Lines "cmdstat_<name>:calls=N,usec=N,...".
+        const std::string info(r->str, r->len);
+        for (std::size_t at = info.find("cmdstat_"); at != std::string::npos; at = info.find("cmdstat_", at + 1)) {
+          const std::size_t colon = info.find(':', at);
+          const std::size_t calls = info.find("calls=", colon);
+          const std::size_t usec = info.find("usec=", colon);
+          if (colon == std::string::npos || calls == std::string::npos || usec == std::string::npos) break;
+          out[info.substr(at + 8, colon - at - 8)] = {std::strtod(info.c_str() + calls + 6, nullptr),
+                                                      std::strtod(info.c_str() + usec + 5, nullptr)};
+        }
+      }
+      freeReplyObject(r);
+    }
+  }
+  if (c != nullptr) redisFree(c);
+  return out;
+}
+
+// With HANDOFF_BENCH_COMMANDS set: what the server ran per message during the run, on stderr
+// (calls and us per message of each command; a script's own commands listed beside it).
+void print_commands(int port, const std::map<std::string, std::pair<double, double>>& before, std::int64_t total) {
+  std::string out = "commands per message (the row below):";
+  for (const auto& [name, now] : command_stats(port)) {
+    const auto it = before.find(name);
+    const double calls = now.first - (it == before.end() ? 0 : it->second.first);
+    const double usec = now.second - (it == before.end() ? 0 : it->second.second);
+    if (calls <= 0) continue;
+    char line[128];
+    std::snprintf(line, sizeof line, " %s %.2f (%.2f us)", name.c_str(), calls / static_cast<double>(total),
+                  usec / static_cast<double>(total));
+    out += line;
+  }
+  std::fprintf(stderr, "%s\n", out.c_str());
+}
+
 // Forks the senders (make_sender(p) runs in process p), times the run, reports. The run
 // ends when the last message's handler started; the senders stay up until every actor on
 // `port` was released (a handler records before its dequeue), then the data set is flushed.
@@ -237,6 +286,8 @@ void run_processes(benchmark::State& state, int port, std::int64_t total, MakeSe
   while (a.ready.load() < senders && a.failed.load() == 0 && std::chrono::steady_clock::now() < limit) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  const bool commands = std::getenv("HANDOFF_BENCH_COMMANDS") != nullptr;
+  const auto stats0 = commands ? command_stats(port) : std::map<std::string, std::pair<double, double>>{};
   const double cpu0 = server_cpu_us(port);
   const std::int64_t t0 = now_ns();
   a.go.store(1);
@@ -245,6 +296,7 @@ void run_processes(benchmark::State& state, int port, std::int64_t total, MakeSe
   }
   const std::int64_t t1 = now_ns();
   const double cpu1 = server_cpu_us(port);
+  if (commands) print_commands(port, stats0, total);
   const bool done = a.handled.load() >= total;  // more: duplicates, reported below
   while (done && command(port, "ZCARD handoff:actors:pending") != 0 && std::chrono::steady_clock::now() < limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -283,7 +335,7 @@ struct route {
   int keys;
   int per_sender;
   int pace_us;            // 0: post as fast as possible; else one post per sender every pace_us
-  std::size_t batch = 1;  // the peers' read batch: messages per read
+  std::size_t batch = 1;  // messages per read: the peers' read batch, the actors' actor_options::batch
 };
 
 // Sleeps until message i of a paced sender is due (the schedule starts at `start`).
@@ -304,6 +356,7 @@ void handoff_redis(benchmark::State& state, route r) {
         o.port = r.port;
         handoff::redis::actor_options ao;
         ao.executor = *pool;
+        ao.batch = static_cast<std::uint32_t>(r.batch);
         auto actors = std::make_shared<handoff::redis::actor_system>(o, ao);
         actors->on("bench:", [](handoff::redis::delivery& d) { handle(d.body().data(), d.body().size()); });
         return [pool, actors, p, r] {
@@ -504,27 +557,31 @@ int main(int argc, char** argv) {
     const auto add = [](const std::string& name, void (*fn)(benchmark::State&, route), route r) {
       benchmark::RegisterBenchmark(name.c_str(), fn, r)->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
     };
-    // The actors' rows carry their batch (the default actor_options::batch); the peers'
-    // batched reads take as many.
+    // Every impl reads one message per round trip, and again the default
+    // actor_options::batch (the actors' rows carry their batch in their name).
     const std::size_t batch = actor_defaults.batch;
-    const std::string handoff_name = "handoff_redis_batch" + std::to_string(batch);
     const std::string b = "_batch" + std::to_string(batch);
+    // The actors at batch 1 and at the default batch, and both crash-safe peers at both.
+    const auto add_crash_safe = [&](const std::string& w, int p, int keys, int per_sender) {
+      add(w + "/handoff_redis_batch1", handoff_redis, {p, keys, per_sender, 0});
+      add(w + "/handoff_redis" + b, handoff_redis, {p, keys, per_sender, 0, batch});
+      add(w + "/worker_reliable_list", worker_reliable_list, {p, keys, per_sender, 0});
+      add(w + "/worker_reliable_list" + b, worker_reliable_list, {p, keys, per_sender, 0, batch});
+      add(w + "/worker_stream", worker_stream, {p, keys, per_sender, 0});
+      add(w + "/worker_stream" + b, worker_stream, {p, keys, per_sender, 0, batch});
+    };
     for (const int keys : {1, 64}) {
       const std::string w = keys == 1 ? "ractor_1key" : "ractor_64keys";
       for (const auto& [suffix, p] :
            {std::pair{std::string(), port}, std::pair{std::string("_aof"), aof_server.port()}}) {
-        add(w + suffix + "/" + handoff_name, handoff_redis, {p, keys, 2000, 0});
+        add_crash_safe(w + suffix, p, keys, 2000);
         add(w + suffix + "/worker_blpop", worker_blpop, {p, keys, 2000, 0});
-        add(w + suffix + "/worker_reliable_list", worker_reliable_list, {p, keys, 2000, 0});
-        add(w + suffix + "/worker_reliable_list" + b, worker_reliable_list, {p, keys, 2000, 0, batch});
-        add(w + suffix + "/worker_stream", worker_stream, {p, keys, 2000, 0});
-        add(w + suffix + "/worker_stream" + b, worker_stream, {p, keys, 2000, 0, batch});
         add(w + suffix + "/floor_two_scripts", floor_two_scripts, {p, keys, 2000, 0});
       }
       add(w + "/handoff_inprocess", handoff_inprocess, {port, keys, 2000, 0});
-      add(w + "_paced/" + handoff_name, handoff_redis, {port, keys, 500, 1000});
+      add(w + "_paced/handoff_redis" + b, handoff_redis, {port, keys, 500, 1000, batch});
       add(w + "_paced/worker_blpop", worker_blpop, {port, keys, 500, 1000});
-      add(w + "_rtt0.5ms/" + handoff_name, handoff_redis, {proxy.port(), keys, 400, 0});
+      add_crash_safe(w + "_rtt0.5ms", proxy.port(), keys, 400);
       add(w + "_rtt0.5ms/worker_blpop", worker_blpop, {proxy.port(), keys, 400, 0});
     }
     benchmark::RunSpecifiedBenchmarks();
