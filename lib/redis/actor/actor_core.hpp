@@ -96,16 +96,8 @@ struct actor_names {
 // other cannot grow the stack.
 inline bool inside_work() noexcept { return handoff::detail::tls.top != nullptr; }
 
-[[noreturn]] inline void unexpected(std::string_view what) {
-  throw error("handoff::redis: " + std::string(what) + ": unexpected reply from the server");
-}
-
 inline std::string describe(std::string_view op, std::string_view key) {
   return std::string(op) + ' ' + handoff::detail::key_excerpt(key);
-}
-
-inline std::string_view text(const redisReply& r) {
-  return r.type == REDIS_REPLY_STRING ? std::string_view(r.str, r.len) : "";
 }
 
 // An element "<id> <body>" split in two.

@@ -34,6 +34,16 @@ struct reply_free {
 };
 using reply = std::unique_ptr<redisReply, reply_free>;
 
+// The bytes a reply carries (a string, status or error reply's), or "" for any other.
+inline std::string_view text(const redisReply& r) noexcept {
+  return r.str != nullptr ? std::string_view(r.str, r.len) : std::string_view();
+}
+
+// For a reply of a shape the caller does not expect; `what` names the operation.
+[[noreturn]] inline void unexpected(std::string_view what) {
+  throw error("handoff::redis: " + std::string(what) + ": unexpected reply from the server");
+}
+
 // A Lua script and its SHA1 (as SCRIPT LOAD returns it, filled in by the first load).
 struct script {
   std::string source;

@@ -38,8 +38,6 @@ std::string_view redirect_address(std::string_view error) {
   return second == std::string_view::npos ? std::string_view{} : error.substr(second + 1);
 }
 
-std::string_view text(const redisReply& r) { return {r.str != nullptr ? r.str : "", r.str != nullptr ? r.len : 0}; }
-
 [[noreturn]] void error_reply(std::string_view what, const redisReply& r) {
   throw error("handoff::redis: " + std::string(what) + ": " + std::string(text(r)));
 }

@@ -47,20 +47,16 @@ std::string describe(std::string_view op, std::string_view key) {
   return s;
 }
 
-[[noreturn]] void unexpected(std::string_view what) {
-  throw error("handoff::redis: " + std::string(what) + ": unexpected reply from the server");
-}
-
 // A bulk string of a reply, or "" for nil.
-std::string_view text(const redisReply& r, std::string_view what) {
+std::string_view bulk_or_nil(const redisReply& r, std::string_view what) {
   if (r.type == REDIS_REPLY_NIL) return {};
   if (r.type != REDIS_REPLY_STRING) unexpected(what);
-  return {r.str, r.len};
+  return text(r);
 }
 
 // A stored token or version: decimal digits, or nil for 0.
 std::uint64_t number(const redisReply& r, std::string_view what) {
-  const std::string_view s = text(r, what);
+  const std::string_view s = bulk_or_nil(r, what);
   if (s.empty()) return 0;
   std::uint64_t v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -77,7 +73,7 @@ std::pair<std::uint64_t, std::string> read_record(store_core& core, const std::s
   const reply r = core.servers.command(name, {"HMGET", name, field, "value"}, what);
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) unexpected(what);
   const std::uint64_t n = number(*r->element[0], what);
-  return {n, std::string(text(*r->element[1], what))};
+  return {n, std::string(bulk_or_nil(*r->element[1], what))};
 }
 
 }  // namespace
@@ -142,7 +138,7 @@ bool versioned_store::try_set(std::string_view key, std::string value, versioned
   const bool won = r->element[0]->integer == 1;
   if (!won && r->elements != 3) detail::unexpected(what);
   current.version = static_cast<std::uint64_t>(r->element[1]->integer);
-  current.value = won ? std::move(value) : std::string(detail::text(*r->element[2], what));
+  current.value = won ? std::move(value) : std::string(detail::bulk_or_nil(*r->element[2], what));
   return won;
 }
 
