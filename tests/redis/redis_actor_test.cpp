@@ -199,6 +199,44 @@ TEST(RedisActor, a_post_queues_behind_a_dead_owner_and_only_a_sweep_takes_the_ac
   EXPECT_EQ(t.actors.sweep(), 0U) << "nothing left to take over";
 }
 
+TEST(RedisActor, an_owner_busy_for_several_leases_keeps_its_actor_while_its_process_renews_the_lease) {
+  redis_server server;
+  hr::actor_options a = quick();  // a lease of 300 ms, a sweep every 20 ms
+  a.batch = 1;
+  a.max_messages = 0;  // one drain runs the whole backlog
+  a.max_time = 0ns;
+  std::atomic<int> errors{0};
+  a.on_error = [&](std::string_view, const std::exception_ptr&) { errors.fetch_add(1); };
+  hr::actor_system owner(at(server.port()), a);
+  hr::actor_system rival(at(server.port()), a);  // its sweeper takes the actor if the lease lapses
+  std::mutex mu;
+  std::vector<std::string> runs;  // "<body> <attempt>"
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
+  const auto handler = [&](hr::delivery& d) {
+    if (inside.fetch_add(1) != 0) overlapped = true;
+    {
+      const std::lock_guard<std::mutex> lock(mu);
+      runs.push_back(std::string(d.body()) + " " + std::to_string(d.attempt()));
+    }
+    std::this_thread::sleep_for(60ms);
+    inside.fetch_sub(1);
+  };
+  owner.on("b:", handler);
+  rival.on("b:", handler);
+  constexpr int messages = 15;                          // 0.9 s of handlers: three leases
+  std::thread first([&] { owner.post("b:1", "m0"); });  // wins the actor, drains everything
+  ASSERT_TRUE(eventually([&] { return inside.load() == 1; }));
+  for (int i = 1; i < messages; ++i) rival.post("b:1", "m" + std::to_string(i));  // queued behind it
+  first.join();
+  std::vector<std::string> want;
+  for (int i = 0; i < messages; ++i) want.push_back("m" + std::to_string(i) + " 1");
+  EXPECT_EQ(runs, want) << "each message once, in order, by the one owner";
+  EXPECT_FALSE(overlapped.load());
+  EXPECT_EQ(errors.load(), 0) << "the owner lost its lease";
+  EXPECT_EQ(owner.pending("b:1"), 0U);
+}
+
 TEST(RedisActor, an_owner_killed_mid_batch_re_runs_what_it_had_not_dequeued_flagged_and_commits_state_once) {
   redis_server server;
   const int port = server.port();

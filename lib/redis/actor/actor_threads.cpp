@@ -30,22 +30,41 @@ void actor_core::stop() noexcept {
 void actor_core::renew_loop() noexcept {
   const auto period = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(renewal_interval(lease_ms)),
                                                           std::chrono::milliseconds(1));
+  // Every renewal in one write per node: an owner's steps do not renew, so a process that
+  // drains many actors renews them all here. Reply 0, lost: the actor is not ours any more;
+  // its drain finds out at its next step. A failure is retried a period later, while the
+  // lease lasts.
+  const auto renew = [&](const std::vector<std::pair<std::string, std::string>>& owned) {
+    std::vector<std::vector<std::string>> calls;
+    calls.reserve(owned.size());
+    for (const auto& [token, key] : owned) {
+      const actor_names n = names(key);
+      calls.push_back({"2", n.owner, n.pending, token, lease_px, key});
+    }
+    const std::vector<router::outcome> replies =
+        servers.eval_each(renew_script, calls, "lease renewal of an actor", router::lane::background);
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      if (replies[i].failed != nullptr) {
+        report(owned[i].second, replies[i].failed);
+      } else if (replies[i].r->type == REDIS_REPLY_ERROR) {
+        report(owned[i].second, std::make_exception_ptr(error("handoff::redis: lease renewal of an actor: " +
+                                                              std::string(text(*replies[i].r)))));
+      }
+    }
+  };
   std::unique_lock<std::mutex> lock(mu);
   while (!stopping) {
     // Every drain is renewed at least once per period: the first renewal of a drain that
-    // registered just now comes within one period, and its steps renew it meanwhile.
+    // registered just now comes within one period, a third of the lease it was given.
     cv.wait_for(lock, period, [&] { return stopping; });
     if (stopping) return;
-    std::vector<std::pair<std::string, std::string>> owned(draining.begin(), draining.end());
+    const std::vector<std::pair<std::string, std::string>> owned(draining.begin(), draining.end());
     lock.unlock();
-    for (const auto& [token, key] : owned) {
-      const actor_names n = names(key);
+    if (!owned.empty()) {
       try {
-        // Reply 0, lost: the actor is not ours any more; its drain finds out at its next step.
-        (void)servers.eval(renew_script, {n.owner, n.pending}, {token, lease_px, key}, "lease renewal of an actor",
-                           router::lane::background);
+        renew(owned);
       } catch (...) {
-        report(key, std::current_exception());  // retried a period later, while the lease lasts
+        report("", std::current_exception());  // out of memory: retried a period later
       }
     }
     lock.lock();
