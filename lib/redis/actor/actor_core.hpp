@@ -151,7 +151,7 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   // Queues `s` for run_steps, which an executor job runs (one job at a time, queued by the
   // step that finds none queued). Keeps `s.token` registered with the renewer until its
   // reply is settled. If the executor refuses the job, reports it for every step waiting
-  // and drops them (their leases run out; a post or a sweeper takes the actors over).
+  // and drops them (their leases run out; a sweeper takes the actors over).
   void defer_step(deferred_step s);
   // One executor job: rounds of sending every deferred step in one write and settling
   // the replies. An actor whose step peeked more messages (status 1) runs them here and

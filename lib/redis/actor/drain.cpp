@@ -202,7 +202,7 @@ void actor_core::drain(const actor_names& n, const std::string& token, const fir
       take_batch();
     }
   } catch (...) {
-    // The actor stays owned until its lease runs out; then a post or a sweeper takes over.
+    // The actor stays owned until its lease runs out; then a sweeper takes it over.
     report(n.key, std::current_exception());
   }
 }
@@ -223,7 +223,7 @@ void actor_core::defer_step(deferred_step s) {
   } catch (...) {
     // The executor refused the job (out of memory, say). Nobody will send the steps
     // waiting: their actors stay owned until their leases run out, as after any failure
-    // of a drain; then a post or a sweeper takes them over and runs their messages again.
+    // of a drain; then a sweeper takes them over and runs their messages again.
     std::vector<deferred_step> dropped;
     {
       const std::lock_guard<std::mutex> lock(steps.mu);
