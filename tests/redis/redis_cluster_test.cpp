@@ -531,6 +531,7 @@ auto into(std::promise<hr::guard>& p) {
 }
 
 TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_holder_and_its_queue) {
+  std::promise<hr::guard> async_grant;  // outlives the mutexes, whose destructors may still answer it
   hr::keyed_mutex a(lock_options());
   hr::keyed_mutex b(lock_options());
   hr::keyed_mutex c(lock_options());
@@ -541,7 +542,6 @@ TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_hol
   const int to = another_primary(from);
   auto held = a.lock(k);
   const std::uint64_t first = held.token();
-  std::promise<hr::guard> async_grant;
   std::atomic<bool> blocking_granted{false};
   std::jthread waiter([&] {
     auto g = b.lock(k);
@@ -601,6 +601,7 @@ std::vector<std::string> channels_in(int port, int slot) {
 }
 
 TEST(RedisCluster, an_async_waiter_whose_slot_moves_subscribes_on_the_new_primary_and_is_woken_by_its_notice) {
+  std::promise<hr::guard> grant;  // outlives the mutexes, whose destructors may still answer it
   hr::keyed_mutex holder(lock_options());
   hr::options slow = lock_options();
   slow.recheck_interval = 20s;  // far later than the test's bound: only a notice wakes it in time
@@ -610,7 +611,6 @@ TEST(RedisCluster, an_async_waiter_whose_slot_moves_subscribes_on_the_new_primar
   const int from = cluster().primary_of(slot);
   const int to = another_primary(from);
   auto held = holder.lock(k);
-  std::promise<hr::guard> grant;
   waiter.lock_async(k, into(grant));
   ASSERT_TRUE(raw_redis(from).wait_queue_length(k, 1));
   EXPECT_EQ(channels_in(from, slot).size(), 1U) << "subscribed on the old primary";

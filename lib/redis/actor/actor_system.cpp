@@ -1,6 +1,5 @@
-// handoff::redis::actor_system: post, where an owner continues its actor, and the facade
-// (actor_system.hpp; the drain loop in drain.cpp; the scripts in scripts.hpp; the threads
-// in actor_threads.cpp).
+// handoff::redis::actor_system: the facade, and the core's own job: post, and where an
+// owner continues its actor (actor_core.hpp lists the other parts).
 #include <algorithm>
 #include <memory>
 #include <stdexcept>
@@ -31,61 +30,27 @@ struct drain_task : handoff::detail::task {
   }
   static void run_drain(handoff::detail::task* t) noexcept {
     const std::unique_ptr<drain_task> self(static_cast<drain_task*>(t));
-    self->core->unregister_drain(self->token);
-    self->core->drain(self->n, self->token);  // reports its failures to on_error
+    self->core->background.unregister_drain(self->token);
+    self->core->drains.drain(self->n, self->token);  // reports its failures to on_error
   }
   std::shared_ptr<actor_core> core;
   actor_names n;
   std::string token;
 };
 
-void check(const actor_options& a) {
-  const auto bad = [](const char* why) {
-    throw std::invalid_argument(std::string("handoff::redis::actor_system: ") + why);
-  };
-  if (a.max_time.count() < 0) bad("max_time must not be negative");
-  if (a.max_attempts == 0) bad("max_attempts must be at least 1");
-  if (a.batch == 0 || a.batch > actor_options::max_batch) bad("batch must be from 1 to actor_options::max_batch");
-  if (a.sweep_interval.count() < 0) bad("sweep_interval must not be negative");
-}
-
-// The pending sets a sweep reads (actor_core.hpp).
-std::vector<std::string> pending_sets_of(const router& servers, std::string_view prefix) {
-  if (!servers.clustered()) return {std::string(prefix) + std::string(actor_pending_set)};
-  std::vector<std::string> sets;
-  sets.reserve(actor_groups);
-  for (std::size_t g = 0; g < actor_groups; ++g) {
-    sets.push_back(group_prefix(prefix, group_slot(g)) + std::string(actor_pending_set));
-  }
-  return sets;
-}
-
 }  // namespace
 
 actor_core::actor_core(options opts, actor_options ao)
-    : o(validated(std::move(opts))), a(std::move(ao)),
+    : o(validated(std::move(opts))), settings(std::move(ao)),
       servers(o), post_script{actor_scripts::source(actor_scripts::post), {}},
       step_script{actor_scripts::source(actor_scripts::step), {}},
       renew_script{actor_scripts::source(actor_scripts::renew), {}},
       claim_script{actor_scripts::source(actor_scripts::claim), {}},
-      due_script{actor_scripts::source(actor_scripts::due), {}}, pending_sets(pending_sets_of(servers, o.prefix)),
-      id_(random_hex128()) {
-  check(a);
+      due_script{actor_scripts::source(actor_scripts::due), {}}, id_(random_hex128()) {
   check_server(servers, o, "an evicted mailbox or owner key loses messages or lets two owners in");
   servers.each_primary([&](connection& c) {
     for (script* s : {&post_script, &step_script, &renew_script, &claim_script, &due_script}) c.load(*s);
   });
-}
-
-std::shared_ptr<const actor_system::handler> actor_core::find(std::string_view key) const {
-  const std::lock_guard<std::mutex> lock(handlers_mu);
-  // The longest family that is a prefix of key: scan back from the last family <= key.
-  for (auto it = handlers.upper_bound(key); it != handlers.begin();) {
-    --it;
-    if (key.starts_with(it->first)) return it->second;
-    if (it->first.empty()) break;
-  }
-  return nullptr;
 }
 
 void actor_core::report(std::string_view key, const std::exception_ptr& e) const noexcept {
@@ -111,12 +76,12 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   // Inside other work the caller may own the actor, but drains after that work (or on the
   // executor): its message is not delivered by the reply.
   const bool nested = inside_work();
-  const bool can_own = find(key) != nullptr;
+  const bool can_own = handlers.find(key) != nullptr;
   const std::string what = describe("post to", key);
   // What this caller does if its post wins the actor (scripts.hpp).
   const char* on_win = !can_own ? "q" : nested ? "o" : a.remember_handled ? "s" : "d";
   const reply r = servers.eval(post_script, {n.mailbox, n.owner, n.pending, n.delivered, n.state},
-                               {element, bound, on_win, lease_px, key}, what);
+                               {element, settings.bound, on_win, settings.lease_px, key}, what);
   // The token of an owner that won by posting is its message's id.
   if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_INTEGER &&
       r->element[0]->integer == 2 && !nested) {
@@ -143,11 +108,11 @@ void actor_core::continue_owned(const actor_names& n, const std::string& token, 
 
 void actor_core::drain_on_this_thread(const actor_names& n, const std::string& token,
                                       const first_delivery* first) noexcept {
-  if (!inside_work()) return drain(n, token, first, nullptr, first != nullptr && a.executor);
+  if (!inside_work()) return drains.drain(n, token, first, nullptr, first != nullptr && a.executor);
   try {
     auto t = std::make_unique<drain_task>(shared_from_this(), n, token);
     // Registered before it is queued, so that the renewer keeps the lease while it waits.
-    register_drain(token, n.key);
+    background.register_drain(token, n.key);
     handoff::detail::schedule(t.release());  // runs after the current work, on this thread
   } catch (...) {
     // Out of memory: the actor stays owned until its lease runs out; then a post or a
@@ -158,27 +123,16 @@ void actor_core::drain_on_this_thread(const actor_names& n, const std::string& t
 
 void actor_core::queue_drain(const actor_names& n, const std::string& token) {
   // Registered before it is queued, so that the renewer keeps the lease while it waits.
-  register_drain(token, n.key);
+  background.register_drain(token, n.key);
   try {
     handoff::execute(a.executor, [self = shared_from_this(), n, token] {
-      self->unregister_drain(token);
+      self->background.unregister_drain(token);
       self->drain_on_this_thread(n, token);  // an executor that runs jobs inline: after the work
     });
   } catch (...) {
-    unregister_drain(token);  // the lease runs out and a sweeper takes the actor over
+    background.unregister_drain(token);  // the lease runs out and a sweeper takes the actor over
     throw;
   }
-}
-
-void actor_core::register_drain(const std::string& token, const std::string& key) {
-  const std::lock_guard<std::mutex> lock(mu);
-  draining.emplace(token, key);
-}
-
-void actor_core::unregister_drain(const std::string& token) noexcept {
-  const std::lock_guard<std::mutex> lock(mu);
-  const auto it = draining.find(token);
-  if (it != draining.end()) draining.erase(it);
 }
 
 }  // namespace handoff::redis::detail
@@ -187,16 +141,12 @@ namespace handoff::redis {
 
 actor_system::actor_system(options o, actor_options a)
     : core_(std::make_shared<detail::actor_core>(std::move(o), std::move(a))) {
-  core_->start();
+  core_->background.start();
 }
 
-actor_system::~actor_system() { core_->stop(); }
+actor_system::~actor_system() { core_->background.stop(); }
 
-void actor_system::on(std::string family, handler h) {
-  auto shared = std::make_shared<const handler>(std::move(h));
-  const std::lock_guard<std::mutex> lock(core_->handlers_mu);
-  core_->handlers[std::move(family)] = std::move(shared);
-}
+void actor_system::on(std::string family, handler h) { core_->handlers.on(std::move(family), std::move(h)); }
 
 std::optional<std::string> actor_system::try_post(std::string_view key, std::string_view body) {
   return core_->try_post(key, body);
@@ -222,7 +172,7 @@ std::string actor_system::post_for(std::string_view key, std::string_view body, 
   }
 }
 
-std::size_t actor_system::sweep() { return core_->sweep(); }
+std::size_t actor_system::sweep() { return core_->background.sweep(); }
 
 std::size_t actor_system::pending(std::string_view key) {
   const detail::actor_names n = core_->names(key);

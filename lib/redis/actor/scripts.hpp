@@ -34,10 +34,14 @@
 // increment, the in-process drainer's window (counted, not yet enqueued) does not exist.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "../common/lua.hpp"
+#include "layout.hpp"
 
 namespace handoff::redis::detail::actor_scripts {
 
@@ -243,6 +247,47 @@ return 1
 inline constexpr const char* due = R"lua(
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'LIMIT', 0, tonumber(ARGV[1]))
 )lua";
+
+// The step script's arguments, named; call() lays them out in the script's order (above).
+struct step_args {
+  std::string_view token, lease_px;
+  std::size_t handled = 0;             // k: the messages at the head to dequeue
+  std::string_view first_id, last_id;  // theirs
+  std::string_view mode;               // "next", "keep" or "announce"
+  std::string_view attempts;           // max attempts, as sent
+  std::uint32_t batch = 1;             // the most messages to peek
+  // Sent only when used: the peeked messages that never ran (after the one that threw,
+  // if one did), and the state (remember_handled).
+  std::size_t unrun = 0;
+  bool threw = false;
+  bool remember_handled = false;
+  bool has_state = false;
+  std::string_view state;
+
+  [[nodiscard]] std::vector<std::string> call(const actor_names& n) const {
+    std::vector<std::string> c{"6",
+                               n.mailbox,
+                               n.owner,
+                               n.delivered,
+                               n.pending,
+                               n.dead,
+                               n.state,
+                               std::string(token),
+                               std::string(lease_px),
+                               std::to_string(handled),
+                               std::string(first_id),
+                               std::string(last_id),
+                               std::string(mode),
+                               std::string(attempts),
+                               n.key,
+                               std::to_string(batch == 0 ? 0 : batch - 1)};
+    if (unrun != 0 || remember_handled) {
+      c.insert(c.end(), {threw ? "1" : "0", std::to_string(unrun)});
+      if (remember_handled) c.insert(c.end(), {"1", has_state ? "1" : "0", std::string(state)});
+    }
+    return c;
+  }
+};
 
 // A script's source as loaded: the shared snippets, then `body` (one of the above).
 inline std::string source(std::string_view body) { return lua::source({lua::now_ms, prelude, body}); }

@@ -1,0 +1,159 @@
+// handoff::redis::actor_system's threads (upkeep.hpp): the renewer keeps the leases of the
+// actors this process drains; the sweeper takes over actors whose owner is gone.
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../common/renewal.hpp"
+#include "actor_core.hpp"
+#include "handoff/detail/report.hpp"
+
+namespace handoff::redis::detail {
+
+namespace {
+
+// The pending sets a sweep reads (layout.hpp).
+std::vector<std::string> pending_sets_of(const router& servers, std::string_view prefix) {
+  if (!servers.clustered()) return {std::string(prefix) + std::string(actor_pending_set)};
+  std::vector<std::string> sets;
+  sets.reserve(actor_groups);
+  for (std::size_t g = 0; g < actor_groups; ++g) {
+    sets.push_back(group_prefix(prefix, group_slot(g)) + std::string(actor_pending_set));
+  }
+  return sets;
+}
+
+}  // namespace
+
+upkeep::upkeep(actor_core& core) : core_(core), pending_sets_(pending_sets_of(core.servers, core.o.prefix)) {}
+
+void upkeep::start() {
+  renewer_ = std::thread([this] { renew_loop(); });
+  if (core_.a.sweep_interval.count() > 0) sweeper_ = std::thread([this] { sweep_loop(); });
+}
+
+void upkeep::stop() noexcept {
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (renewer_.joinable()) renewer_.join();
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+void upkeep::register_drain(const std::string& token, const std::string& key) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  draining_.emplace(token, key);
+}
+
+void upkeep::unregister_drain(const std::string& token) noexcept {
+  const std::lock_guard<std::mutex> lock(mu_);
+  const auto it = draining_.find(token);
+  if (it != draining_.end()) draining_.erase(it);
+}
+
+void upkeep::renew_loop() noexcept {
+  const auto period = std::max<std::chrono::milliseconds>(
+      std::chrono::milliseconds(renewal_interval(core_.settings.lease_ms)), std::chrono::milliseconds(1));
+  // Every renewal in one write per node: an owner's steps do not renew, so a process that
+  // drains many actors renews them all here. Reply 0, lost: the actor is not ours any more;
+  // its drain finds out at its next step. A failure is retried a period later, while the
+  // lease lasts.
+  const auto renew = [&](const std::vector<std::pair<std::string, std::string>>& owned) {
+    std::vector<std::vector<std::string>> calls;
+    calls.reserve(owned.size());
+    for (const auto& [token, key] : owned) {
+      const actor_names n = core_.names(key);
+      calls.push_back({"2", n.owner, n.pending, token, core_.settings.lease_px, key});
+    }
+    const std::vector<router::outcome> replies =
+        core_.servers.eval_each(core_.renew_script, calls, "lease renewal of an actor", router::lane::background);
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      if (replies[i].failed != nullptr) {
+        core_.report(owned[i].second, replies[i].failed);
+      } else if (replies[i].r->type == REDIS_REPLY_ERROR) {
+        core_.report(owned[i].second, std::make_exception_ptr(error("handoff::redis: lease renewal of an actor: " +
+                                                                    std::string(text(*replies[i].r)))));
+      }
+    }
+  };
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    // Every drain is renewed at least once per period: the first renewal of a drain that
+    // registered just now comes within one period, a third of the lease it was given.
+    cv_.wait_for(lock, period, [&] { return stopping_; });
+    if (stopping_) return;
+    const std::vector<std::pair<std::string, std::string>> owned(draining_.begin(), draining_.end());
+    lock.unlock();
+    if (!owned.empty()) {
+      try {
+        renew(owned);
+      } catch (...) {
+        core_.report("", std::current_exception());  // out of memory: retried a period later
+      }
+    }
+    lock.lock();
+  }
+}
+
+void upkeep::sweep_loop() noexcept {
+  bool failing = false;  // report a failing server once, not every interval
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, core_.a.sweep_interval, [&] { return stopping_; });
+    if (stopping_) return;
+    lock.unlock();
+    try {
+      sweep();
+      failing = false;
+    } catch (...) {
+      if (!failing) core_.report("", std::current_exception());
+      failing = true;
+    }
+    lock.lock();
+  }
+}
+
+std::size_t upkeep::sweep() {
+  if (core_.handlers.empty()) return 0;
+  // One due script per pending set, in one write per node.
+  const std::string batch = std::to_string(sweep_batch);
+  std::vector<std::vector<std::string>> calls;
+  calls.reserve(pending_sets_.size());
+  for (const std::string& set : pending_sets_) calls.push_back({"1", set, batch});
+  std::vector<std::string> keys;
+  std::exception_ptr failed;  // the first failure, thrown once every set that answered is swept
+  for (const router::outcome& due :
+       core_.servers.eval_each(core_.due_script, calls, "sweep of the actors' pending sets")) {
+    if (due.failed == nullptr && due.r->type == REDIS_REPLY_ARRAY) {
+      for (std::size_t i = 0; i < due.r->elements; ++i) {
+        keys.emplace_back(due.r->element[i]->str, due.r->element[i]->len);
+      }
+    } else if (failed == nullptr && due.failed != nullptr) {
+      failed = due.failed;
+    } else if (failed == nullptr) {
+      const std::string why =
+          due.r->type == REDIS_REPLY_ERROR ? std::string(due.r->str, due.r->len) : "unexpected reply from the server";
+      failed = std::make_exception_ptr(error("handoff::redis: sweep: " + why));
+    }
+  }
+  std::size_t claimed = 0;
+  for (const std::string& key : keys) {
+    if (core_.handlers.find(key) == nullptr) continue;  // another process's family
+    const actor_names n = core_.names(key);
+    const std::string token = core_.next_id();
+    const reply r =
+        core_.servers.eval(core_.claim_script, {n.mailbox, n.owner, n.pending}, {token, core_.settings.lease_px, key},
+                           "takeover of actor " + handoff::detail::key_excerpt(key));
+    if (r->type != REDIS_REPLY_INTEGER || r->integer != 1) continue;
+    ++claimed;
+    core_.continue_owned(n, token, static_cast<bool>(core_.a.executor));
+  }
+  if (failed != nullptr) std::rethrow_exception(failed);
+  return claimed;
+}
+
+}  // namespace handoff::redis::detail
