@@ -45,7 +45,7 @@ constexpr std::size_t batch_from = 4;
 
 long long drainer::settle(const actor_names& n, const redisReply& r) const {
   const std::string what = describe("drain of", n.key);
-  if (r.type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + what + ": " + std::string(r.str, r.len));
+  if (r.type == REDIS_REPLY_ERROR) throw error("handoff::redis: " + what + ": " + std::string(text(r)));
   if (r.type != REDIS_REPLY_ARRAY || r.elements < 2 || r.element[0]->type != REDIS_REPLY_INTEGER ||
       r.element[1]->type != REDIS_REPLY_INTEGER) {
     unexpected(what);

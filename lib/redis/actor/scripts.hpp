@@ -17,9 +17,10 @@
 // An idle actor keeps no key (its state and dead letters aside).
 // One key per prefix, prefix + "actors:pending": a sorted set of the actor keys (raw bytes)
 // that have messages, scored by the server time in ms after which a sweeper looks at them
-// (the owner's lease end; "now" for an actor handed on by announcement).
+// (0, at once, for a new owner's actor and an announced one; the owner's lease end once
+// a sweep or a renewal has seen the owner live).
 // On a Redis Cluster every script must touch one hash slot, so the actors are split into
-// 256 slot groups (actor_core.hpp): K's names are prefix + "{" + G + "}:" + escaped K +
+// 256 slot groups (layout.hpp): K's names are prefix + "{" + G + "}:" + escaped K +
 // ":actor:" + kind, and its group's pending set is prefix + "{" + G + "}:actors:pending",
 // where G is the slot tag of the group of the slot K's escaped key hashes to.
 //
@@ -117,7 +118,7 @@ return {2, s[1] or '', s[2] or ''}
 // sweepers see it now); 1 messages to handle, followed by the state's id and value (empty
 // without remember_handled), then each message's element and delivery count, in order.
 // A peek leaves the lease as it is: the owner's process renews it while it drains (the
-// renewer, actor_core.hpp), so a busy actor's steps make no clock read and no write of
+// renewer, upkeep.hpp), so a busy actor's steps make no clock read and no write of
 // the owner or the pending set.
 // The step that dequeues an idle actor's one message and releases it makes four
 // redis.calls (GET, LRANGE, DEL, ZREM): it reads the handled messages and the next batch
@@ -133,7 +134,7 @@ local function commit_state()
     if ARGV[13] == '1' then redis.call('HSET', KEYS[6], 'value', ARGV[14]) end
   end
 end
-local release = function()
+local function release()
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
   redis.call('ZREM', KEYS[4], ARGV[8])
 end

@@ -130,13 +130,13 @@ std::size_t upkeep::sweep() {
        core_.servers.eval_each(core_.due_script, calls, "sweep of the actors' pending sets")) {
     if (due.failed == nullptr && due.r->type == REDIS_REPLY_ARRAY) {
       for (std::size_t i = 0; i < due.r->elements; ++i) {
-        keys.emplace_back(due.r->element[i]->str, due.r->element[i]->len);
+        keys.emplace_back(text(*due.r->element[i]));
       }
     } else if (failed == nullptr && due.failed != nullptr) {
       failed = due.failed;
     } else if (failed == nullptr) {
       const std::string why =
-          due.r->type == REDIS_REPLY_ERROR ? std::string(due.r->str, due.r->len) : "unexpected reply from the server";
+          due.r->type == REDIS_REPLY_ERROR ? std::string(text(*due.r)) : "unexpected reply from the server";
       failed = std::make_exception_ptr(error("handoff::redis: sweep: " + why));
     }
   }
