@@ -79,7 +79,7 @@ class timer {
   template <class Rep, class Period>
   bool rearm(std::chrono::duration<Rep, Period> d) noexcept {
     if (core_ == nullptr) return false;
-    return detail::timer_rearm(core_, entry_, detail::deadline_after(detail::timer_now(core_), d));
+    return detail::timer_rearm(core_, entry_, detail::deadline_after(detail::timer_deadline_now(core_), d));
   }
   bool rearm_at(std::chrono::steady_clock::time_point t) noexcept {
     if (core_ == nullptr) return false;

@@ -67,7 +67,8 @@ bool timer_cancel(timer_core* c, timer_entry* e) noexcept;  // also drops the ha
 bool timer_rearm(timer_core* c, timer_entry* e, std::int64_t deadline) noexcept;
 bool timer_active(timer_core* c, timer_entry* e) noexcept;
 void timer_detach(timer_core* c, timer_entry* e) noexcept;
-std::int64_t timer_now(const timer_core* c) noexcept;
+// At least the service's now: what after(), rearm() and a fixed delay add their duration to.
+std::int64_t timer_deadline_now(const timer_core* c) noexcept;
 // A delivery: begin says whether to run the payload; end follows every begin, and a
 // delivery destroyed unrun calls end alone (ran = false).
 bool timer_delivery_begin(timer_core* c, timer_entry* e, std::uint32_t gen) noexcept;

@@ -148,7 +148,7 @@ class timer_service {
  private:
   template <class Rep, class Period>
   std::int64_t deadline_after(std::chrono::duration<Rep, Period> d) const noexcept {
-    return detail::deadline_after(detail::timer_now(core_), d);
+    return detail::deadline_after(detail::timer_deadline_now(core_), d);
   }
   // A steady_clock time point converts without the clock: no read of it.
   static std::int64_t deadline_at(std::chrono::steady_clock::time_point t) noexcept {

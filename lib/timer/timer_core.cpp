@@ -8,6 +8,7 @@
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/clock.hpp"
+#include "deadline_clock.hpp"
 #include "handoff/detail/test_driver.hpp"
 
 namespace handoff::detail {
@@ -24,6 +25,10 @@ timer_core::timer_core(std::int64_t resolution_ns, test_driver* driver)
 }
 
 std::int64_t timer_core::now() const noexcept { return driver_ != nullptr ? driver_->now() : now_ns(); }
+
+std::int64_t timer_core::deadline_now() const noexcept {
+  return driver_ != nullptr ? driver_->now() : detail::deadline_now();
+}
 
 void timer_core::grow() {
   auto chunk = std::make_unique<timer_entry[]>(chunk_entries);
@@ -47,19 +52,6 @@ void timer_core::shrink() noexcept {
     chunks_[0][i].next = free_;
     free_ = &chunks_[0][i];
   }
-}
-
-bool timer_core::link(timer_entry* e) noexcept {
-  wheel_.insert(e);
-  return wake_for(e);
-}
-
-bool timer_core::wake_for(const timer_entry* e) noexcept {
-  if (!notify_) return false;
-  const std::uint64_t t = wheel_.tick_of(e->deadline);
-  if (t >= wake_tick_) return false;
-  wake_tick_ = t;
-  return true;
 }
 
 timer_core::target_count& timer_core::count_of(const void* target) {
@@ -202,7 +194,7 @@ void timer_core::delivery_end(timer_entry* e, bool ran) noexcept {
   HANDOFF_ASSERT(e->in_flight != 0);
   if (ran && kind_of(e) == timer_kind::fixed_delay && (e->flags & live) != 0 && e->where == timer_wheel::nowhere &&
       firing_ != e) {
-    e->deadline = add_saturating(now(), e->period);
+    e->deadline = add_saturating(deadline_now(), e->period);
     if (link(e)) {
       // Wake the driver unlocked, still counted in flight: the core cannot go meanwhile.
       lock_.unlock();
@@ -302,7 +294,7 @@ bool timer_cancel(timer_core* c, timer_entry* e) noexcept { return c->cancel(e);
 bool timer_rearm(timer_core* c, timer_entry* e, std::int64_t deadline) noexcept { return c->rearm(e, deadline); }
 bool timer_active(timer_core* c, timer_entry* e) noexcept { return c->active(e); }
 void timer_detach(timer_core* c, timer_entry* e) noexcept { c->detach(e); }
-std::int64_t timer_now(const timer_core* c) noexcept { return c->now(); }
+std::int64_t timer_deadline_now(const timer_core* c) noexcept { return c->deadline_now(); }
 bool timer_delivery_begin(timer_core* c, timer_entry* e, std::uint32_t gen) noexcept {
   return c->delivery_begin(e, gen);
 }

@@ -74,6 +74,9 @@ class timer_core {
   ~timer_core() = default;  // by unlock_and_maybe_delete, once gone()
 
   [[nodiscard]] std::int64_t now() const noexcept;
+  // What a duration is added to: >= now() (lib/timer/deadline_clock.hpp); never compared
+  // with deadlines to send.
+  [[nodiscard]] std::int64_t deadline_now() const noexcept;
 
   // The calls of handoff/timer_entry.hpp.
   timer_entry* schedule(const timer_request& r);
@@ -139,8 +142,17 @@ class timer_core {
   void grow();
   void shrink() noexcept;
   // Under the lock: links e; true if the wakeup must be called (after unlocking).
-  bool link(timer_entry* e) noexcept;
-  bool wake_for(const timer_entry* e) noexcept;  // the same for an entry linked already
+  bool link(timer_entry* e) noexcept {
+    wheel_.insert(e);
+    return wake_for(e);
+  }
+  bool wake_for(const timer_entry* e) noexcept {  // the same for an entry linked already
+    if (!notify_) return false;
+    const std::uint64_t t = wheel_.tick_of(e->deadline);
+    if (t >= wake_tick_) return false;
+    wake_tick_ = t;
+    return true;
+  }
   void wake() noexcept;
   [[nodiscard]] bool gone() const noexcept { return closed_ && allocated_ == 0 && pins_ == 0; }
   // Under the lock: the count of timers aimed at `target`, made if new (may throw

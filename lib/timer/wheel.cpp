@@ -8,38 +8,6 @@
 
 namespace handoff::detail {
 
-void timer_wheel::insert(timer_entry* e) noexcept {
-  HANDOFF_ASSERT(e->where == nowhere);
-  const std::uint64_t t = tick_of(e->deadline);
-  ++size_;
-  if (t <= now_) {
-    e->where = due_list;
-    ++count_[due_list];
-    push(due_, e);
-    return;
-  }
-  const std::uint64_t delta = t - now_;
-  const unsigned level = level_of(delta);
-  // Beyond level 3's reach: placed at its last block, placed again when that cascades.
-  const std::uint64_t reach = std::uint64_t{1} << (slot_bits * levels);
-  const std::uint64_t at = delta >= reach ? now_ + reach - 1 : t;
-  e->where = static_cast<std::uint8_t>(level);
-  ++count_[level];
-  push(slot_[level][(at >> (slot_bits * level)) & (slots - 1)], e);
-}
-
-void timer_wheel::unlink(timer_entry* e) noexcept {
-  if (e->where == nowhere) return;
-  HANDOFF_ASSERT(count_[e->where] != 0 && size_ != 0);
-  --count_[e->where];
-  --size_;
-  *e->pprev = e->next;
-  if (e->next != nullptr) e->next->pprev = e->pprev;
-  e->where = nowhere;
-  e->next = nullptr;
-  e->pprev = nullptr;
-}
-
 void timer_wheel::move(timer_entry* e, std::int64_t deadline) noexcept {
   if (e->where < levels - 1) {  // level 3 may hold an entry placed short of its tick
     const unsigned level = e->where;

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 
+#include "handoff/detail/assert.hpp"
 #include "handoff/timer_entry.hpp"
 
 namespace handoff::detail {
@@ -52,7 +53,8 @@ class timer_wheel {
   }
   [[nodiscard]] std::uint64_t now() const noexcept { return now_; }
 
-  // Links e by e->deadline. Precondition: e is in no list.
+  // Links e by e->deadline. Precondition: e is in no list. (Inline, below: they are most
+  // of a schedule and a cancel.)
   void insert(timer_entry* e) noexcept;
   // Unlinks e from its list, if any.
   void unlink(timer_entry* e) noexcept;
@@ -101,5 +103,37 @@ class timer_wheel {
   std::int64_t epoch_;
   unsigned shift_;
 };
+
+inline void timer_wheel::insert(timer_entry* e) noexcept {
+  HANDOFF_ASSERT(e->where == nowhere);
+  const std::uint64_t t = tick_of(e->deadline);
+  ++size_;
+  if (t <= now_) {
+    e->where = due_list;
+    ++count_[due_list];
+    push(due_, e);
+    return;
+  }
+  const std::uint64_t delta = t - now_;
+  const unsigned level = level_of(delta);
+  // Beyond level 3's reach: placed at its last block, placed again when that cascades.
+  const std::uint64_t reach = std::uint64_t{1} << (slot_bits * levels);
+  const std::uint64_t at = delta >= reach ? now_ + reach - 1 : t;
+  e->where = static_cast<std::uint8_t>(level);
+  ++count_[level];
+  push(slot_[level][(at >> (slot_bits * level)) & (slots - 1)], e);
+}
+
+inline void timer_wheel::unlink(timer_entry* e) noexcept {
+  if (e->where == nowhere) return;
+  HANDOFF_ASSERT(count_[e->where] != 0 && size_ != 0);
+  --count_[e->where];
+  --size_;
+  *e->pprev = e->next;
+  if (e->next != nullptr) e->next->pprev = e->pprev;
+  e->where = nowhere;
+  e->next = nullptr;
+  e->pprev = nullptr;
+}
 
 }  // namespace handoff::detail
