@@ -23,8 +23,8 @@
 
 namespace handoff::detail {
 
-inline constexpr std::int64_t margin_ns = 2'000;         // above the rate's error over a rebase
-inline constexpr std::int64_t rebase_ns = 1'000'000;     // a thread re-reads steady_clock this often
+inline constexpr std::int64_t margin_ns = 2'000;          // above the rate's error over a rebase
+inline constexpr std::int64_t rebase_ns = 1'000'000;      // a thread re-reads steady_clock this often
 inline constexpr std::int64_t calibrate_ns = 10'000'000;  // the rate is measured over this at least
 
 // A thread's base: deadline_now() = ns + ((counter - tsc) * mult >> 32) while

@@ -6,9 +6,9 @@
 #include <new>
 #include <thread>
 
+#include "deadline_clock.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/clock.hpp"
-#include "deadline_clock.hpp"
 #include "handoff/detail/test_driver.hpp"
 
 namespace handoff::detail {
