@@ -31,6 +31,22 @@ using timer_ops = bool (*)(timer_core* c, timer_entry* e, std::uint32_t gen, tim
 
 enum class timer_kind : unsigned char { once, fixed_rate, fixed_delay };
 
+// The bits of timer_entry::flags.
+struct timer_flag {
+  static constexpr std::uint8_t live = 1;         // will still send or run
+  static constexpr std::uint8_t handle = 2;       // a handle refers to it
+  static constexpr std::uint8_t payload = 4;      // holds a payload not yet destroyed
+  static constexpr std::uint8_t trivial = 8;      // the payload's destruction is a no-op
+  static constexpr std::uint8_t destroying = 16;  // the payload is being destroyed, unlocked
+  static constexpr std::uint8_t delivers = 32;    // actor<State>: sends counted deliveries
+  static constexpr unsigned kind_shift = 6;       // bits 6-7: timer_kind
+  // A new timer's bits, but live, handle and payload: known where it is made.
+  static constexpr std::uint8_t of(timer_kind kind, bool is_trivial, bool is_delivery) noexcept {
+    return static_cast<std::uint8_t>((is_trivial ? trivial : 0) | (is_delivery ? delivers : 0) |
+                                     (static_cast<unsigned>(kind) << kind_shift));
+  }
+};
+
 struct timer_entry {
   static constexpr std::size_t payload_size = 24;
 
@@ -43,7 +59,7 @@ struct timer_entry {
   std::uint32_t gen = 0;        // bumped by cancel, rearm, a one-shot's start, and reuse
   std::uint16_t in_flight = 0;  // deliveries posted and not yet run or destroyed
   std::uint8_t where = 0;       // see timer_wheel: a level, the due list, or none
-  std::uint8_t flags = 0;       // see timer_core: live, handle, payload, kind
+  std::uint8_t flags = 0;       // timer_flag
   alignas(8) unsigned char payload[payload_size]{};
 };
 static_assert(sizeof(timer_entry) == 80);
@@ -52,9 +68,9 @@ static_assert(sizeof(timer_entry) == 80);
 struct timer_request {
   std::int64_t deadline;
   std::int64_t period;
-  timer_kind kind;
-  bool trivial;   // the payload's destructor does nothing: it may run under the lock
-  bool delivers;  // actor<State>: each send is a counted delivery
+  // timer_flag::of(kind; the payload's destructor does nothing, so it may run under the
+  // lock; actor<State>: each send is a counted delivery)
+  std::uint8_t flags;
   timer_ops ops;
   void* target;
   void (*emplace)(timer_entry* e, void* source) noexcept;  // moves the payload in, under the lock

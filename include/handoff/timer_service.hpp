@@ -250,8 +250,12 @@ class timer_service {
   timer make(std::int64_t deadline, std::int64_t period, detail::timer_kind kind, A* target, T&& value) {
     using stored = typename On::stored;
     detail::timer_request r{
-        deadline,     period,   kind,   std::is_trivially_destructible_v<stored> && inline_payload<stored>,
-        On::delivers, &On::ops, target, nullptr,
+        deadline,
+        period,
+        detail::timer_flag::of(kind, std::is_trivially_destructible_v<stored> && inline_payload<stored>, On::delivers),
+        &On::ops,
+        target,
+        nullptr,
         nullptr};
     if constexpr (inline_payload<stored>) {
       stored f(std::forward<T>(value));  // built outside the lock: its constructor may throw

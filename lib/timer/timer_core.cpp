@@ -94,14 +94,13 @@ timer_entry* timer_core::schedule(const timer_request& r) {
   timer_entry* e = free_;
   free_ = e->next;
   ++allocated_;
-  e->next = nullptr;
+  // next is set by the link below; in_flight is 0 in a pooled entry (recycle).
+  HANDOFF_ASSERT(e->in_flight == 0);
   e->deadline = r.deadline;
   e->period = r.period;
   e->ops = r.ops;
   e->target = r.target;
-  e->in_flight = 0;
-  e->flags = static_cast<std::uint8_t>(live | handle | payload | (r.trivial ? trivial : 0) |
-                                       (r.delivers ? delivers : 0) | (static_cast<unsigned>(r.kind) << kind_shift));
+  e->flags = static_cast<std::uint8_t>(live | handle | payload | r.flags);
   r.emplace(e, r.source);
   ++stats_.scheduled;
   const bool w = link(e);
@@ -124,6 +123,10 @@ bool timer_core::cancel(timer_entry* e) noexcept {
     unlock_and_maybe_delete();
     return true;
   }
+  return cancel_locked(e);
+}
+
+bool timer_core::cancel_locked(timer_entry* e) noexcept {
   bool stopped = false;
   if ((e->flags & live) != 0) {
     stopped = true;

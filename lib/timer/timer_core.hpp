@@ -55,14 +55,14 @@ class test_driver;
 
 class timer_core {
  public:
-  // timer_entry::flags
-  static constexpr std::uint8_t live = 1;         // will still send or run
-  static constexpr std::uint8_t handle = 2;       // a handle refers to it
-  static constexpr std::uint8_t payload = 4;      // holds a payload not yet destroyed
-  static constexpr std::uint8_t trivial = 8;      // the payload's destruction is a no-op
-  static constexpr std::uint8_t destroying = 16;  // the payload is being destroyed, unlocked
-  static constexpr std::uint8_t delivers = 32;    // actor<State>: sends counted deliveries
-  static constexpr unsigned kind_shift = 6;       // bits 6-7: timer_kind
+  // timer_entry::flags (handoff/timer_entry.hpp)
+  static constexpr std::uint8_t live = timer_flag::live;
+  static constexpr std::uint8_t handle = timer_flag::handle;
+  static constexpr std::uint8_t payload = timer_flag::payload;
+  static constexpr std::uint8_t trivial = timer_flag::trivial;
+  static constexpr std::uint8_t destroying = timer_flag::destroying;
+  static constexpr std::uint8_t delivers = timer_flag::delivers;
+  static constexpr unsigned kind_shift = timer_flag::kind_shift;
   // Entries per pool chunk (20 KiB): the chunk kept when the pool shrinks.
   static constexpr std::size_t chunk_entries = 256;
 
@@ -139,6 +139,9 @@ class timer_core {
     if (--allocated_ == 0 && chunks_.size() > 1) [[unlikely]]
       shrink();
   }
+  // cancel() but its common case, entered with the lock held; out of line, so that the
+  // common case saves no registers.
+  [[gnu::noinline]] bool cancel_locked(timer_entry* e) noexcept;
   void grow();
   void shrink() noexcept;
   // Under the lock: links e; true if the wakeup must be called (after unlocking).

@@ -13,13 +13,20 @@ class spin_lock {
  public:
   void lock() noexcept {
     // acquire; pairs with the release in unlock().
-    for (unsigned spins = 0; locked_.exchange(true, std::memory_order_acquire);) {
-      while (locked_.load(std::memory_order_relaxed)) backoff(spins++);
-    }
+    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]]
+      return;
+    lock_contended();
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:
+  // Out of line: the spin and its yield call would make every caller save registers.
+  [[gnu::noinline]] void lock_contended() noexcept {
+    for (unsigned spins = 0; locked_.exchange(true, std::memory_order_acquire);) {
+      while (locked_.load(std::memory_order_relaxed)) backoff(spins++);
+    }
+  }
+
   std::atomic<bool> locked_{false};
 };
 
