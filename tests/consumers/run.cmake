@@ -2,7 +2,8 @@
 #   find_package      installs the already-built handoff into a scratch prefix; the project
 #                     in find_package/ finds it with find_package(handoff)
 #   add_subdirectory  the project in add_subdirectory/, with handoff's source tree vendored
-#   fetchcontent      the project in fetchcontent/, FetchContent from the source tree (no download)
+#   fetchcontent      the project in fetchcontent/, FetchContent from the source tree (no
+#                     download); configured only: the build is add_subdirectory's
 #   pkgconfig         installs the already-built handoff into a scratch prefix and compiles
 #                     main.cpp with the flags of `pkg-config --cflags --libs handoff`; with
 #                     WITH_REDIS (WITH_PROMETHEUS) on, also redis_main.cpp with those of
@@ -120,6 +121,12 @@ else()
     list(APPEND configure_args "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZERS}")
   endif()
   run_step("configure consumer" "${CMAKE_COMMAND}" ${configure_args})
+  if(WAY STREQUAL "fetchcontent")
+    # What is FetchContent's own (the declare, the make-available, the subproject's
+    # defaults) is checked by the configure above; building the same sources as a
+    # subproject is add_subdirectory's test, a minute of CI not spent twice.
+    return()
+  endif()
   # Only the consumer and what it links: the optional libraries (Redis, Prometheus) that
   # the subproject also defines would double the time and are not what this checks.
   run_step("build consumer" "${CMAKE_COMMAND}" --build "${consumer_build}" --parallel --target handoff_consumer
