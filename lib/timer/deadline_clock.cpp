@@ -42,7 +42,26 @@ bool counter_is_clock_source() noexcept {
   }
 }
 
+// Under c.m: the first sample, and whether the counter may be used at all.
+void sample_first(calibration& c, std::uint64_t t, std::int64_t ns) noexcept {
+  c.sampled = true;
+  c.usable = counter_is_clock_source();
+  c.first_tsc = t;
+  c.first_ns = ns;
+}
+
 }  // namespace
+
+void deadline_clock_start() noexcept {
+#if defined(__x86_64__)
+  calibration& c = shared();
+  std::lock_guard g(c.m);
+  if (!c.sampled) {
+    const std::uint64_t t = __rdtsc();
+    sample_first(c, t, now_ns());
+  }
+#endif
+}
 
 std::int64_t deadline_rebase(deadline_base& b) noexcept {
 #if defined(__x86_64__)
@@ -65,10 +84,7 @@ std::int64_t deadline_rebase(deadline_base& b) noexcept {
   if (m == 0 && !c.off.load(std::memory_order_relaxed)) {
     std::lock_guard g(c.m);
     if (!c.sampled) {
-      c.sampled = true;
-      c.usable = counter_is_clock_source();
-      c.first_tsc = t;
-      c.first_ns = after;
+      sample_first(c, t, after);
     } else if (c.usable && after - c.first_ns >= calibrate_ns && t > c.first_tsc &&
                !c.off.load(std::memory_order_relaxed)) {
       // Both samples read steady_clock after the counter (by at most ~100 ns): over

@@ -9,8 +9,8 @@
 // each thread keeps a base pair (counter, steady_clock) and converts the cycles since it at
 // a rate measured once per process; it reads steady_clock again every `rebase_ns` and
 // checks that its estimate stayed an upper bound (if it ever did not, the process falls
-// back to steady_clock for good). Elsewhere, and for the first `calibrate_ns` of a
-// process, it is steady_clock itself.
+// back to steady_clock for good). Elsewhere, and for `calibrate_ns` after the process's
+// first service was made (deadline_clock_start), it is steady_clock itself.
 //
 // The driver compares deadlines with steady_clock, never with this: an upper bound of now
 // there would send early.
@@ -36,6 +36,10 @@ struct deadline_base {
   std::int64_t ns = 0;     // steady_clock read after the counter, plus margin_ns
 };
 constinit inline thread_local deadline_base tl_deadline_base;
+
+// Takes the calibration's first sample and reads the kernel's clock source (a file), so
+// that no later call does: called where a service is made, not under its lock.
+void deadline_clock_start() noexcept;
 
 // Reads steady_clock, checks the old base, calibrates, and sets a new base if it can.
 std::int64_t deadline_rebase(deadline_base& b) noexcept;

@@ -21,6 +21,7 @@ timer_core::timer_core(std::int64_t resolution_ns, test_driver* driver)
                return shift;
              }()),
       driver_(driver) {
+  if (driver == nullptr) deadline_clock_start();
   grow();
 }
 
