@@ -15,6 +15,19 @@
 //   list64      the reliable list over 64 keys: RPUSH, LMOVE to the processing list, LREM
 //   stream64    a stream per key over 64 keys, a consumer group: XADD, XREADGROUP COUNT 1,
 //               XACK + XDEL
+// Prototypes of ownership that outlives one message (the commands a protocol would send,
+// not the library; one thread plays the sender and the owner, 64 keys, each message finds
+// its actor idle but owned). Delivery counts are left to a takeover (as a stream's are to
+// XCLAIM), so the steady state has none:
+//   linger64    an owner lingering on its drained actors: the post script RPUSHes and, on
+//               the 0 -> 1 append, GETs the owner and RPUSHes the key to that owner's wake
+//               list; the owner pops the wake list (BLPOP, here LPOP), reads the batch
+//               (LRANGE), handles it, dequeues it (LPOP count) and reads again (LRANGE):
+//               empty, it lingers
+//   shard64     leases per shard of keys (16 shards): the post script RPUSHes and, on the
+//               0 -> 1 append, RPUSHes the key to its shard's ready list; the shard's
+//               leaseholder moves a key to its in-flight list (LMOVE), reads, handles,
+//               dequeues and reads again as above, then drops the key (LREM)
 // Prints "<messages> handled" on success; exits 1 with a message otherwise.
 #include <hiredis/hiredis.h>
 
@@ -105,6 +118,46 @@ long peer_commands(int port, const std::string& mode, int messages) {
   return handled;
 }
 
+// linger64, shard64: the prototypes' commands for each message in turn, on one connection.
+long prototype_commands(int port, const std::string& mode, int messages) {
+  const std::unique_ptr<redisContext, void (*)(redisContext*)> c(redisConnect("127.0.0.1", port), redisFree);
+  if (c == nullptr || c->err != 0) throw std::runtime_error("cannot connect");
+  const bool linger = mode == "linger64";
+  const std::string post = peers::text(
+      peers::command(c.get(), {"SCRIPT", "LOAD",
+                               linger ? "local n = redis.call('RPUSH', KEYS[1], ARGV[1]) "
+                                        "if n == 1 and redis.call('GET', KEYS[2]) then "
+                                        "redis.call('RPUSH', KEYS[3], ARGV[2]) end return n"
+                                      : "local n = redis.call('RPUSH', KEYS[1], ARGV[1]) "
+                                        "if n == 1 then redis.call('RPUSH', KEYS[2], ARGV[2]) end return n"})
+          .get());
+  for (int k = 0; linger && k < keys; ++k) (void)peers::command(c.get(), {"SET", key_name(k) + ":owner", "me"});
+  long handled = 0;
+  for (int i = 0; i < messages; ++i) {
+    const std::string key = key_name(i % keys);
+    const std::string mailbox = key + ":mailbox";
+    const std::string shard = std::to_string(i % keys % 16);
+    const std::string ready = "ready:" + shard;
+    const std::string in_flight = "in_flight:" + shard;
+    if (linger) {
+      (void)peers::command(c.get(), {"EVALSHA", post, "3", mailbox, key + ":owner", "wake:me", "message", key});
+      if (peers::text(peers::command(c.get(), {"LPOP", "wake:me"}).get()) != key) throw std::runtime_error("no wake");
+    } else {
+      (void)peers::command(c.get(), {"EVALSHA", post, "2", mailbox, ready, "message", key});
+      if (peers::text(peers::command(c.get(), {"LMOVE", ready, in_flight, "LEFT", "RIGHT"}).get()) != key) {
+        throw std::runtime_error("not ready");
+      }
+    }
+    const peers::reply_ptr batch = peers::command(c.get(), {"LRANGE", mailbox, "0", "15"});
+    if (batch->type != REDIS_REPLY_ARRAY || batch->elements != 1) throw std::runtime_error("no batch");
+    ++handled;
+    (void)peers::command(c.get(), {"LPOP", mailbox, "1"});
+    if (peers::command(c.get(), {"LRANGE", mailbox, "0", "15"})->elements != 0) throw std::runtime_error("not drained");
+    if (!linger) (void)peers::command(c.get(), {"LREM", in_flight, "1", key});
+  }
+  return handled;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,6 +171,8 @@ int main(int argc, char** argv) {
       handled = actors(port, mode, messages);
     } else if (mode == "list64" || mode == "stream64") {
       handled = peer_commands(port, mode, messages);
+    } else if (mode == "linger64" || mode == "shard64") {
+      handled = prototype_commands(port, mode, messages);
     } else {
       throw std::runtime_error("unknown mode " + mode);
     }

@@ -9,6 +9,9 @@
 #
 #   bash tools/redis_cost.sh [--build DIR] [--modes "idle64 busy1 ..."]
 #
+# The default modes are the actors' and the peers'; linger64 and shard64 (named with
+# --modes) are prototypes of ownership that outlives one message (docs/design.md).
+#
 # Uses DIR/bench/redis_actor_cost (default build/release; built here if missing). Each
 # mode runs at 1,000 and 2,000 messages on a fresh server; the difference divided by 1,000
 # is the cost of one message, start-up cancelled. Takes about a minute per mode.
@@ -21,7 +24,7 @@ while (($#)); do
   case $1 in
     --build) build=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
-    -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "redis_cost.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
