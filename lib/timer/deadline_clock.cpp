@@ -13,11 +13,11 @@ namespace {
 
 __extension__ using u128 = unsigned __int128;
 
-// Process-wide; touched only by rebases (a thread's once per rebase_ns at most).
+// Process-wide; touched only by rebases: a thread's once per rebase_ns at most, or, where
+// the counter is off, every call reading `off` (a line nobody writes after that).
 struct calibration {
   std::mutex m;
   bool sampled = false;  // guarded by m, as the rest but the atomics
-  bool usable = false;   // the counter is the kernel's clock source
   std::uint64_t first_tsc = 0;
   std::int64_t first_ns = 0;
   // 0 until measured, and again for good once a check failed. Release/acquire: a thread
@@ -42,12 +42,13 @@ bool counter_is_clock_source() noexcept {
   }
 }
 
-// Under c.m: the first sample, and whether the counter may be used at all.
+// Under c.m: the first sample, and whether the counter may be used at all (if not, off
+// for good: every later call is one steady_clock read, without the mutex).
 void sample_first(calibration& c, std::uint64_t t, std::int64_t ns) noexcept {
   c.sampled = true;
-  c.usable = counter_is_clock_source();
   c.first_tsc = t;
   c.first_ns = ns;
+  if (!counter_is_clock_source()) c.off.store(true, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -66,6 +67,10 @@ void deadline_clock_start() noexcept {
 std::int64_t deadline_rebase(deadline_base& b) noexcept {
 #if defined(__x86_64__)
   calibration& c = shared();
+  if (c.off.load(std::memory_order_relaxed)) {  // not the clock source, or a check failed
+    b.span = 0;
+    return now_ns();
+  }
   const std::int64_t before = now_ns();
   const std::uint64_t t = __rdtsc();
   const std::int64_t after = now_ns();  // >= steady_clock at t
@@ -85,8 +90,7 @@ std::int64_t deadline_rebase(deadline_base& b) noexcept {
     std::lock_guard g(c.m);
     if (!c.sampled) {
       sample_first(c, t, after);
-    } else if (c.usable && after - c.first_ns >= calibrate_ns && t > c.first_tsc &&
-               !c.off.load(std::memory_order_relaxed)) {
+    } else if (after - c.first_ns >= calibrate_ns && t > c.first_tsc && !c.off.load(std::memory_order_relaxed)) {
       // Both samples read steady_clock after the counter (by at most ~100 ns): over
       // calibrate_ns the rate is within 1e-5, 10 ns over a rebase, well inside margin_ns.
       m = static_cast<std::uint64_t>((static_cast<u128>(after - c.first_ns) << 32) / (t - c.first_tsc));
