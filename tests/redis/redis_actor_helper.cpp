@@ -7,6 +7,10 @@
 //   redis_actor_helper <port> <lease ms> hang <key>
 //       Posts "hang 0" to key and handles it: its first delivery sets t:hanging and
 //       sleeps for ever (an owner to be SIGKILLed mid-handler).
+//   redis_actor_helper <port> <lease ms> delay <count> <delay ms> <key>...
+//       Registers no handler (so it never sweeps) and posts "<due> <i>" with post_after
+//       for i in [0, count) to the keys in turn, <due> the steady_clock ns before which it
+//       must not run; after each, RPUSH t:accepted:delay i. Then sleeps (to be SIGKILLed).
 //   redis_actor_helper <port> <lease ms> take <body>
 //       Posts nothing: its sweeper takes over announced actors and handles their messages
 //       with remember_handled, each handler adding 1 to the key's state; the first
@@ -63,6 +67,17 @@ int main(int argc, char** argv) {
       });
       actors.post(argv[4], "hang 0");
       return 0;
+    }
+    if (mode == "delay" && argc >= 7) {
+      const int count = std::stoi(argv[4]);
+      const std::chrono::milliseconds delay(std::stoi(argv[5]));
+      const int keys = argc - 6;
+      for (int i = 0; i < count; ++i) {
+        const long long due = handoff::test::monotonic_ns() + std::chrono::nanoseconds(delay).count();
+        actors.post_after(argv[6 + i % keys], std::to_string(due) + " " + std::to_string(i), delay);
+        handoff::test::actor_check_command(port, {"RPUSH", "t:accepted:delay", std::to_string(i)});
+      }
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // killed by the test
     }
     if (mode == "take") {
       const std::string hang_at = argv[4];

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -809,6 +810,146 @@ TEST(RedisActor, a_post_from_a_process_without_a_handler_for_the_key_is_handled_
   ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "announced, but no sweeper took it";
   EXPECT_EQ(f.get(), "payload");
   EXPECT_TRUE(eventually([&] { return sender.pending("job:1") == 0; }));
+}
+
+// Delayed posts: the log's tag of each message is the steady_clock time (ns) before which
+// it must not run, taken before post_after was called.
+std::string due_tag(std::chrono::milliseconds delay) {
+  return std::to_string(handoff::test::monotonic_ns() + std::chrono::nanoseconds(delay).count());
+}
+
+// Every run in `log` started at or after the time its tag names; "" if so.
+std::string early_runs(const std::vector<std::string>& log) {
+  std::string out;
+  for (const std::string& entry : log) {
+    std::istringstream in(entry);
+    long long due = 0;
+    long long seq = 0;
+    long long attempt = 0;
+    long long start = 0;
+    if (!(in >> due >> seq >> attempt >> start)) return "malformed entry: " + entry;
+    if (start < due) out += entry + " ran " + std::to_string(due - start) + " ns early; ";
+  }
+  return out;
+}
+
+TEST(RedisActor, a_delayed_post_waits_outside_the_mailbox_and_runs_once_at_or_after_its_delay) {
+  recorded t;
+  const auto t0 = steady::now();
+  const std::string tag = due_tag(300ms);
+  const std::string id = t.actors.post_after("late:1", tag + " 0", 300ms);
+  EXPECT_FALSE(id.empty());
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(t.actors.pending("late:1"), 0U) << "a delayed message is in no mailbox before it is due";
+  ASSERT_TRUE(eventually([&] { return log_of(t.raw, "late:1").size() == 1; }, 10s));
+  EXPECT_GE(since(t0), 300ms);
+  EXPECT_EQ(early_runs(log_of(t.raw, "late:1")), "");
+  EXPECT_EQ(handoff::test::runs_of(log_of(t.raw, "late:1")), (std::vector<std::string>{tag + " 0 1"}));
+  std::this_thread::sleep_for(100ms);  // a few sweeps: it is not moved twice
+  EXPECT_EQ(log_of(t.raw, "late:1").size(), 1U);
+  EXPECT_FALSE(t.actors.cancel_delayed("late:1", id)) << "moved and run: nothing to cancel";
+  EXPECT_EQ(t.raw.integer({"EXISTS", "handoff:actors:delayed", "handoff:actors:delayed:body"}), 0)
+      << "nothing left once it moved";
+}
+
+TEST(RedisActor, post_at_runs_a_message_at_or_after_a_wall_clock_time) {
+  recorded t;
+  const std::string tag = due_tag(250ms);
+  t.actors.post_at("late:2", tag + " 0", std::chrono::system_clock::now() + 250ms);
+  ASSERT_TRUE(eventually([&] { return log_of(t.raw, "late:2").size() == 1; }, 10s));
+  EXPECT_EQ(early_runs(log_of(t.raw, "late:2")), "");
+}
+
+TEST(RedisActor, cancel_delayed_stops_a_message_before_it_is_due_and_only_for_its_own_key) {
+  recorded t;
+  const std::string keep = t.actors.post_after("late:3", due_tag(200ms) + " 0", 200ms);
+  const std::string drop = t.actors.post_after("late:3", due_tag(200ms) + " 1", 200ms);
+  EXPECT_FALSE(t.actors.cancel_delayed("late:4", drop)) << "another key's message";
+  EXPECT_FALSE(t.actors.cancel_delayed("late:3", "no-such-id"));
+  EXPECT_TRUE(t.actors.cancel_delayed("late:3", drop));
+  EXPECT_FALSE(t.actors.cancel_delayed("late:3", drop)) << "cancelled twice";
+  ASSERT_TRUE(eventually([&] { return log_of(t.raw, "late:3").size() == 1; }, 10s));
+  std::this_thread::sleep_for(300ms);
+  const std::vector<std::string> runs = handoff::test::runs_of(log_of(t.raw, "late:3"));
+  ASSERT_EQ(runs.size(), 1U) << "the cancelled message ran";
+  EXPECT_EQ(runs[0].substr(runs[0].find(' ')), " 0 1");
+  EXPECT_FALSE(t.actors.cancel_delayed("late:3", keep)) << "moved and run";
+}
+
+TEST(RedisActor, delayed_messages_due_together_over_many_keys_all_run_once_in_posting_order_and_none_early) {
+  // More than one sweep moves per pending set: the sweeper goes again at once.
+  recorded t;
+  constexpr int keys = 40;
+  constexpr int count = 2500;
+  const std::string tag = due_tag(500ms);  // before every post: none may run before it
+  for (int i = 0; i < count; ++i) {
+    t.actors.post_after("many:" + std::to_string(i % keys), tag + " " + std::to_string(i), 500ms);
+  }
+  const auto all_ran = [&] {
+    std::size_t n = 0;
+    for (int k = 0; k < keys; ++k) n += log_of(t.raw, "many:" + std::to_string(k)).size();
+    return n == count;
+  };
+  ASSERT_TRUE(eventually(all_ran, 30s));
+  std::map<std::string, long long> seen;
+  for (int k = 0; k < keys; ++k) {
+    const std::vector<std::string> log = log_of(t.raw, "many:" + std::to_string(k));
+    EXPECT_EQ(handoff::test::check_log(log, &seen), "");
+    EXPECT_EQ(early_runs(log), "");
+  }
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(count));
+  for (const auto& [message, runs] : seen) EXPECT_EQ(runs, 1) << message;
+}
+
+TEST(RedisActor, a_due_delayed_message_whose_mailbox_is_full_stays_delayed_and_moves_once_there_is_room) {
+  redis_server server;
+  raw_redis raw(server.port());
+  hr::actor_options a = quick();
+  a.capacity = 1;
+  hr::actor_system actors(at(server.port()), a);
+  latch gate;
+  const int port = server.port();
+  actors.on("q:", [&gate, port](hr::delivery& d) {
+    if (d.body() == "m 0") gate.wait();
+    handoff::test::record_run(port, d);
+  });
+  std::thread owner([&] { actors.post("q:1", "m 0"); });  // holds the mailbox's one place
+  ASSERT_TRUE(eventually([&] { return actors.pending("q:1") == 1; }));
+  const std::string id = actors.post_after("q:1", "d 1", 20ms);
+  std::this_thread::sleep_for(200ms);  // due, and swept several times meanwhile
+  EXPECT_EQ(actors.pending("q:1"), 1U) << "moved past the mailbox's capacity";
+  EXPECT_EQ(raw.integer({"ZCARD", "handoff:actors:delayed"}), 1) << "dropped instead of kept for a later sweep";
+  gate.open();
+  owner.join();
+  ASSERT_TRUE(eventually([&] { return log_of(raw, "q:1").size() == 2; }, 10s));
+  EXPECT_EQ(handoff::test::runs_of(log_of(raw, "q:1")), (std::vector<std::string>{"m 0 1", "d 1 1"}));
+  EXPECT_FALSE(actors.cancel_delayed("q:1", id));
+}
+
+TEST(RedisActor, delayed_posts_survive_the_kill_of_every_process_and_a_server_restart_with_persistence) {
+  redis_server server({"--appendonly", "yes", "--appendfsync", "always"});
+  const int port = server.port();
+  constexpr int count = 200;
+  // A sender without handlers (it never sweeps) posts them due 1.5 s later, and is killed.
+  const auto sender = helper({std::to_string(port), "300", "delay", std::to_string(count), "1500", "late:a", "late:b"});
+  {
+    raw_redis raw(port);
+    ASSERT_TRUE(eventually([&] { return raw.integer({"LLEN", "t:accepted:delay"}) == count; }, 10s));
+  }
+  sender->kill();
+  server.restart();  // SIGKILL, then the same port and directory: the append-only file is read back
+  // A process started after the crash runs every one, once, none early.
+  hr::actor_system actors(at(port), quick());
+  actors.on("", [port](hr::delivery& d) { handoff::test::record_run(port, d); });
+  raw_redis raw(port);
+  ASSERT_TRUE(eventually([&] { return log_of(raw, "late:a").size() + log_of(raw, "late:b").size() == count; }, 20s));
+  std::map<std::string, long long> seen;
+  for (const char* key : {"late:a", "late:b"}) {
+    EXPECT_EQ(handoff::test::check_log(log_of(raw, key), &seen), "");
+    EXPECT_EQ(early_runs(log_of(raw, key)), "");
+  }
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(count));
+  for (const auto& [message, runs] : seen) EXPECT_EQ(runs, 1) << message;
 }
 
 TEST(RedisActor, a_full_mailbox_refuses_posts_and_post_for_waits_only_until_its_timeout) {

@@ -350,6 +350,55 @@ TEST(RedisCluster, actors_on_every_primary_run_each_message_once_in_sender_order
       << " names left";
 }
 
+TEST(RedisCluster, delayed_posts_to_actors_on_every_primary_run_once_in_order_none_early_and_cancel) {
+  hr::options o = on_cluster();
+  o.prefix = "delayed:";
+  std::vector<std::string> keys;
+  for (const int port : cluster().primaries()) keys.push_back(actor_key_on(port, "d"));
+  keys.emplace_back();       // the empty key
+  keys.emplace_back("{x}");  // braces
+  // The delayed messages wait beside their group's pending set: one slot with the actor.
+  raw_redis seed(cluster().seed_port());
+  for (const std::string& key : keys) {
+    const hr::detail::actor_names n(o.prefix, key, true);
+    const hr::detail::delayed_names d(n.pending);
+    const long long slot = seed.integer({"CLUSTER", "KEYSLOT", n.mailbox});
+    EXPECT_EQ(seed.integer({"CLUSTER", "KEYSLOT", d.set}), slot) << d.set;
+    EXPECT_EQ(seed.integer({"CLUSTER", "KEYSLOT", d.bodies}), slot) << d.bodies;
+  }
+  actor_log log;
+  hr::actor_options a;
+  a.lease = handoff::lease{2s};
+  a.sweep_interval = 20ms;
+  hr::actor_system actors(o, a);
+  std::atomic<int> early{0};
+  actors.on("", [&](hr::delivery& d) {
+    // "<due ns> <sequence>": the steady_clock time taken before post_after was called.
+    if (handoff::test::monotonic_ns() < std::stoll(std::string(d.body()))) ++early;
+    log.record(d);
+  });
+  constexpr int count = 30;  // per key
+  const long long due = handoff::test::monotonic_ns() + std::chrono::nanoseconds(300ms).count();
+  std::vector<std::string> cancelled;
+  for (int i = 0; i < count; ++i) {
+    for (const std::string& key : keys) {
+      const std::string id = actors.post_after(key, std::to_string(due) + " " + std::to_string(i), 300ms);
+      if (i == count - 1) cancelled.push_back(id);
+    }
+  }
+  for (std::size_t k = 0; k < keys.size(); ++k) EXPECT_TRUE(actors.cancel_delayed(keys[k], cancelled[k])) << k;
+  const std::size_t total = (count - 1) * keys.size();
+  ASSERT_TRUE(handoff::test::eventually([&] { return log.size() == total; }, 20s)) << log.size() << " of " << total;
+  std::this_thread::sleep_for(100ms);  // a few more sweeps: nothing cancelled or moved twice runs
+  EXPECT_EQ(log.size(), total);
+  EXPECT_EQ(early.load(), 0);
+  std::map<std::string, long long> seen;
+  EXPECT_EQ(log.check(seen), "");
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(count - 1));
+  for (const auto& [message, runs] : seen) EXPECT_EQ(runs, static_cast<long long>(keys.size())) << message;
+  EXPECT_TRUE(handoff::test::eventually([&] { return left_under(o.prefix).empty(); })) << left_under(o.prefix).size();
+}
+
 TEST(RedisCluster, actors_draining_while_their_slot_group_moves_run_each_message_once_in_order) {
   hr::options o = on_cluster();
   o.prefix = "moving:";

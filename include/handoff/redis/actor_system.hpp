@@ -233,10 +233,35 @@ class actor_system {
   // work if any), since nobody else can run it while this thread sleeps.
   std::string post_for(std::string_view key, std::string_view body, std::chrono::milliseconds timeout);
 
-  // Thread-safe. Takes over and drains the actors due for a sweep (owner lease ended, or
-  // announced) that this process has handlers for, on this thread; returns how many it
-  // took over. The sweeper thread calls it every sweep_interval. Throws error (having swept
-  // the pending sets that answered).
+  // Thread-safe. Durable delayed posts: `body` is posted to `key` at or after `delay` from
+  // now (post_at: at or after `when`, turned into a delay from this process's
+  // system_clock), surviving the crash of every process and, with persistence, a restart
+  // of the server. One round trip; the message waits on the server beside the actors, not
+  // in a mailbox. A sweep (of any process with a handler, each sweep_interval) moves the
+  // due messages to the tails of their mailboxes, up to 1,024 per pending set per sweep
+  // (the sweeper goes again at once while more are due); from there each is an ordinary
+  // message: handled at least once, flagged when re-run, after what the mailbox held
+  // before it was moved. Never early: the delay is measured on the server's clock, from
+  // when the post reached it (a jump of that clock moves it). Late by up to one sweep
+  // interval, plus the drains ahead of it. A due message whose mailbox is full stays
+  // delayed and is tried again a sweep interval later (never dropped). Returns the
+  // message's id (its delivery::id()), by which cancel_delayed stops it. A zero or
+  // negative delay is due at the next sweep. Allocates. Throws std::invalid_argument for a
+  // body over max_message_bytes, error on Redis failure (the message may or may not be
+  // stored).
+  std::string post_after(std::string_view key, std::string_view body, std::chrono::nanoseconds delay);
+  std::string post_at(std::string_view key, std::string_view body, std::chrono::system_clock::time_point when);
+
+  // Thread-safe. Removes the delayed message `id` (post_after's) of `key` if it has not been
+  // moved to the mailbox yet: true. False when it was moved (it runs), was cancelled
+  // before, or is no delayed message of `key`. One round trip. Throws error.
+  bool cancel_delayed(std::string_view key, std::string_view id);
+
+  // Thread-safe. Moves the due delayed messages (of every family) to their mailboxes, then
+  // takes over and drains the actors due for a sweep (owner lease ended, or announced)
+  // that this process has handlers for, on this thread; returns how many it took over.
+  // The sweeper thread calls it every sweep_interval. A process without handlers does
+  // nothing. Throws error (having swept the pending sets that answered).
   std::size_t sweep();
 
   // Thread-safe. One round trip each. Messages waiting in `key`'s mailbox (the one being

@@ -19,6 +19,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -45,6 +47,11 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
 
   // post's work: std::nullopt when the mailbox is full, else the message's id.
   std::optional<std::string> try_post(std::string_view key, std::string_view body);
+  // std::invalid_argument for a body over max_message_bytes, naming `call`.
+  void check_body_size(std::size_t bytes, const char* call) const;
+  // post_after's and cancel_delayed's.
+  std::string post_delayed(std::string_view key, std::string_view body, std::chrono::nanoseconds delay);
+  bool cancel_delayed(std::string_view key, std::string_view id);
   // The one place that decides where an owner continues its actor: on the executor (if
   // any) when `prefer_executor` (the sweeper) or when this thread runs work of the library
   // now (a handler, a callback, a resumed coroutine); otherwise drain_on_this_thread().
@@ -62,6 +69,10 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   [[nodiscard]] std::string next_id() {
     return id_ + "-" + std::to_string(seq_.fetch_add(1, std::memory_order_relaxed));
   }
+  // A delayed message's id: its sequence zero-padded, so that the delayed set, which
+  // orders messages due in the same millisecond by id, keeps each process's posting order.
+  // Unique like next_id's (the same sequence; a padded number is never written unpadded).
+  [[nodiscard]] std::string next_delayed_id();
   [[nodiscard]] actor_names names(std::string_view key) const { return {o.prefix, key, servers.clustered()}; }
 
   const options o;
@@ -69,7 +80,7 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   const actor_options& a = settings.a;
   router servers;  // after o, which it refers to
   // Loaded once by the constructor, then only read.
-  script post_script, step_script, renew_script, claim_script, due_script;
+  script post_script, step_script, renew_script, claim_script, due_script, delay_script, cancel_script;
   handler_registry handlers;
   drainer drains{*this};
   step_rounds rounds{*this};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../common/ids.hpp"
+#include "../common/lease_ms.hpp"
 #include "actor_core.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/clock.hpp"
@@ -46,10 +47,15 @@ actor_core::actor_core(options opts, actor_options ao)
       step_script{actor_scripts::source(actor_scripts::step), {}},
       renew_script{actor_scripts::source(actor_scripts::renew), {}},
       claim_script{actor_scripts::source(actor_scripts::claim), {}},
-      due_script{actor_scripts::source(actor_scripts::due), {}}, id_(random_hex128()) {
+      due_script{actor_scripts::delayed_source(actor_scripts::due), {}},
+      delay_script{actor_scripts::source(actor_scripts::delay), {}},
+      cancel_script{actor_scripts::delayed_source(actor_scripts::cancel_delayed), {}}, id_(random_hex128()) {
   check_server(servers, o, "an evicted mailbox or owner key loses messages or lets two owners in");
   servers.each_primary([&](connection& c) {
-    for (script* s : {&post_script, &step_script, &renew_script, &claim_script, &due_script}) c.load(*s);
+    for (script* s :
+         {&post_script, &step_script, &renew_script, &claim_script, &due_script, &delay_script, &cancel_script}) {
+      c.load(*s);
+    }
   });
 }
 
@@ -64,11 +70,16 @@ void actor_core::report(std::string_view key, const std::exception_ptr& e) const
   handoff::detail::report_to_stderr(e, "a handoff::redis actor");
 }
 
-std::optional<std::string> actor_core::try_post(std::string_view key, std::string_view body) {
-  if (body.size() > a.max_message_bytes) {
-    throw std::invalid_argument("handoff::redis::actor_system::post: a body of " + std::to_string(body.size()) +
-                                " bytes, over max_message_bytes " + std::to_string(a.max_message_bytes));
+void actor_core::check_body_size(std::size_t bytes, const char* call) const {
+  if (bytes > a.max_message_bytes) {
+    throw std::invalid_argument(std::string("handoff::redis::actor_system::") + call + ": a body of " +
+                                std::to_string(bytes) + " bytes, over max_message_bytes " +
+                                std::to_string(a.max_message_bytes));
   }
+}
+
+std::optional<std::string> actor_core::try_post(std::string_view key, std::string_view body) {
+  check_body_size(body.size(), "post");
   const actor_names n = names(key);
   std::string id = next_id();
   std::string element = id + ' ';
@@ -93,6 +104,39 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   if (r->integer == -1) return std::nullopt;
   if (r->integer == 1) continue_owned(n, id, false);
   return id;
+}
+
+std::string actor_core::next_delayed_id() {
+  std::string sequence = std::to_string(seq_.fetch_add(1, std::memory_order_relaxed));
+  return id_ + "-" + std::string(20 - sequence.size(), '0') + sequence;  // 20: a uint64's digits
+}
+
+std::string actor_core::post_delayed(std::string_view key, std::string_view body, std::chrono::nanoseconds delay) {
+  check_body_size(body.size(), "post_after");
+  const actor_names n = names(key);
+  const delayed_names d(n.pending);
+  std::string id = next_delayed_id();
+  // The record the sweep that moves it reads (scripts.hpp): both names' lengths, the
+  // names, then the element.
+  std::string record = std::to_string(n.mailbox.size()) + ' ' + std::to_string(key.size()) + ' ' + n.mailbox;
+  record += key;
+  record += id;
+  record += ' ';
+  record += body;
+  // Whole milliseconds, rounded up (never early), at most lease_ms's "never".
+  const std::int64_t ms = delay.count() <= 0 ? 0 : lease_to_ms(delay.count());
+  const std::string what = describe("delayed post to", key);
+  const reply r = servers.eval(delay_script, {d.set, d.bodies}, {id, std::to_string(ms), record}, what);
+  if (r->type != REDIS_REPLY_INTEGER || r->integer != 1) unexpected(what);
+  return id;
+}
+
+bool actor_core::cancel_delayed(std::string_view key, std::string_view id) {
+  const delayed_names d(names(key).pending);
+  const std::string what = describe("cancel of a delayed post to", key);
+  const reply r = servers.eval(cancel_script, {d.set, d.bodies}, {id, key}, what);
+  if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > 1) unexpected(what);
+  return r->integer == 1;
 }
 
 void actor_core::continue_owned(const actor_names& n, const std::string& token, bool prefer_executor,
@@ -171,6 +215,17 @@ std::string actor_system::post_for(std::string_view key, std::string_view body, 
     std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(pause, std::chrono::nanoseconds(deadline - now)));
   }
 }
+
+std::string actor_system::post_after(std::string_view key, std::string_view body, std::chrono::nanoseconds delay) {
+  return core_->post_delayed(key, body, delay);
+}
+
+std::string actor_system::post_at(std::string_view key, std::string_view body,
+                                  std::chrono::system_clock::time_point when) {
+  return core_->post_delayed(key, body, when - std::chrono::system_clock::now());
+}
+
+bool actor_system::cancel_delayed(std::string_view key, std::string_view id) { return core_->cancel_delayed(key, id); }
 
 std::size_t actor_system::sweep() { return core_->background.sweep(); }
 

@@ -64,6 +64,17 @@ struct actor_names {
   std::string pending;  // the pending set the actor is listed in while it has messages
 };
 
+// The delayed messages' set and records of the group whose pending set is `pending`
+// (scripts.hpp): the same names with another ending.
+struct delayed_names {
+  explicit delayed_names(std::string_view pending) {
+    const std::string_view base = pending.substr(0, pending.size() - actor_pending_set.size());
+    set = std::string(base) + std::string(actor_delayed_set);
+    bodies = std::string(base) + std::string(actor_delayed_bodies);
+  }
+  std::string set, bodies;
+};
+
 // True when this thread runs work of the library now: an in-process actor's handler, a
 // keyed-mutex callback, a coroutine the library resumed, a task of the run queue, or a
 // Redis handler (which runs under a frame of its own, see handler_frame). An actor won
@@ -86,6 +97,10 @@ inline std::pair<std::string_view, std::string_view> split(std::string_view elem
 // Keys read per pending set and sweep: a process sees at most this many due actors of a
 // set per sweep_interval (due actors of families it has no handler for included).
 constexpr int sweep_batch = 256;
+// Delayed messages moved per pending set and sweep. A sweep that reads a full batch of
+// either sweeps again at once (the sweeper thread), so that 10,000 messages due at one
+// instant wait for no more sweep intervals than one.
+constexpr int delayed_batch = 1024;
 // post_for's wait between attempts on a full mailbox: from 1 ms, doubling to 16 ms (a
 // drain of a few messages on loopback frees room within a few ms).
 constexpr std::chrono::milliseconds post_retry_min{1};

@@ -18,11 +18,19 @@
 // One key per prefix, prefix + "actors:pending": a sorted set of the actor keys (raw bytes)
 // that have messages, scored by the server time in ms after which a sweeper looks at them
 // (0, at once, for a new owner's actor and an announced one; the owner's lease end once
-// a sweep or a renewal has seen the owner live).
+// a sweep or a renewal has seen the owner live). Beside it the delayed messages (posted to
+// run at or after a time), which no actor holds until they are due:
+//   actors:delayed        sorted set of message ids, scored by the server time in ms from
+//                         which the message is due
+//   actors:delayed:body   hash id -> "<m> <k> <mailbox name><actor key><element>", m and k
+//                         the byte lengths of the two names: what moving it needs
+// A sweep moves the due ones to the tails of their mailboxes (a post each, announcing an
+// actor it takes from empty to one message), in the script that reads the pending set.
 // On a Redis Cluster every script must touch one hash slot, so the actors are split into
 // 256 slot groups (layout.hpp): K's names are prefix + "{" + G + "}:" + escaped K +
-// ":actor:" + kind, and its group's pending set is prefix + "{" + G + "}:actors:pending",
-// where G is the slot tag of the group of the slot K's escaped key hashes to.
+// ":actor:" + kind, and its group's pending set is prefix + "{" + G + "}:actors:pending"
+// (its delayed messages' likewise), where G is the slot tag of the group of the slot K's
+// escaped key hashes to.
 //
 // The hand-off, as in the in-process actor, with the mailbox's length as the count: a
 // post appends its message, and the post whose append takes the length from 0 to 1
@@ -244,9 +252,72 @@ own(KEYS[2], KEYS[3], ARGV[3], ARGV[1], ARGV[2])
 return 1
 )lua";
 
-// KEYS: pending. ARGV: how many at most. The actor keys due for a sweep (score <= now).
+// The parts of a delayed message's record (actors:delayed:body): its mailbox's name, its
+// actor key and its element.
+inline constexpr const char* delayed_parts = R"lua(
+local function delayed_parts(v)
+  local a = string.find(v, ' ', 1, true)
+  local b = string.find(v, ' ', a + 1, true)
+  local m = b + tonumber(string.sub(v, 1, a - 1))
+  local k = m + tonumber(string.sub(v, a + 1, b - 1))
+  return string.sub(v, b + 1, m), string.sub(v, m + 1, k), string.sub(v, k + 1)
+end
+)lua";
+
+// KEYS: pending, delayed, delayed bodies. ARGV: how many actors at most, how many delayed
+// messages at most, the mailbox bound ('': none), the retry delay in ms. First moves the
+// delayed messages due (score <= now) to the tails of their mailboxes, announcing each
+// actor it takes from empty to one message (pending score 0, as a post from a process
+// without its handler does); a message whose mailbox is full stays delayed, due again
+// after the retry delay. Then replies {the delayed messages it read, the actor keys due
+// for a sweep (score <= now)...}.
 inline constexpr const char* due = R"lua(
-return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'LIMIT', 0, tonumber(ARGV[1]))
+local now = now_ms()
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+if #ids > 0 then
+  local bodies = redis.call('HMGET', KEYS[3], unpack(ids))
+  redis.call('ZREM', KEYS[2], unpack(ids))
+  redis.call('HDEL', KEYS[3], unpack(ids))
+  local bound = ARGV[3] ~= '' and tonumber(ARGV[3])
+  for i, v in ipairs(bodies) do
+    if v then
+      local mailbox, actor, element = delayed_parts(v)
+      local len = redis.call('RPUSH', mailbox, element)
+      if bound and len > bound then
+        redis.call('RPOP', mailbox)
+        redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ids[i])
+        redis.call('HSET', KEYS[3], ids[i], v)
+      elseif len == 1 then
+        redis.call('ZADD', KEYS[1], '0', actor)
+      end
+    end
+  end
+end
+local out = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+table.insert(out, 1, #ids)
+return out
+)lua";
+
+// KEYS: delayed, delayed bodies. ARGV: id, delay ms, record. The message is due once the
+// server's clock reads more than now + delay (the + 1: now_ms drops the microseconds, so
+// that a sweep in the same millisecond as the post plus the delay would be early).
+inline constexpr const char* delay = R"lua(
+redis.call('ZADD', KEYS[1], now_ms() + tonumber(ARGV[2]) + 1, ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+return 1
+)lua";
+
+// KEYS: delayed, delayed bodies. ARGV: id, actor key. 1 if the message was still delayed
+// (it is gone now), else 0: unknown id, another actor's, cancelled, or already moved to
+// its mailbox.
+inline constexpr const char* cancel_delayed = R"lua(
+local v = redis.call('HGET', KEYS[2], ARGV[1])
+if not v then return 0 end
+local _, actor = delayed_parts(v)
+if actor ~= ARGV[2] then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1
 )lua";
 
 // The step script's arguments, named; call() lays them out in the script's order (above).
@@ -292,5 +363,9 @@ struct step_args {
 
 // A script's source as loaded: the shared snippets, then `body` (one of the above).
 inline std::string source(std::string_view body) { return lua::source({lua::now_ms, prelude, body}); }
+// The same for the scripts that read delayed messages' records.
+inline std::string delayed_source(std::string_view body) {
+  return lua::source({lua::now_ms, prelude, delayed_parts, body});
+}
 
 }  // namespace handoff::redis::detail::actor_scripts

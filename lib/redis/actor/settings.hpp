@@ -22,6 +22,9 @@ struct actor_settings {
   const std::string lease_px = std::to_string(lease_ms);
   const std::string bound = a.capacity == 0 ? "" : std::to_string(a.capacity);  // '': unbounded
   const std::string attempts = std::to_string(a.max_attempts);
+  // How long a due delayed message whose mailbox is full waits before it is tried again:
+  // a sweep interval (100 ms where only calls of sweep() sweep).
+  const std::string delayed_retry_ms = std::to_string(a.sweep_interval.count() > 0 ? a.sweep_interval.count() : 100);
 
  private:
   static actor_options checked(actor_options o) {

@@ -14,20 +14,30 @@ namespace handoff::redis::detail {
 
 namespace {
 
-// The pending sets a sweep reads (layout.hpp).
-std::vector<std::string> pending_sets_of(const router& servers, std::string_view prefix) {
-  if (!servers.clustered()) return {std::string(prefix) + std::string(actor_pending_set)};
+// The due script's calls of a sweep, one per pending set (layout.hpp, scripts.hpp).
+std::vector<std::vector<std::string>> due_calls_of(const actor_core& core) {
   std::vector<std::string> sets;
-  sets.reserve(actor_groups);
-  for (std::size_t g = 0; g < actor_groups; ++g) {
-    sets.push_back(group_prefix(prefix, group_slot(g)) + std::string(actor_pending_set));
+  if (!core.servers.clustered()) {
+    sets.push_back(core.o.prefix + std::string(actor_pending_set));
+  } else {
+    sets.reserve(actor_groups);
+    for (std::size_t g = 0; g < actor_groups; ++g) {
+      sets.push_back(group_prefix(core.o.prefix, group_slot(g)) + std::string(actor_pending_set));
+    }
   }
-  return sets;
+  std::vector<std::vector<std::string>> calls;
+  calls.reserve(sets.size());
+  for (std::string& set : sets) {
+    delayed_names d(set);
+    calls.push_back({"3", std::move(set), std::move(d.set), std::move(d.bodies), std::to_string(sweep_batch),
+                     std::to_string(delayed_batch), core.settings.bound, core.settings.delayed_retry_ms});
+  }
+  return calls;
 }
 
 }  // namespace
 
-upkeep::upkeep(actor_core& core) : core_(core), pending_sets_(pending_sets_of(core.servers, core.o.prefix)) {}
+upkeep::upkeep(actor_core& core) : core_(core), due_calls_(due_calls_of(core)) {}
 
 void upkeep::start() {
   renewer_ = std::thread([this] { renew_loop(); });
@@ -107,7 +117,12 @@ void upkeep::sweep_loop() noexcept {
     if (stopping_) return;
     lock.unlock();
     try {
-      sweep();
+      // Again at once while a set had more due than one sweep takes.
+      const auto stopping = [this] {
+        const std::lock_guard<std::mutex> hold(mu_);
+        return stopping_;
+      };
+      for (bool more = true; more && !stopping();) sweep(&more);
       failing = false;
     } catch (...) {
       if (!failing) core_.report("", std::current_exception());
@@ -117,19 +132,22 @@ void upkeep::sweep_loop() noexcept {
   }
 }
 
-std::size_t upkeep::sweep() {
+std::size_t upkeep::sweep(bool* more) {
+  if (more != nullptr) *more = false;
   if (core_.handlers.empty()) return 0;
   // One due script per pending set, in one write per node.
-  const std::string batch = std::to_string(sweep_batch);
-  std::vector<std::vector<std::string>> calls;
-  calls.reserve(pending_sets_.size());
-  for (const std::string& set : pending_sets_) calls.push_back({"1", set, batch});
   std::vector<std::string> keys;
+  bool full_delayed = false;  // a set had more delayed messages due than one sweep moves
+  bool full_keys = false;     // or more actors due than one sweep reads
   std::exception_ptr failed;  // the first failure, thrown once every set that answered is swept
   for (const router::outcome& due :
-       core_.servers.eval_each(core_.due_script, calls, "sweep of the actors' pending sets")) {
-    if (due.failed == nullptr && due.r->type == REDIS_REPLY_ARRAY) {
-      for (std::size_t i = 0; i < due.r->elements; ++i) {
+       core_.servers.eval_each(core_.due_script, due_calls_, "sweep of the actors' pending sets")) {
+    if (due.failed == nullptr && due.r->type == REDIS_REPLY_ARRAY && due.r->elements > 0 &&
+        due.r->element[0]->type == REDIS_REPLY_INTEGER) {
+      // {delayed messages read, due actor keys...}
+      full_delayed = full_delayed || due.r->element[0]->integer >= delayed_batch;
+      full_keys = full_keys || due.r->elements > static_cast<std::size_t>(sweep_batch);
+      for (std::size_t i = 1; i < due.r->elements; ++i) {
         keys.emplace_back(text(*due.r->element[i]));
       }
     } else if (failed == nullptr && due.failed != nullptr) {
@@ -152,6 +170,8 @@ std::size_t upkeep::sweep() {
     ++claimed;
     core_.continue_owned(n, token, static_cast<bool>(core_.a.executor));
   }
+  // Only actors taken over leave the due ones a sweep reads (those of other families stay).
+  if (more != nullptr) *more = full_delayed || (full_keys && claimed > 0);
   if (failed != nullptr) std::rethrow_exception(failed);
   return claimed;
 }

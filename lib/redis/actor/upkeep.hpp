@@ -31,17 +31,20 @@ class upkeep {
   void register_drain(const std::string& token, const std::string& key);
   void unregister_drain(const std::string& token) noexcept;
 
-  // actor_system::sweep(): takes over and drains the due actors this process has handlers
-  // for; how many. Throws error (having swept the pending sets that answered).
-  std::size_t sweep();
+  // actor_system::sweep(): moves the due delayed messages to their mailboxes, then takes
+  // over and drains the due actors this process has handlers for; how many. Throws error
+  // (having swept the pending sets that answered). `more`, if given: set when a set had
+  // more due than one sweep takes (sweep_batch, delayed_batch).
+  std::size_t sweep(bool* more = nullptr);
 
  private:
   void renew_loop() noexcept;
   void sweep_loop() noexcept;
 
   actor_core& core_;
-  // Every pending set a sweep reads: the one of one server, or a cluster's per group.
-  const std::vector<std::string> pending_sets_;
+  // What a sweep reads per pending set: a call of the due script but for its batch
+  // sizes, for the one set of one server, or a cluster's per group.
+  const std::vector<std::vector<std::string>> due_calls_;
   std::mutex mu_;
   std::condition_variable cv_;                                     // stopping_ was set
   bool stopping_ = false;                                          // guarded by mu_
