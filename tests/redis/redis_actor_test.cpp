@@ -901,6 +901,60 @@ TEST(RedisActor, delayed_messages_due_together_over_many_keys_all_run_once_in_po
   for (const auto& [message, runs] : seen) EXPECT_EQ(runs, 1) << message;
 }
 
+TEST(RedisActor, a_delayed_message_moved_by_a_process_without_its_handler_runs_where_the_handler_is) {
+  redis_server server;
+  hr::actor_system mover(at(server.port()), quick());  // sweeps, handles "other:" only
+  mover.on("other:", [](hr::delivery&) { ADD_FAILURE() << "wrong family"; });
+  hr::actor_options a = quick();
+  a.sweep_interval = 0ms;  // sweeps only when told to
+  hr::actor_system worker(at(server.port()), a);
+  std::atomic<int> runs{0};
+  std::atomic<std::uint32_t> attempt{0};
+  worker.on("job:", [&](hr::delivery& d) {
+    attempt = d.attempt();
+    ++runs;
+  });
+  mover.post_after("job:1", "later", 20ms);
+  ASSERT_TRUE(eventually([&] { return worker.pending("job:1") == 1; })) << "the mover's sweep moved it";
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(runs.load(), 0) << "run by a process without its handler";
+  EXPECT_EQ(worker.sweep(), 1U);
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_EQ(attempt.load(), 1U);
+  EXPECT_EQ(worker.pending("job:1"), 0U);
+}
+
+TEST(RedisActor, a_delayed_message_taken_by_a_sweep_sees_the_committed_state_and_runs_once_as_a_first_delivery) {
+  for (const bool pooled : {false, true}) {
+    SCOPED_TRACE(pooled ? "with an executor (the sweep owns the actor, the executor peeks)"
+                        : "without (the sweep's reply delivers the message)");
+    redis_server server;
+    handoff::thread_pool pool(1);
+    hr::actor_options a = quick();
+    a.remember_handled = true;
+    if (pooled) a.executor = pool;
+    hr::actor_system actors(at(server.port()), a);
+    std::mutex mu;
+    std::vector<std::string> seen;  // "<body> <attempt> <last handled id> <state>"
+    actors.on("c:", [&](hr::delivery& d) {
+      const std::lock_guard<std::mutex> lock(mu);
+      seen.push_back(std::string(d.body()) + " " + std::to_string(d.attempt()) + " " +
+                     std::string(d.last_handled_id()) + " " + std::string(d.state()));
+      d.set_state(std::to_string(handoff::test::count_of(d.state()) + 1));
+    });
+    const std::string first = actors.post("c:1", "now");
+    ASSERT_TRUE(eventually([&] { return actors.pending("c:1") == 0; }));
+    actors.post_after("c:1", "later", 30ms);
+    ASSERT_TRUE(eventually([&] {
+      const std::lock_guard<std::mutex> lock(mu);
+      return seen.size() == 2;
+    }));
+    ASSERT_TRUE(eventually([&] { return actors.pending("c:1") == 0; }));
+    const std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(seen[1], "later 1 " + first + " 1");
+  }
+}
+
 TEST(RedisActor, a_due_delayed_message_whose_mailbox_is_full_stays_delayed_and_moves_once_there_is_room) {
   redis_server server;
   raw_redis raw(server.port());

@@ -52,12 +52,11 @@ struct actor_core : std::enable_shared_from_this<actor_core> {
   // post_after's and cancel_delayed's.
   std::string post_delayed(std::string_view key, std::string_view body, std::chrono::nanoseconds delay);
   bool cancel_delayed(std::string_view key, std::string_view id);
-  // The one place that decides where an owner continues its actor: on the executor (if
-  // any) when `prefer_executor` (the sweeper) or when this thread runs work of the library
-  // now (a handler, a callback, a resumed coroutine); otherwise drain_on_this_thread().
-  // `first`: the post's own message, delivered by its reply (top level only).
-  void continue_owned(const actor_names& n, const std::string& token, bool prefer_executor,
-                      const first_delivery* first = nullptr);
+  // The one place that decides where a post's owner continues its actor: on the executor
+  // (if any) when this thread runs work of the library now (a handler, a callback, a
+  // resumed coroutine); otherwise drain_on_this_thread(). `first`: the post's own message,
+  // delivered by its reply (top level only). (A sweep's takeovers go to step_rounds.)
+  void continue_owned(const actor_names& n, const std::string& token, const first_delivery* first = nullptr);
   // At top level: drain now. Inside work of the library: a task on this thread's run
   // queue that drains after that work returns (never nested in it). Reports failures.
   void drain_on_this_thread(const actor_names& n, const std::string& token,

@@ -97,12 +97,12 @@ std::optional<std::string> actor_core::try_post(std::string_view key, std::strin
   if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_INTEGER &&
       r->element[0]->integer == 2 && !nested) {
     const first_delivery first{id, body, text(*r->element[1]), text(*r->element[2])};
-    continue_owned(n, id, false, &first);
+    continue_owned(n, id, &first);
     return id;
   }
   if (r->type != REDIS_REPLY_INTEGER || r->integer < -1 || r->integer > 1) unexpected(what);
   if (r->integer == -1) return std::nullopt;
-  if (r->integer == 1) continue_owned(n, id, false);
+  if (r->integer == 1) continue_owned(n, id);
   return id;
 }
 
@@ -139,11 +139,10 @@ bool actor_core::cancel_delayed(std::string_view key, std::string_view id) {
   return r->integer == 1;
 }
 
-void actor_core::continue_owned(const actor_names& n, const std::string& token, bool prefer_executor,
-                                const first_delivery* first) {
+void actor_core::continue_owned(const actor_names& n, const std::string& token, const first_delivery* first) {
   const bool inside = inside_work();
-  HANDOFF_ASSERT(first == nullptr || (!inside && !prefer_executor));
-  if (a.executor && (prefer_executor || inside)) {
+  HANDOFF_ASSERT(first == nullptr || !inside);
+  if (a.executor && inside) {
     queue_drain(n, token);
   } else {
     drain_on_this_thread(n, token, first);

@@ -66,7 +66,7 @@ long long drainer::settle(const actor_names& n, const redisReply& r) const {
 }
 
 void drainer::drain(const actor_names& n, const std::string& token, const first_delivery* first,
-                    const std::shared_ptr<reply>& resumed, bool defer) noexcept {
+                    const std::shared_ptr<reply>& resumed, bool defer, drain_budget budget) noexcept {
   struct registration {
     actor_core& core;
     const std::string& token;
@@ -87,7 +87,8 @@ void drainer::drain(const actor_names& n, const std::string& token, const first_
     const registration reg(core_, n, token);
     const std::string what = describe("drain of", n.key);
     // 0: no budget, as for handoff::actor_options.
-    const std::int64_t budget_end = a.max_time.count() == 0
+    const std::int64_t budget_end = budget.end != 0 ? budget.end
+                                    : a.max_time.count() == 0
                                         ? handoff::detail::no_deadline
                                         : handoff::detail::deadline_after(handoff::detail::now_ns(), a.max_time);
     reply r;  // the last step's reply, which `batch` and `last_id` point into
@@ -117,7 +118,7 @@ void drainer::drain(const actor_names& n, const std::string& token, const first_
       r = std::move(*resumed);
       take_batch();
     }
-    std::uint32_t ran = 0;
+    std::uint32_t ran = budget.ran;
     const auto budget_spent = [&] {
       return (a.max_messages != 0 && ran >= a.max_messages) ||
              (budget_end != handoff::detail::no_deadline && handoff::detail::now_ns() >= budget_end);
@@ -176,9 +177,9 @@ void drainer::drain(const actor_names& n, const std::string& token, const first_
       args.state = new_state;
       std::vector<std::string> call = args.call(n);
       if (defer) {
-        // The batch ran: the step goes to the executor with the other actors' (one round
+        // The batch ran: the step goes to the rounds with the other actors' (one round
         // trip for all), and a post's caller returns now.
-        core_.rounds.defer({n, token, std::move(call)});
+        core_.rounds.defer({n, token, std::move(call), {ran, budget_end}});
         return;
       }
       router::outcome next = [&] {

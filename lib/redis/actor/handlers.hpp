@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "handoff/redis/actor_system.hpp"
 
@@ -33,6 +34,16 @@ class handler_registry {
       if (it->first.empty()) break;
     }
     return nullptr;
+  }
+
+  // The families with a handler; just "" when "" is one (it matches every key).
+  [[nodiscard]] std::vector<std::string> families() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (by_family_.contains("")) return {""};
+    std::vector<std::string> out;
+    out.reserve(by_family_.size());
+    for (const auto& entry : by_family_) out.push_back(entry.first);
+    return out;
   }
 
   [[nodiscard]] bool empty() const {

@@ -16,6 +16,10 @@ void step_rounds::defer(deferred_step s) {
   bool start = false;
   {
     const std::lock_guard<std::mutex> lock(mu_);
+    if (here_ != nullptr && here_thread_ == std::this_thread::get_id()) {
+      here_->push_back(std::move(s));  // run_here's next round
+      return;
+    }
     waiting_.push_back(std::move(s));
     start = !queued_;
     queued_ = true;
@@ -73,33 +77,7 @@ void step_rounds::run() noexcept {
       }
       sent.swap(waiting_);
     }
-    // One round: every step in one write; then every actor with more messages runs its
-    // next batch here and defers its next step to the next round.
-    std::vector<router::outcome> replies;
-    try {
-      std::vector<std::vector<std::string>> calls;
-      calls.reserve(sent.size());
-      for (deferred_step& s : sent) calls.push_back(std::move(s.call));
-      replies = core_.servers.eval_each(core_.step_script, calls, "steps of the actors' posts");
-    } catch (...) {
-      // Out of memory. Each actor stays owned until its lease runs out; then a post or a
-      // sweeper takes over.
-      for (const deferred_step& s : sent) core_.report(s.n.key, std::current_exception());
-    }
-    for (std::size_t i = 0; i < replies.size(); ++i) {
-      const deferred_step& s = sent[i];
-      try {
-        // A failed round trip: as for a throwing eval, the lease runs out, then a takeover.
-        if (replies[i].failed != nullptr) std::rethrow_exception(replies[i].failed);
-        const long long status = core_.drains.settle(s.n, *replies[i].r);
-        if (status == 2) core_.queue_drain(s.n, s.token);
-        if (status == 1)
-          core_.drains.drain(s.n, s.token, nullptr, std::make_shared<reply>(std::move(replies[i].r)), true);
-      } catch (...) {
-        core_.report(s.n.key, std::current_exception());
-      }
-    }
-    for (const deferred_step& s : sent) core_.background.unregister_drain(s.token);
+    round(sent, false);
     {
       // Another round as a job of its own, so that the executor's other jobs run between.
       const std::lock_guard<std::mutex> lock(mu_);
@@ -115,6 +93,62 @@ void step_rounds::run() noexcept {
     } catch (...) {                                // NOLINT(bugprone-empty-catch): refused: the next round runs here
     }
   }
+}
+
+void step_rounds::run_here(const std::vector<taken_actor>& taken) noexcept {
+  std::vector<deferred_step> next;
+  const auto collect = [&](std::vector<deferred_step>* into) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    here_ = into;
+    here_thread_ = into != nullptr ? std::this_thread::get_id() : std::thread::id();
+  };
+  // Renewed while the delivered messages before theirs run.
+  for (const taken_actor& t : taken) core_.background.register_drain(t.token, t.n.key);
+  collect(&next);
+  // Each drain runs its delivered message, or peeks, and defers its step: the first round
+  // sends them all.
+  for (const taken_actor& t : taken) {
+    core_.drains.drain(t.n, t.token, t.first ? &*t.first : nullptr, nullptr, true);
+    core_.background.unregister_drain(t.token);  // its step holds a registration of its own
+  }
+  while (!next.empty()) {
+    std::vector<deferred_step> sent;
+    sent.swap(next);
+    round(sent, true);  // the drains it resumes defer their steps into `next`
+  }
+  collect(nullptr);
+}
+
+void step_rounds::round(std::vector<deferred_step>& sent, bool carry) noexcept {
+  // One round: every step in one write; then every actor with more messages runs its next
+  // batch here and defers its next step to the next round.
+  std::vector<router::outcome> replies;
+  try {
+    std::vector<std::vector<std::string>> calls;
+    calls.reserve(sent.size());
+    for (deferred_step& s : sent) calls.push_back(std::move(s.call));
+    replies = core_.servers.eval_each(core_.step_script, calls, "steps of the actors' drains");
+  } catch (...) {
+    // Out of memory. Each actor stays owned until its lease runs out; then a sweeper
+    // takes over.
+    for (const deferred_step& s : sent) core_.report(s.n.key, std::current_exception());
+  }
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const deferred_step& s = sent[i];
+    try {
+      // A failed round trip: as for a throwing eval, the lease runs out, then a takeover.
+      if (replies[i].failed != nullptr) std::rethrow_exception(replies[i].failed);
+      const long long status = core_.drains.settle(s.n, *replies[i].r);
+      if (status == 2 && core_.a.executor) core_.queue_drain(s.n, s.token);  // kept: go on there
+      if (status == 1) {
+        core_.drains.drain(s.n, s.token, nullptr, std::make_shared<reply>(std::move(replies[i].r)), true,
+                           carry ? s.budget : drain_budget{});
+      }
+    } catch (...) {
+      core_.report(s.n.key, std::current_exception());
+    }
+  }
+  for (const deferred_step& s : sent) core_.background.unregister_drain(s.token);
 }
 
 }  // namespace handoff::redis::detail

@@ -265,14 +265,27 @@ end
 )lua";
 
 // KEYS: pending, delayed, delayed bodies. ARGV: how many actors at most, how many delayed
-// messages at most, the mailbox bound ('': none), the retry delay in ms. First moves the
-// delayed messages due (score <= now) to the tails of their mailboxes, announcing each
-// actor it takes from empty to one message (pending score 0, as a post from a process
-// without its handler does); a message whose mailbox is full stays delayed, due again
-// after the retry delay. Then replies {the delayed messages it read, the actor keys due
-// for a sweep (score <= now)...}.
+// messages at most, the mailbox bound ('': none), the retry delay in ms, what the caller
+// does with an actor a moved message takes from empty to one message when its key starts
+// with one of the caller's families ('o': own it, to drain later; 'd': own it, its
+// message delivered by this reply; 's': as 'd', with the state; other actors are
+// announced, as a post from a process without their handler announces them), lease ms,
+// then the families. First moves the delayed messages due (score <= now) to the tails of
+// their mailboxes (a post each; the token of an owner made so is the message's id, as for
+// a post); a message whose mailbox is full stays delayed, due again after the retry
+// delay. Then replies {the delayed messages it read, the actors it made the caller own,
+// then per such actor its key, its message's element and the state's id and value (empty
+// unless 's'), then the actor keys due for a sweep (score <= now)}. The other names of an
+// actor are its mailbox's with another kind at the end (layout.hpp).
 inline constexpr const char* due = R"lua(
 local now = now_ms()
+local function ours(actor)
+  for i = 7, #ARGV do
+    if string.sub(actor, 1, #ARGV[i]) == ARGV[i] then return true end
+  end
+  return false
+end
+local owned = {}
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 if #ids > 0 then
   local bodies = redis.call('HMGET', KEYS[3], unpack(ids))
@@ -288,13 +301,28 @@ if #ids > 0 then
         redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ids[i])
         redis.call('HSET', KEYS[3], ids[i], v)
       elseif len == 1 then
-        redis.call('ZADD', KEYS[1], '0', actor)
+        local base = string.sub(mailbox, 1, -8)  -- without "mailbox"
+        -- NX: a stale owner (its mailbox emptied by hand) keeps the actor until its lease ends.
+        if ours(actor) and redis.call('SET', base .. 'owner', ids[i], 'NX', 'PX', ARGV[6]) then
+          redis.call('ZADD', KEYS[1], now + tonumber(ARGV[6]), actor)
+          local s = {false, false}
+          if ARGV[5] ~= 'o' then
+            redis.call('HSET', base .. 'delivered', ids[i], '1')
+            if ARGV[5] == 's' then s = redis.call('HMGET', base .. 'state', 'id', 'value') end
+          end
+          for _, x in ipairs({actor, element, s[1] or '', s[2] or ''}) do owned[#owned + 1] = x end
+        else
+          redis.call('ZADD', KEYS[1], '0', actor)
+        end
       end
     end
   end
 end
-local out = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-table.insert(out, 1, #ids)
+local out = {#ids, #owned / 4}
+for _, x in ipairs(owned) do out[#out + 1] = x end
+for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))) do
+  out[#out + 1] = k
+end
 return out
 )lua";
 

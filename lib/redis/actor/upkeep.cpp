@@ -2,6 +2,7 @@
 // actors this process drains; the sweeper takes over actors whose owner is gone.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -135,21 +136,41 @@ void upkeep::sweep_loop() noexcept {
 std::size_t upkeep::sweep(bool* more) {
   if (more != nullptr) *more = false;
   if (core_.handlers.empty()) return 0;
-  // One due script per pending set, in one write per node.
+  // One due script per pending set, in one write per node. An actor that a moved delayed
+  // message takes from empty becomes this process's at once if it has its handler: its
+  // message delivered by the reply, or (with an executor, where the drain runs) owned only.
+  const char* on_take = core_.a.executor ? "o" : core_.a.remember_handled ? "s" : "d";
+  const std::vector<std::string> families = core_.handlers.families();
+  std::vector<std::vector<std::string>> calls = due_calls_;
+  for (std::vector<std::string>& c : calls) {
+    c.insert(c.end(), {on_take, core_.settings.lease_px});
+    c.insert(c.end(), families.begin(), families.end());
+  }
+  std::vector<router::outcome> dues =
+      core_.servers.eval_each(core_.due_script, calls, "sweep of the actors' pending sets");
+  std::vector<step_rounds::taken_actor> taken;  // the firsts' views point into `dues`
   std::vector<std::string> keys;
   bool full_delayed = false;  // a set had more delayed messages due than one sweep moves
   bool full_keys = false;     // or more actors due than one sweep reads
   std::exception_ptr failed;  // the first failure, thrown once every set that answered is swept
-  for (const router::outcome& due :
-       core_.servers.eval_each(core_.due_script, due_calls_, "sweep of the actors' pending sets")) {
-    if (due.failed == nullptr && due.r->type == REDIS_REPLY_ARRAY && due.r->elements > 0 &&
-        due.r->element[0]->type == REDIS_REPLY_INTEGER) {
-      // {delayed messages read, due actor keys...}
-      full_delayed = full_delayed || due.r->element[0]->integer >= delayed_batch;
-      full_keys = full_keys || due.r->elements > static_cast<std::size_t>(sweep_batch);
-      for (std::size_t i = 1; i < due.r->elements; ++i) {
-        keys.emplace_back(text(*due.r->element[i]));
+  const std::string what = "sweep of the actors' pending sets";
+  for (const router::outcome& due : dues) {
+    if (due.failed == nullptr && due.r->type == REDIS_REPLY_ARRAY && due.r->elements >= 2 &&
+        due.r->element[0]->type == REDIS_REPLY_INTEGER && due.r->element[1]->type == REDIS_REPLY_INTEGER) {
+      // {delayed messages read, m actors owned, m x (key, element, state id, state value), due keys...}
+      const redisReply& r = *due.r;
+      const auto owned = static_cast<std::size_t>(r.element[1]->integer);
+      const std::size_t keys_from = 2 + 4 * owned;
+      if (keys_from > r.elements) unexpected(what);
+      for (std::size_t i = 2; i < keys_from; i += 4) {
+        const auto [id, body] = split(text(*r.element[i + 1]), what);
+        step_rounds::taken_actor& t = taken.emplace_back(
+            step_rounds::taken_actor{core_.names(text(*r.element[i])), std::string(id), std::nullopt});
+        if (*on_take != 'o') t.first = first_delivery{id, body, text(*r.element[i + 2]), text(*r.element[i + 3])};
       }
+      full_delayed = full_delayed || r.element[0]->integer >= delayed_batch;
+      full_keys = full_keys || r.elements - keys_from >= static_cast<std::size_t>(sweep_batch);
+      for (std::size_t i = keys_from; i < r.elements; ++i) keys.emplace_back(text(*r.element[i]));
     } else if (failed == nullptr && due.failed != nullptr) {
       failed = due.failed;
     } else if (failed == nullptr) {
@@ -158,22 +179,41 @@ std::size_t upkeep::sweep(bool* more) {
       failed = std::make_exception_ptr(error("handoff::redis: sweep: " + why));
     }
   }
-  std::size_t claimed = 0;
+  // The takeovers of the due actors in one write per node.
+  std::vector<std::vector<std::string>> claims;
+  std::vector<step_rounds::taken_actor> claimed;
   for (const std::string& key : keys) {
     if (core_.handlers.find(key) == nullptr) continue;  // another process's family
-    const actor_names n = core_.names(key);
-    const std::string token = core_.next_id();
-    const reply r =
-        core_.servers.eval(core_.claim_script, {n.mailbox, n.owner, n.pending}, {token, core_.settings.lease_px, key},
-                           "takeover of actor " + handoff::detail::key_excerpt(key));
-    if (r->type != REDIS_REPLY_INTEGER || r->integer != 1) continue;
-    ++claimed;
-    core_.continue_owned(n, token, static_cast<bool>(core_.a.executor));
+    actor_names n = core_.names(key);
+    std::string token = core_.next_id();
+    claims.push_back({"3", n.mailbox, n.owner, n.pending, token, core_.settings.lease_px, key});
+    claimed.push_back({std::move(n), std::move(token), std::nullopt});
+  }
+  std::size_t took_due = 0;  // due actors taken over
+  if (!claims.empty()) {
+    const std::vector<router::outcome> replies =
+        core_.servers.eval_each(core_.claim_script, claims, "takeover of the actors due");
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      const router::outcome& r = replies[i];
+      if (r.failed == nullptr && r.r->type == REDIS_REPLY_INTEGER && r.r->integer == 1) {
+        taken.push_back(std::move(claimed[i]));
+        ++took_due;
+      } else if (failed == nullptr && r.failed != nullptr) {
+        failed = r.failed;
+      }
+    }
+  }
+  // Their drains in rounds: every actor's step of a round in one write (step_rounds), on
+  // the executor if there is one, else here.
+  if (core_.a.executor) {
+    for (const step_rounds::taken_actor& t : taken) core_.drains.drain(t.n, t.token, nullptr, nullptr, true);
+  } else if (!taken.empty()) {
+    core_.rounds.run_here(taken);
   }
   // Only actors taken over leave the due ones a sweep reads (those of other families stay).
-  if (more != nullptr) *more = full_delayed || (full_keys && claimed > 0);
+  if (more != nullptr) *more = full_delayed || (full_keys && took_due > 0);
   if (failed != nullptr) std::rethrow_exception(failed);
-  return claimed;
+  return taken.size();
 }
 
 }  // namespace handoff::redis::detail
