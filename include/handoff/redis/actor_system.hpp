@@ -32,6 +32,8 @@
 //            owner's batch, each message flagged as redelivered).
 //   failure: a message delivered more than max_attempts times (its handler threw, or
 //            its owner died while handling it) moves to the key's dead-letter list.
+//   delayed: post_after/post_at store a message beside the pending set until it is due;
+//            a sweep moves the due ones to their mailboxes (see post_after()).
 //
 // Guarantees (one Redis server or Redis Cluster, no failover; clocks need not agree across
 // processes):

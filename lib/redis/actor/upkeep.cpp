@@ -146,14 +146,13 @@ std::size_t upkeep::sweep(bool* more) {
     c.insert(c.end(), {on_take, core_.settings.lease_px});
     c.insert(c.end(), families.begin(), families.end());
   }
-  std::vector<router::outcome> dues =
-      core_.servers.eval_each(core_.due_script, calls, "sweep of the actors' pending sets");
+  const std::string what = "sweep of the actors' pending sets";
+  const std::vector<router::outcome> dues = core_.servers.eval_each(core_.due_script, calls, what);
   std::vector<step_rounds::taken_actor> taken;  // the firsts' views point into `dues`
   std::vector<std::string> keys;
   bool full_delayed = false;  // a set had more delayed messages due than one sweep moves
   bool full_keys = false;     // or more actors due than one sweep reads
   std::exception_ptr failed;  // the first failure, thrown once every set that answered is swept
-  const std::string what = "sweep of the actors' pending sets";
   for (const router::outcome& due : dues) {
     if (due.failed == nullptr && due.r->type == REDIS_REPLY_ARRAY && due.r->elements >= 2 &&
         due.r->element[0]->type == REDIS_REPLY_INTEGER && due.r->element[1]->type == REDIS_REPLY_INTEGER) {
