@@ -13,16 +13,20 @@
 //                          the service holds after they were cancelled and after 1M fired.
 //   timer_fire_latency     runs once: 300 timers over 300 ms on the service's own thread,
 //                          lateness (handler run - deadline) p50 / p99 / max in us.
+//   timer_fire_latency_busy  the same while two threads spin (both cores busy): the
+//                          service's thread waits for the scheduler's time slice.
 #include <benchmark/benchmark.h>
 
 #include <handoff/actor.hpp>
 #include <handoff/timer_service.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <future>
 #include <random>
+#include <thread>
 #include <utility>  // before Asio: GCC 12 in C++20 mode needs std::exchange declared first
 #include <vector>
 
@@ -135,9 +139,17 @@ void handoff_1m_pending(benchmark::State& state) {
   state.counters["handle_bytes"] = sizeof(handoff::timer);
 }
 
-void handoff_fire_latency(benchmark::State& state) {
+void handoff_fire_latency(benchmark::State& state, int spinners) {
   constexpr int n = 300;
   for (auto _ : state) {
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> busy;
+    for (int i = 0; i < spinners; ++i) {
+      busy.emplace_back([&stop] {
+        while (!stop.load(std::memory_order_relaxed)) {
+        }
+      });
+    }
     handoff::timer_service timers;
     timers.start();
     handoff::actor<std::vector<std::int64_t>> a;
@@ -155,6 +167,8 @@ void handoff_fire_latency(benchmark::State& state) {
     std::this_thread::sleep_for(n * 1ms + 20ms);
     auto late = a.ask([](std::vector<std::int64_t>& v) { return v; }).get();
     timers.stop();
+    stop = true;
+    for (std::thread& t : busy) t.join();
     if (late.size() != n) {
       state.SkipWithError("not every timer fired");
       return;
@@ -174,6 +188,7 @@ BENCHMARK(asio_schedule_cancel)->Name("timer_schedule_cancel/asio_steady_timer")
 BENCHMARK(handoff_rearm)->Name("timer_rearm/handoff")->UseRealTime();
 BENCHMARK(asio_rearm)->Name("timer_rearm/asio_steady_timer")->UseRealTime();
 BENCHMARK(handoff_1m_pending)->Name("timer_1m_pending/handoff")->Iterations(1)->UseRealTime();
-BENCHMARK(handoff_fire_latency)->Name("timer_fire_latency/handoff")->Iterations(1)->UseRealTime();
+BENCHMARK_CAPTURE(handoff_fire_latency, idle, 0)->Name("timer_fire_latency/handoff")->Iterations(1)->UseRealTime();
+BENCHMARK_CAPTURE(handoff_fire_latency, busy, 2)->Name("timer_fire_latency_busy/handoff")->Iterations(1)->UseRealTime();
 
 BENCHMARK_MAIN();

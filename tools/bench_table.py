@@ -273,7 +273,8 @@ REDIS_NOTE = ("handoff::redis::keyed_mutex against the polling lock of redis-plu
 
 TIMER_PREFIX = "timer_"
 TIMER_NOTE = ("handoff::timer_service against one Boost.Asio steady_timer per timeout on an io_context, "
-              "10,000 timers pending (bench/timer_bench.cpp); timer_1m_pending and timer_fire_latency run once.")
+              "10,000 timers pending (bench/timer_bench.cpp); timer_1m_pending and timer_fire_latency run once; "
+              "timer_fire_latency_busy is timer_fire_latency while two threads spin (both cores busy).")
 RACTOR_PREFIX = "ractor_"
 RDELAYED_PREFIX = "redis_delayed_"  # the actors' delayed messages: in their section
 RACTOR_NOTE = ("handoff::redis::actor_system (handoff_redis_batch16: the sender that finds an actor idle "
