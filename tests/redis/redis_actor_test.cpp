@@ -955,6 +955,35 @@ TEST(RedisActor, a_delayed_message_taken_by_a_sweep_sees_the_committed_state_and
   }
 }
 
+TEST(RedisActor, sweeps_on_two_threads_of_one_process_at_once_each_drain_what_they_took_over) {
+  // The sweeper thread and a caller of sweep() take actors over at the same moments, each
+  // draining its own in rounds on its own thread.
+  hr::actor_options a = quick();
+  a.sweep_interval = 1ms;
+  recorded t({}, a);
+  constexpr int count = 400;  // one per key, due over 400 ms
+  for (int i = 0; i < count; ++i) {
+    const auto delay = std::chrono::milliseconds(50 + i);
+    t.actors.post_after("both:" + std::to_string(i), due_tag(delay) + " 0", delay);
+  }
+  std::atomic<bool> done{false};
+  std::size_t by_caller = 0;
+  std::thread caller([&] {
+    while (!done) by_caller += t.actors.sweep();
+  });
+  const auto all_ran = [&] { return t.raw.string({"GET", "t:runs"}) == std::to_string(count); };
+  const bool ran = eventually(all_ran, 20s);
+  done = true;
+  caller.join();
+  ASSERT_TRUE(ran) << t.raw.string({"GET", "t:runs"}) << " of " << count;
+  EXPECT_GT(by_caller, 0U) << "the caller's sweeps took nothing: the test did not race";
+  for (int i = 0; i < count; ++i) {
+    const std::vector<std::string> log = log_of(t.raw, "both:" + std::to_string(i));
+    ASSERT_EQ(log.size(), 1U) << i;
+    EXPECT_EQ(early_runs(log), "");
+  }
+}
+
 TEST(RedisActor, a_due_delayed_message_whose_mailbox_is_full_stays_delayed_and_moves_once_there_is_room) {
   redis_server server;
   raw_redis raw(server.port());

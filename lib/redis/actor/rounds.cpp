@@ -10,16 +10,29 @@
 
 namespace handoff::redis::detail {
 
+namespace {
+
+// The round that a run_here on this thread collects its drains' steps into, and whose
+// rounds (one actor_system's) they are: per thread, since a sweeper thread and a caller of
+// sweep() may run run_here at once.
+struct collecting {
+  const step_rounds* rounds = nullptr;
+  std::vector<step_rounds::deferred_step>* into = nullptr;
+};
+thread_local collecting here;
+
+}  // namespace
+
 void step_rounds::defer(deferred_step s) {
   // Registered until its reply is settled, so that the renewer keeps the lease meanwhile.
   core_.background.register_drain(s.token, s.n.key);
+  if (here.rounds == this) {
+    here.into->push_back(std::move(s));  // run_here's next round
+    return;
+  }
   bool start = false;
   {
     const std::lock_guard<std::mutex> lock(mu_);
-    if (here_ != nullptr && here_thread_ == std::this_thread::get_id()) {
-      here_->push_back(std::move(s));  // run_here's next round
-      return;
-    }
     waiting_.push_back(std::move(s));
     start = !queued_;
     queued_ = true;
@@ -97,14 +110,10 @@ void step_rounds::run() noexcept {
 
 void step_rounds::run_here(const std::vector<taken_actor>& taken) noexcept {
   std::vector<deferred_step> next;
-  const auto collect = [&](std::vector<deferred_step>* into) {
-    const std::lock_guard<std::mutex> lock(mu_);
-    here_ = into;
-    here_thread_ = into != nullptr ? std::this_thread::get_id() : std::thread::id();
-  };
   // Renewed while the delivered messages before theirs run.
   for (const taken_actor& t : taken) core_.background.register_drain(t.token, t.n.key);
-  collect(&next);
+  const collecting outer = here;  // a handler's sweep() may nest a run_here
+  here = {this, &next};
   // Each drain runs its delivered message, or peeks, and defers its step: the first round
   // sends them all.
   for (const taken_actor& t : taken) {
@@ -116,7 +125,7 @@ void step_rounds::run_here(const std::vector<taken_actor>& taken) noexcept {
     sent.swap(next);
     round(sent, true);  // the drains it resumes defer their steps into `next`
   }
-  collect(nullptr);
+  here = outer;
 }
 
 void step_rounds::round(std::vector<deferred_step>& sent, bool carry) noexcept {

@@ -7,7 +7,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "drain.hpp"
@@ -62,12 +61,10 @@ class step_rounds {
 
   actor_core& core_;
   std::mutex mu_;
-  std::vector<deferred_step> waiting_;          // not sent yet; guarded by mu_, as the five below
-  bool queued_ = false;                         // a run() job is queued or running
-  std::thread::id runner_;                      // the thread in run() now
-  bool nested_ = false;                         // a run() job ran inline inside execute()
-  std::vector<deferred_step>* here_ = nullptr;  // run_here's next round, while it runs
-  std::thread::id here_thread_;                 // the thread in run_here now
+  std::vector<deferred_step> waiting_;  // not sent yet; guarded by mu_, as the three below
+  bool queued_ = false;                 // a run() job is queued or running
+  std::thread::id runner_;              // the thread in run() now
+  bool nested_ = false;                 // a run() job ran inline inside execute()
 };
 
 }  // namespace handoff::redis::detail
