@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "handoff/detail/clock.hpp"
-#include "handoff/timer_entry.hpp"
+#include "handoff/detail/timer_entry.hpp"
 
 namespace handoff {
 

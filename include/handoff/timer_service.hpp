@@ -67,7 +67,7 @@
 #include "handoff/detail/clock.hpp"
 #include "handoff/executor.hpp"
 #include "handoff/timer.hpp"
-#include "handoff/timer_entry.hpp"
+#include "handoff/detail/timer_entry.hpp"
 
 namespace handoff {
 

@@ -292,7 +292,7 @@ void timer_core::forget(const void* actor) noexcept {
   unlock_and_maybe_delete();
 }
 
-// --- the calls of handoff/timer_entry.hpp ---
+// --- the calls of handoff/detail/timer_entry.hpp ---
 timer_entry* timer_schedule(timer_core* c, const timer_request& r) { return c->schedule(r); }
 bool timer_cancel(timer_core* c, timer_entry* e) noexcept { return c->cancel(e); }
 bool timer_rearm(timer_core* c, timer_entry* e, std::int64_t deadline) noexcept { return c->rearm(e, deadline); }

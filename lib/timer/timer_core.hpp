@@ -2,7 +2,7 @@
 // service, its handles and the deliveries it posted share. Private to lib/timer/.
 //
 // One spin lock guards everything below it: the wheel, the entry pool, every entry's
-// fields but the payload (see handoff/timer_entry.hpp), the counts. Critical sections are
+// fields but the payload (see handoff/detail/timer_entry.hpp), the counts. Critical sections are
 // a few loads and stores; user code (sends, payload moves that may run user code,
 // non-trivial payload destructors) never runs under it. An entry's life:
 //
@@ -46,7 +46,7 @@
 #include "handoff/detail/spin_lock.hpp"
 #include "handoff/executor.hpp"
 #include "handoff/timer.hpp"
-#include "handoff/timer_entry.hpp"
+#include "handoff/detail/timer_entry.hpp"
 #include "wheel.hpp"
 
 namespace handoff::detail {
@@ -55,7 +55,7 @@ class test_driver;
 
 class timer_core {
  public:
-  // timer_entry::flags (handoff/timer_entry.hpp)
+  // timer_entry::flags (handoff/detail/timer_entry.hpp)
   static constexpr std::uint8_t live = timer_flag::live;
   static constexpr std::uint8_t handle = timer_flag::handle;
   static constexpr std::uint8_t payload = timer_flag::payload;
@@ -78,7 +78,7 @@ class timer_core {
   // with deadlines to send.
   [[nodiscard]] std::int64_t deadline_now() const noexcept;
 
-  // The calls of handoff/timer_entry.hpp.
+  // The calls of handoff/detail/timer_entry.hpp.
   timer_entry* schedule(const timer_request& r);
   bool cancel(timer_entry* e) noexcept;
   bool rearm(timer_entry* e, std::int64_t deadline) noexcept;

@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "handoff/detail/assert.hpp"
-#include "handoff/timer_entry.hpp"
+#include "handoff/detail/timer_entry.hpp"
 
 namespace handoff::detail {
 

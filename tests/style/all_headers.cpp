@@ -22,7 +22,6 @@
 #include <handoff/testing.hpp>
 #include <handoff/thread_pool.hpp>
 #include <handoff/timer.hpp>
-#include <handoff/timer_entry.hpp>
 #include <handoff/timer_service.hpp>
 
 #include <memory>

@@ -21,6 +21,11 @@ handoff/ headers (resolved under include/) and relative includes between lib/ fi
   keyed_mutex.hpp, key_guard.hpp, lib/keyed/); the keyed mutex (lib/keyed/) does not
   reach the actor. The run queue drives the actor through the interface it declares
   (runnable, run_runnable), never through actor_base.hpp.
+- The timers (lib/timer/) stack on the actor and the runtime: they reach neither the
+  keyed mutex (KEYED, lib/keyed/) nor lib/actor/'s or lib/redis/'s files, and nothing
+  of the actor or the runtime (ACTOR, lib/actor/, lib/runtime/, the runtime's headers)
+  reaches the timers (TIMER, lib/timer/): an actor learns of its timers only through
+  detail/actor_destroy_hook.hpp.
 - The test scheduler (lib/testing/) reaches no private file of another part of lib/ but
   the internal interfaces declared for it (TESTING_INTERFACES below): what it needs of a
   part beyond that part's detail/ headers is declared there, for it alone.
@@ -55,6 +60,7 @@ KEYED = {
     "handoff/keyed_mutex.hpp",
     "handoff/key_guard.hpp",
 }
+TIMER = {"handoff/timer.hpp", "handoff/timer_service.hpp", "handoff/detail/timer_entry.hpp"}
 REDIS_LOCK = {"handoff/redis/keyed_mutex.hpp"}
 # The Redis parts' shared vocabulary (the error, the options, the client's counts): every
 # other header under include/handoff/redis/ is a facade.
@@ -143,6 +149,13 @@ def main():
     for f in sorted(root.glob("lib/keyed/*.[ch]pp")):
         for inc in forbidden(root, f, ACTOR, {"actor"}):
             errors.append(f"{f.relative_to(root)}: the keyed mutex includes the actor ({inc})")
+    for f in sorted(root.glob("lib/timer/*.[ch]pp")):
+        for inc in forbidden(root, f, KEYED, {"keyed", "actor", "redis"}):
+            errors.append(f"{f.relative_to(root)}: the timers include the keyed mutex or another part's files ({inc})")
+    actor_headers = [root / "include" / h for h in sorted(ACTOR)]
+    for f in sorted(root.glob("lib/actor/*.[ch]pp")) + actor_headers + runtime:
+        for inc in forbidden(root, f, TIMER, {"timer"}):
+            errors.append(f"{f.relative_to(root)}: the actor or the runtime includes the timers ({inc})")
     for f in sorted(root.glob("lib/testing/*.[ch]pp")):
         for t in sorted(lib_files(f)):
             if lib not in t.parents or t.parent == (lib / "testing"):
