@@ -2,7 +2,7 @@
 // worker thread per key reading a Redis list or stream that senders write to (the one that
 // loses a message on a crash, and the two crash-safe ones), a floor of two scripts per
 // message, and the in-process handoff::actor. The binary starts its own redis-servers on
-// loopback (tests/redis/redis_server.hpp): one without persistence, and one with an
+// loopback (tests/support/redis_server.hpp): one without persistence, and one with an
 // append-only file fsynced every second.
 //
 // Workloads (each run once per repetition; the messages are trivial: the handler records
@@ -98,7 +98,7 @@
 #include "bench_support.hpp"
 #include "delay_proxy.hpp"
 #include "redis_peers.hpp"
-#include "redis_server.hpp"  // tests/redis: a private redis-server on a free loopback port
+#include "redis_server.hpp"  // tests/support: a private redis-server on a free loopback port
 
 namespace {
 

@@ -1,7 +1,7 @@
 // Redis keyed-mutex benchmarks: handoff::redis::keyed_mutex against the polling lock that
 // most Redis lock code uses, all in this one binary (so that every implementation runs on
 // the same machine, build and run, and their ratios compare like with like), against one
-// redis-server that the binary starts on loopback (tests/redis/redis_server.hpp).
+// redis-server that the binary starts on loopback (tests/support/redis_server.hpp).
 //
 // Every benchmark is registered as "<workload>/<impl>"; impls starting with "handoff" are
 // ours, every other impl of the same workload (and thread count) is a baseline, and
@@ -65,7 +65,7 @@
 // round trip measured through each route (redis_rtt_loopback, redis_rtt0.5ms, ...).
 //
 // Cluster: redis_hotkey_cluster and redis_64keys_cluster run handoff's rows again on a Redis
-// Cluster of three primaries without replicas on loopback (tests/redis/redis_cluster.hpp),
+// Cluster of three primaries without replicas on loopback (tests/support/redis_cluster.hpp),
 // keys spread over the primaries by their hash slots: beside redis_hotkey/handoff and
 // redis_64keys/handoff, they show what routing costs. There is no baseline in them (the
 // polling lock speaks to one server); server_cpu_us adds up the three primaries. The
@@ -101,8 +101,8 @@
 #include "bench_support.hpp"
 #include "delay_proxy.hpp"
 #include "handoff/redis/keyed_mutex.hpp"
-#include "redis_cluster.hpp"  // tests/redis: a private Redis Cluster on loopback
-#include "redis_server.hpp"   // tests/redis: a private redis-server on a free loopback port
+#include "redis_cluster.hpp"  // tests/support: a private Redis Cluster on loopback
+#include "redis_server.hpp"   // tests/support: a private redis-server on a free loopback port
 
 namespace {
 

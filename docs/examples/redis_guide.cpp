@@ -5,7 +5,7 @@
 // (check_snippets.py). Edit a snippet here first, then paste it into the guide.
 //
 // main() starts a private redis-server on a free loopback port (the tests' helper,
-// tests/redis/redis_server.hpp), then runs each snippet with two keyed_mutex objects, as
+// tests/support/redis_server.hpp), then runs each snippet with two keyed_mutex objects, as
 // two processes would, and checks what the guide says about it; a failed check exits with
 // status 1.
 #include <handoff/redis/fenced_store.hpp>

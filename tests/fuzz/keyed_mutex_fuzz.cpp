@@ -24,7 +24,7 @@
 #include <system_error>
 #include <vector>
 
-#include "../unit/core_access.hpp"
+#include "../support/core_access.hpp"
 #include "handoff/keyed_mutex.hpp"
 
 namespace {

@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "../unit/core_access.hpp"
+#include "../support/core_access.hpp"
 
 namespace {
 

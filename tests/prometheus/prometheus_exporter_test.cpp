@@ -26,8 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "../unit/test_support.hpp"
-#include "../unit/test_timeout.hpp"
+#include "../support/test_support.hpp"
+#include "../support/test_timeout.hpp"
 
 #ifndef HANDOFF_CURL
 #error "HANDOFF_CURL: the path of curl (tests/CMakeLists.txt)"

@@ -1,5 +1,5 @@
 // A second process for the cross-process tests of handoff::redis::actor_system
-// (redis_actor_test.cpp spawns it). Every handler records its run (redis_actor_check.hpp).
+// (redis_actor_*_test.cpp spawn it). Every handler records its run (redis_actor_check.hpp).
 //
 //   redis_actor_helper <port> <lease ms> send <tag> <count> <key>...
 //       Posts "<tag> <i>" for i in [0, count) to the keys in turn; after each post returns,
@@ -30,7 +30,7 @@
 #include <string>
 #include <thread>
 
-#include "redis_actor_check.hpp"
+#include "../support/redis_actor_check.hpp"
 
 int main(int argc, char** argv) {
   try {

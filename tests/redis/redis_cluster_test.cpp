@@ -22,8 +22,8 @@
 
 #include "../../lib/redis/actor/actor_core.hpp"
 #include "../../lib/redis/common/router.hpp"
-#include "redis_actor_check.hpp"
-#include "redis_cluster.hpp"
+#include "../support/redis_actor_check.hpp"
+#include "../support/redis_cluster.hpp"
 
 namespace {
 
@@ -60,7 +60,7 @@ int another_primary(int port) {
   throw std::runtime_error("one primary only");
 }
 
-TEST(RedisCluster, hash_slots_match_the_servers_keyslot_hash_tags_included) {
+TEST(RedisCluster, HashSlotsMatchTheServersKeyslotHashTagsIncluded) {
   raw_redis r(cluster().seed_port());
   const std::vector<std::string> keys{"",
                                       "foo",
@@ -94,7 +94,7 @@ TEST(RedisCluster, hash_slots_match_the_servers_keyslot_hash_tags_included) {
   }
 }
 
-TEST(RedisCluster, stores_spread_their_records_over_every_primary_and_keep_their_guarantees) {
+TEST(RedisCluster, StoresSpreadTheirRecordsOverEveryPrimaryAndKeepTheirGuarantees) {
   hr::fenced_store fenced(on_cluster());
   hr::versioned_store versioned(on_cluster());
   for (int i = 0; i < 60; ++i) {
@@ -121,7 +121,7 @@ TEST(RedisCluster, stores_spread_their_records_over_every_primary_and_keep_their
   EXPECT_TRUE(versioned.compare_and_set("", 0, "one key, one slot"));
 }
 
-TEST(RedisCluster, a_prefix_that_would_start_the_hash_tag_is_refused_on_a_cluster_only) {
+TEST(RedisCluster, APrefixThatWouldStartTheHashTagIsRefusedOnAClusterOnly) {
   hr::options o = on_cluster();
   for (const char* prefix : {"app{", "{app}:", "a{}:"}) {
     o.prefix = prefix;
@@ -138,7 +138,7 @@ TEST(RedisCluster, a_prefix_that_would_start_the_hash_tag_is_refused_on_a_cluste
   EXPECT_TRUE(on_one_server.write("k", "v", 1));
 }
 
-TEST(RedisCluster, a_resharding_is_followed_through_ask_tryagain_and_moved_without_losing_a_record) {
+TEST(RedisCluster, AReshardingIsFollowedThroughAskTryagainAndMovedWithoutLosingARecord) {
   hr::fenced_store fenced(on_cluster());
   hr::versioned_store versioned(on_cluster());
   const int slot = handoff::redis::detail::hash_slot("{moving}");
@@ -173,7 +173,7 @@ TEST(RedisCluster, a_resharding_is_followed_through_ask_tryagain_and_moved_witho
   EXPECT_EQ(versioned.read(fresh).value, "new");
 }
 
-TEST(RedisCluster, seed_nodes_are_tried_in_order_until_one_answers) {
+TEST(RedisCluster, SeedNodesAreTriedInOrderUntilOneAnswers) {
   hr::options o;
   o.port = 1;  // not used: the seeds are
   o.connect_timeout = 300ms;
@@ -183,7 +183,7 @@ TEST(RedisCluster, seed_nodes_are_tried_in_order_until_one_answers) {
   EXPECT_EQ(fenced.read("seeded").value, "v");
 }
 
-TEST(RedisCluster, bad_seeds_fail_clearly) {
+TEST(RedisCluster, BadSeedsFailClearly) {
   hr::options o;
   o.connect_timeout = 300ms;
   o.cluster_seeds = {"127.0.0.1:1", "127.0.0.1:2"};
@@ -209,7 +209,7 @@ TEST(RedisCluster, bad_seeds_fail_clearly) {
   }
 }
 
-TEST(RedisCluster, an_acl_user_and_password_are_used_on_every_node) {
+TEST(RedisCluster, AnAclUserAndPasswordAreUsedOnEveryNode) {
   for (const int port : cluster().primaries()) {
     raw_redis(port).command({"ACL", "SETUSER", "app", "on", ">app-secret", "~*", "&*", "+@all"});
   }
@@ -276,7 +276,7 @@ std::vector<std::string> left_under(const std::string& prefix) {
   return left;
 }
 
-TEST(RedisCluster, actors_on_every_primary_run_each_message_once_in_sender_order_and_commit_state_once) {
+TEST(RedisCluster, ActorsOnEveryPrimaryRunEachMessageOnceInSenderOrderAndCommitStateOnce) {
   hr::options o = on_cluster();
   o.prefix = "spread:";
   std::vector<std::string> keys;
@@ -350,7 +350,7 @@ TEST(RedisCluster, actors_on_every_primary_run_each_message_once_in_sender_order
       << " names left";
 }
 
-TEST(RedisCluster, delayed_posts_to_actors_on_every_primary_run_once_in_order_none_early_and_cancel) {
+TEST(RedisCluster, DelayedPostsToActorsOnEveryPrimaryRunOnceInOrderNoneEarlyAndCancel) {
   hr::options o = on_cluster();
   o.prefix = "delayed:";
   std::vector<std::string> keys;
@@ -399,7 +399,7 @@ TEST(RedisCluster, delayed_posts_to_actors_on_every_primary_run_once_in_order_no
   EXPECT_TRUE(handoff::test::eventually([&] { return left_under(o.prefix).empty(); })) << left_under(o.prefix).size();
 }
 
-TEST(RedisCluster, actors_draining_while_their_slot_group_moves_run_each_message_once_in_order) {
+TEST(RedisCluster, ActorsDrainingWhileTheirSlotGroupMovesRunEachMessageOnceInOrder) {
   hr::options o = on_cluster();
   o.prefix = "moving:";
   o.command_timeout = 5s;  // longer than the migration, which makes the actors' scripts wait
@@ -439,7 +439,7 @@ TEST(RedisCluster, actors_draining_while_their_slot_group_moves_run_each_message
   EXPECT_TRUE(handoff::test::eventually([&] { return left_under(o.prefix).empty(); }));
 }
 
-TEST(RedisCluster, an_actor_owner_killed_mid_handler_loses_no_message_and_its_rerun_is_flagged) {
+TEST(RedisCluster, AnActorOwnerKilledMidHandlerLosesNoMessageAndItsRerunIsFlagged) {
   handoff::test::redis_server records;  // the handlers' records (redis_actor_check.hpp)
   const int port = records.port();
   raw_redis raw(port);
@@ -476,7 +476,7 @@ hr::options lock_options() {
   return o;
 }
 
-TEST(RedisCluster, the_lock_excludes_and_gives_rising_tokens_on_keys_of_every_primary) {
+TEST(RedisCluster, TheLockExcludesAndGivesRisingTokensOnKeysOfEveryPrimary) {
   constexpr int threads = 3;
   constexpr int rounds = 15;
   std::vector<std::unique_ptr<hr::keyed_mutex>> clients;
@@ -522,7 +522,7 @@ TEST(RedisCluster, the_lock_excludes_and_gives_rising_tokens_on_keys_of_every_pr
   }
 }
 
-TEST(RedisCluster, the_lock_grants_blocking_and_async_waiters_in_request_order_through_sharded_notices) {
+TEST(RedisCluster, TheLockGrantsBlockingAndAsyncWaitersInRequestOrderThroughShardedNotices) {
   for (const int port : cluster().primaries()) {
     const std::string k = key_on(port, "fifo");
     hr::keyed_mutex holder(lock_options());
@@ -579,7 +579,7 @@ auto into(std::promise<hr::guard>& p) {
   };
 }
 
-TEST(RedisCluster, a_lock_held_and_waited_for_while_its_slot_moves_keeps_one_holder_and_its_queue) {
+TEST(RedisCluster, ALockHeldAndWaitedForWhileItsSlotMovesKeepsOneHolderAndItsQueue) {
   std::promise<hr::guard> async_grant;  // outlives the mutexes, whose destructors may still answer it
   hr::keyed_mutex a(lock_options());
   hr::keyed_mutex b(lock_options());
@@ -649,7 +649,7 @@ std::vector<std::string> channels_in(int port, int slot) {
   return out;
 }
 
-TEST(RedisCluster, an_async_waiter_whose_slot_moves_subscribes_on_the_new_primary_and_is_woken_by_its_notice) {
+TEST(RedisCluster, AnAsyncWaiterWhoseSlotMovesSubscribesOnTheNewPrimaryAndIsWokenByItsNotice) {
   std::promise<hr::guard> grant;  // outlives the mutexes, whose destructors may still answer it
   hr::keyed_mutex holder(lock_options());
   hr::options slow = lock_options();
@@ -700,7 +700,7 @@ hr::options riding_out_a_failover() {
   return o;
 }
 
-TEST(RedisCluster, a_failover_loses_a_grant_its_replica_never_got_which_min_replicas_refuses_to_return) {
+TEST(RedisCluster, AFailoverLosesAGrantItsReplicaNeverGotWhichMinReplicasRefusesToReturn) {
   const int doomed = doomed_primary(1);
   const std::string lost_key = key_on(doomed, "lost");
   const std::string refused_key = key_on(doomed, "refused");
@@ -749,7 +749,7 @@ TEST(RedisCluster, a_failover_loses_a_grant_its_replica_never_got_which_min_repl
   EXPECT_EQ(second.token(), lost.token()) << "the counter's last increment was lost with the grant";
 }
 
-TEST(RedisCluster, after_a_primary_is_killed_its_replica_serves_records_and_grants_min_replicas_confirmed) {
+TEST(RedisCluster, AfterAPrimaryIsKilledItsReplicaServesRecordsAndGrantsMinReplicasConfirmed) {
   cluster().wait_until_serving();  // after the failover of the test before
   hr::options o = riding_out_a_failover();
   hr::fenced_store fenced(o);

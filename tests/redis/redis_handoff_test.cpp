@@ -29,10 +29,10 @@
 
 #include "../../lib/redis/lock/acquire_step.hpp"
 #include "../../lib/redis/lock/scripts.hpp"
-#include "../unit/test_support.hpp"
-#include "../unit/test_timeout.hpp"
-#include "redis_server.hpp"
-#include "redis_test_support.hpp"
+#include "../support/redis_server.hpp"
+#include "../support/redis_test_support.hpp"
+#include "../support/test_support.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 

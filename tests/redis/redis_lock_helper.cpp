@@ -1,5 +1,5 @@
 // A second process for the cross-process tests of handoff::redis::keyed_mutex
-// (redis_keyed_mutex_test.cpp drives it with posix_spawn).
+// (redis_keyed_mutex_*_test.cpp drive it with posix_spawn).
 //
 //   redis_lock_helper <port> <recheck ms> <key> count <iterations> <counter key>
 //       Each iteration: lock(key); an unprotected read-modify-write of the Redis string

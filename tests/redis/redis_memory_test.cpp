@@ -13,8 +13,8 @@
 #include <string>
 #include <thread>
 
-#include "../unit/test_support.hpp"
-#include "redis_server.hpp"
+#include "../support/redis_server.hpp"
+#include "../support/test_support.hpp"
 
 namespace {
 std::atomic<long long> live_blocks{0};  // relaxed: a count read after the work settled

@@ -1,6 +1,6 @@
 // handoff::redis::keyed_mutex::stats() and the events its client reports to a metrics sink:
 // round trips, reconnects, notifications lost and re-checks, and the wait of a blocking
-// lock, each provoked against a real redis-server (tests/redis/redis_server.hpp).
+// lock, each provoked against a real redis-server (tests/support/redis_server.hpp).
 #include <handoff/metrics.hpp>
 #include <handoff/redis/keyed_mutex.hpp>
 
@@ -11,11 +11,11 @@
 #include <string>
 #include <thread>
 
-#include "../unit/counting_sink.hpp"
-#include "../unit/test_support.hpp"
-#include "../unit/test_timeout.hpp"
-#include "redis_server.hpp"
-#include "redis_test_support.hpp"
+#include "../support/counting_sink.hpp"
+#include "../support/redis_server.hpp"
+#include "../support/redis_test_support.hpp"
+#include "../support/test_support.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 

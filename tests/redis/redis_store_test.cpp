@@ -5,7 +5,7 @@
 // retries, with writer processes racing on one record; keys, prefixes and values of any
 // bytes never collide; faults are handoff::redis::error within the command timeout.
 //
-// Each test starts its own server (tests/redis/redis_server.hpp) on a free loopback port.
+// Each test starts its own server (tests/support/redis_server.hpp) on a free loopback port.
 #include <handoff/redis/fenced_store.hpp>
 #include <handoff/redis/keyed_mutex.hpp>
 #include <handoff/redis/versioned_store.hpp>
@@ -26,9 +26,9 @@
 
 #include <unistd.h>
 
-#include "../unit/test_timeout.hpp"
-#include "redis_server.hpp"
-#include "redis_test_support.hpp"
+#include "../support/redis_server.hpp"
+#include "../support/redis_test_support.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 

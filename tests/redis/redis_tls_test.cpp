@@ -24,9 +24,9 @@
 #include <sys/wait.h>
 
 #include "../../lib/redis/common/router.hpp"
-#include "redis_cluster.hpp"
-#include "redis_server.hpp"
-#include "redis_test_support.hpp"
+#include "../support/redis_cluster.hpp"
+#include "../support/redis_server.hpp"
+#include "../support/redis_test_support.hpp"
 
 #ifndef HANDOFF_MAKE_TEST_CERTS
 #error "HANDOFF_MAKE_TEST_CERTS: the path of make_test_certs.sh (tests/CMakeLists.txt)"
@@ -107,7 +107,7 @@ std::string error_of(F make) {
   return {};
 }
 
-TEST(RedisTls, locks_keep_mutual_exclusion_and_increasing_tokens_over_tls) {
+TEST(RedisTls, LocksKeepMutualExclusionAndIncreasingTokensOverTls) {
   tls_server s;
   hr::keyed_mutex m(s.tls());
   std::atomic<int> inside{0};
@@ -132,7 +132,7 @@ TEST(RedisTls, locks_keep_mutual_exclusion_and_increasing_tokens_over_tls) {
   EXPECT_EQ(m.stats().reconnects, 0U);
 }
 
-TEST(RedisTls, fenced_and_versioned_stores_work_over_tls) {
+TEST(RedisTls, FencedAndVersionedStoresWorkOverTls) {
   tls_server s;
   hr::fenced_store fenced(s.tls());
   EXPECT_TRUE(fenced.write("k", "v1", 5));
@@ -144,7 +144,7 @@ TEST(RedisTls, fenced_and_versioned_stores_work_over_tls) {
   EXPECT_EQ(versioned.read("r").version, 1U);
 }
 
-TEST(RedisTls, actors_run_every_message_once_in_order_over_tls) {
+TEST(RedisTls, ActorsRunEveryMessageOnceInOrderOverTls) {
   tls_server s;
   hr::actor_options a;
   a.lease = handoff::lease{300ms};
@@ -158,7 +158,7 @@ TEST(RedisTls, actors_run_every_message_once_in_order_over_tls) {
   EXPECT_EQ(actors.pending("room:1"), 0U);
 }
 
-TEST(RedisTls, a_tls_cluster_serves_locks_stores_and_actors_on_every_primary_over_tls) {
+TEST(RedisTls, ATlsClusterServesLocksStoresAndActorsOnEveryPrimaryOverTls) {
   // Three primaries with a plain port (the fixture's) and a TLS port each, their cluster
   // bus over TLS: a TLS client reads the TLS ports in CLUSTER SLOTS.
   const std::vector<std::string> tls_files{"--tls-cert-file",        certificates::file("server.crt"),
@@ -228,7 +228,7 @@ TEST(RedisTls, a_tls_cluster_serves_locks_stores_and_actors_on_every_primary_ove
   }
 }
 
-TEST(RedisTls, an_idle_tls_connection_is_reused_and_one_the_server_dropped_is_replaced) {
+TEST(RedisTls, AnIdleTlsConnectionIsReusedAndOneTheServerDroppedIsReplaced) {
   tls_server s;
   hr::keyed_mutex m(s.tls());
   { auto g = m.lock("k"); }
@@ -247,7 +247,7 @@ TEST(RedisTls, an_idle_tls_connection_is_reused_and_one_the_server_dropped_is_re
   EXPECT_GE(m.stats().reconnects, 1U);
 }
 
-TEST(RedisTls, a_server_that_requires_client_certificates_serves_a_client_with_one_and_refuses_one_without) {
+TEST(RedisTls, AServerThatRequiresClientCertificatesServesAClientWithOneAndRefusesOneWithout) {
   tls_server s("server", /*clients_need_certs=*/true);
   hr::options with = s.tls();
   with.tls.cert_file = certificates::file("client.crt");
@@ -260,7 +260,7 @@ TEST(RedisTls, a_server_that_requires_client_certificates_serves_a_client_with_o
   EXPECT_NE(why.find("certificate"), std::string::npos) << why;  // an alert, or a hint when the server reset
 }
 
-TEST(RedisTls, a_certificate_another_ca_signed_fails_verification_within_the_connect_timeout) {
+TEST(RedisTls, ACertificateAnotherCaSignedFailsVerificationWithinTheConnectTimeout) {
   tls_server s;
   hr::options o = s.tls();
   o.tls.ca_file = certificates::file("other-ca.crt");
@@ -270,13 +270,13 @@ TEST(RedisTls, a_certificate_another_ca_signed_fails_verification_within_the_con
   EXPECT_NE(why.find("does not verify"), std::string::npos) << why;
 }
 
-TEST(RedisTls, an_expired_server_certificate_fails_verification) {
+TEST(RedisTls, AnExpiredServerCertificateFailsVerification) {
   tls_server s("expired");
   const std::string why = error_of([&] { hr::keyed_mutex m(s.tls()); });
   EXPECT_NE(why.find("certificate has expired"), std::string::npos) << why;
 }
 
-TEST(RedisTls, a_server_name_the_certificate_does_not_name_fails_verification_and_an_ip_it_names_passes) {
+TEST(RedisTls, AServerNameTheCertificateDoesNotNameFailsVerificationAndAnIpItNamesPasses) {
   tls_server s;
   hr::options o = s.tls();
   o.tls.server_name = "redis.example.com";
@@ -290,7 +290,7 @@ TEST(RedisTls, a_server_name_the_certificate_does_not_name_fails_verification_an
   EXPECT_TRUE(by_ip.try_lock("k").owns_lock());
 }
 
-TEST(RedisTls, tls_to_a_plain_text_port_fails_clearly_within_the_connect_timeout) {
+TEST(RedisTls, TlsToAPlainTextPortFailsClearlyWithinTheConnectTimeout) {
   tls_server s;
   hr::options o = s.tls();
   o.port = s.server.port();
@@ -301,7 +301,7 @@ TEST(RedisTls, tls_to_a_plain_text_port_fails_clearly_within_the_connect_timeout
   EXPECT_NE(why.find("is it a TLS port?"), std::string::npos) << why;
 }
 
-TEST(RedisTls, plain_text_to_a_tls_port_fails_clearly_within_the_connect_timeout) {
+TEST(RedisTls, PlainTextToATlsPortFailsClearlyWithinTheConnectTimeout) {
   tls_server s;
   hr::options o = s.tls();
   o.tls = {};
@@ -311,7 +311,7 @@ TEST(RedisTls, plain_text_to_a_tls_port_fails_clearly_within_the_connect_timeout
   EXPECT_NE(why.find("a TLS port? see options::tls"), std::string::npos) << why;
 }
 
-TEST(RedisTls, nonsensical_tls_options_are_refused) {
+TEST(RedisTls, NonsensicalTlsOptionsAreRefused) {
   tls_server s;
   hr::options o = s.tls();
   o.unix_socket = s.server.unix_socket();

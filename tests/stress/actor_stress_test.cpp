@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "../unit/test_support.hpp"
-#include "stress_seconds.hpp"
+#include "../support/stress_seconds.hpp"
+#include "../support/test_support.hpp"
 
 #include <atomic>
 #include <chrono>

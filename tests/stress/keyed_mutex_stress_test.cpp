@@ -18,8 +18,8 @@
 
 #include <gtest/gtest.h>
 
-#include "../unit/test_support.hpp"
-#include "../unit/test_timeout.hpp"
+#include "../support/test_support.hpp"
+#include "../support/test_timeout.hpp"
 
 #include <algorithm>
 #include <atomic>

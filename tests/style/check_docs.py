@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The docs point at things that exist, checked on every test run.
 
-Over README.md and every docs/*.md:
+Over README.md, CONTRIBUTING.md and every docs/*.md:
 - every `handoff::...` name in code (a code span or a code block) is declared under
   include/: its last identifier is declared (class, struct, union, enum, enumerator,
   alias, concept, function, variable or namespace) in the scope the name spells, or, for
@@ -312,7 +312,7 @@ def main():
     include_dir = root / "include"
     decl = declarations(include_dir)
     targets = cmake_targets(root)
-    docs = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    docs = [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").glob("*.md"))]
     problems, anchor_cache = [], {}
     for md in docs:
         problems += check_file(md, root, include_dir, decl, targets, anchor_cache)

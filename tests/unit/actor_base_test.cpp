@@ -1,5 +1,5 @@
 // The hand-off protocol driven one step at a time (detail/actor_base.hpp).
-#include "core_access.hpp"
+#include "../support/core_access.hpp"
 
 #include <gtest/gtest.h>
 

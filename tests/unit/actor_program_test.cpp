@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "test_support.hpp"
-#include "test_timeout.hpp"
+#include "../support/test_support.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 
 #include <chrono>
 
-#include "test_timeout.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 

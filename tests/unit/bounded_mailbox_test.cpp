@@ -25,9 +25,9 @@
 #include <thread>
 #include <vector>
 
-#include "keyed_mutex_support.hpp"  // blocking_call
-#include "test_support.hpp"
-#include "test_timeout.hpp"
+#include "../support/keyed_mutex_support.hpp"  // blocking_call
+#include "../support/test_support.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "test_timeout.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 
@@ -24,7 +24,7 @@ using handoff::detail::no_deadline;
 using handoff::detail::to_ns_saturating;
 using handoff::test::test_timeout;
 
-TEST(clock, adding_a_duration_saturates_at_no_deadline_and_ignores_negative_ones) {
+TEST(Clock, AddingADurationSaturatesAtNoDeadlineAndIgnoresNegativeOnes) {
   EXPECT_EQ(add_saturating(100, 5), 105);
   EXPECT_EQ(add_saturating(100, no_deadline), no_deadline);
   EXPECT_EQ(add_saturating(100, no_deadline - 100), no_deadline);
@@ -32,7 +32,7 @@ TEST(clock, adding_a_duration_saturates_at_no_deadline_and_ignores_negative_ones
   EXPECT_EQ(add_saturating(100, -5), 100);
 }
 
-TEST(clock, durations_convert_to_nanoseconds_rounding_up_and_saturating) {
+TEST(Clock, DurationsConvertToNanosecondsRoundingUpAndSaturating) {
   EXPECT_EQ(to_ns_saturating(std::chrono::nanoseconds::max()), no_deadline);
   EXPECT_EQ(to_ns_saturating(std::chrono::hours::max()), no_deadline);
   EXPECT_EQ(to_ns_saturating(std::chrono::duration<double>(1e300)), no_deadline);
@@ -41,13 +41,13 @@ TEST(clock, durations_convert_to_nanoseconds_rounding_up_and_saturating) {
   EXPECT_EQ(to_ns_saturating(-3ms), 0);
 }
 
-TEST(clock, a_wait_of_zero_or_less_is_a_deadline_of_now) {
+TEST(Clock, AWaitOfZeroOrLessIsADeadlineOfNow) {
   EXPECT_EQ(deadline_after(1000, 0ms), 1000);
   EXPECT_EQ(deadline_after(1000, -1s), 1000);
   EXPECT_EQ(deadline_after(1000, std::chrono::nanoseconds::max()), no_deadline);
 }
 
-TEST(clock, time_points_at_the_end_of_their_range_are_no_deadline) {
+TEST(Clock, TimePointsAtTheEndOfTheirRangeAreNoDeadline) {
   using steady_seconds = std::chrono::time_point<std::chrono::steady_clock, std::chrono::seconds>;
   EXPECT_EQ(deadline_at(1000, steady_seconds::max()), no_deadline);
   EXPECT_EQ(deadline_at(1000, std::chrono::steady_clock::time_point::max()), no_deadline);
@@ -61,7 +61,7 @@ TEST(clock, time_points_at_the_end_of_their_range_are_no_deadline) {
   EXPECT_EQ(deadline_at(1000, std::chrono::system_clock::now() - 1s), 1000);  // past: now
 }
 
-TEST(clock, the_library_clock_is_steady_clock_in_nanoseconds) {
+TEST(Clock, TheLibraryClockIsSteadyClockInNanoseconds) {
   const std::int64_t before = std::chrono::nanoseconds(std::chrono::steady_clock::now().time_since_epoch()).count();
   const std::int64_t now = handoff::detail::now_ns();
   const std::int64_t after = std::chrono::nanoseconds(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -69,7 +69,7 @@ TEST(clock, the_library_clock_is_steady_clock_in_nanoseconds) {
   EXPECT_LE(now, after);
 }
 
-TEST(lease, a_length_too_long_for_the_clock_saturates_and_zero_is_rejected) {
+TEST(Lease, ALengthTooLongForTheClockSaturatesAndZeroIsRejected) {
   EXPECT_EQ(handoff::lease{std::chrono::hours::max()}.duration, std::chrono::nanoseconds::max());
   EXPECT_EQ(handoff::lease{std::chrono::nanoseconds::max()}.duration, std::chrono::nanoseconds::max());
   EXPECT_EQ(handoff::lease{std::chrono::duration<double>(0.5)}.duration, 500ms);
@@ -77,7 +77,7 @@ TEST(lease, a_length_too_long_for_the_clock_saturates_and_zero_is_rejected) {
   EXPECT_THROW(handoff::lease{-1ms}, std::invalid_argument);
 }
 
-TEST(clock, a_zero_wait_on_a_held_key_returns_at_once_without_the_key_and_on_a_free_key_with_it) {
+TEST(Clock, AZeroWaitOnAHeldKeyReturnsAtOnceWithoutTheKeyAndOnAFreeKeyWithIt) {
   test_timeout limit{30s};
   handoff::keyed_mutex<> m;
   auto free_now = m.try_lock_for("free", 0ms);

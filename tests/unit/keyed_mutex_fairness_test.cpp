@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "core_access.hpp"
-#include "keyed_mutex_support.hpp"
+#include "../support/core_access.hpp"
+#include "../support/keyed_mutex_support.hpp"
 
 namespace {
 

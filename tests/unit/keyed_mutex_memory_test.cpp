@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "core_access.hpp"
-#include "keyed_mutex_support.hpp"
+#include "../support/core_access.hpp"
+#include "../support/keyed_mutex_support.hpp"
 
 namespace {
 
@@ -50,7 +50,7 @@ TEST_F(KeyedMutex, SizeCountsKeysThatAreHeldOrWaitedFor) {
   EXPECT_EQ(m.size(), 0u);
 }
 
-TEST_F(KeyedMutex, LocksAndReleasesAHundredThousandDistinctKeysAndKeepsNoState) {
+TEST_F(KeyedMutex, LocksAndReleasesAHundredThousandDistinctKeysAndSizeCountsOnlyTheHeldOnes) {
   keyed_mutex<> m;
   constexpr int n = 100000;
   for (int i = 0; i < n; ++i) {

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "keyed_mutex_support.hpp"
+#include "../support/keyed_mutex_support.hpp"
 
 namespace {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <thread>
 
-#include "counting_sink.hpp"
-#include "keyed_mutex_support.hpp"
+#include "../support/counting_sink.hpp"
+#include "../support/keyed_mutex_support.hpp"
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "test_support.hpp"
-#include "test_timeout.hpp"
+#include "../support/test_support.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 
@@ -36,7 +36,7 @@ handoff::actor_options with_executor(Executor& e, std::uint32_t max_messages = 0
   return o;
 }
 
-TEST(nested_hop, a_send_that_wins_an_idle_actor_inside_a_handler_carries_its_message_in_the_slot) {
+TEST(NestedHop, ASendThatWinsAnIdleActorInsideAHandlerCarriesItsMessageInTheSlot) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   handoff::actor<int> b{0};
@@ -64,7 +64,7 @@ TEST(nested_hop, a_send_that_wins_an_idle_actor_inside_a_handler_carries_its_mes
 // A fan-out carries its first won message only; the others go through nodes, and the
 // depth-first order of the run queue is unchanged: B, C, D, each after the handler, and a
 // second message to B (queued in its mailbox) after B's carried one.
-TEST(nested_hop, a_fan_out_carries_its_first_send_and_keeps_the_run_queue_order) {
+TEST(NestedHop, AFanOutCarriesItsFirstSendAndKeepsTheRunQueueOrder) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   handoff::actor<int> b{0};
@@ -83,7 +83,7 @@ TEST(nested_hop, a_fan_out_carries_its_first_send_and_keeps_the_run_queue_order)
 }
 
 // A chain hands the slot on at every hop: each carried message finds it free again.
-TEST(nested_hop, every_hop_of_a_forwarding_chain_is_carried) {
+TEST(NestedHop, EveryHopOfAForwardingChainIsCarried) {
   test_timeout limit{30s};
   struct hop_state {
     handoff::actor<hop_state>* next = nullptr;
@@ -109,7 +109,7 @@ TEST(nested_hop, every_hop_of_a_forwarding_chain_is_carried) {
   for (auto& a : chain) EXPECT_EQ(a->ask([](hop_state& s) { return s.seen; }).get(), 1);
 }
 
-TEST(nested_hop, a_closure_too_large_for_the_slot_takes_a_node) {
+TEST(NestedHop, AClosureTooLargeForTheSlotTakesANode) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   handoff::actor<int> b{0};
@@ -127,7 +127,7 @@ TEST(nested_hop, a_closure_too_large_for_the_slot_takes_a_node) {
 
 // A message sent by another thread while B's message waits in the slot is counted behind
 // it: it runs after the carried one, once each.
-TEST(nested_hop, a_message_sent_meanwhile_by_another_thread_runs_after_the_carried_one) {
+TEST(NestedHop, AMessageSentMeanwhileByAnotherThreadRunsAfterTheCarriedOne) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   handoff::actor<std::vector<int>> b;
@@ -140,7 +140,7 @@ TEST(nested_hop, a_message_sent_meanwhile_by_another_thread_runs_after_the_carri
   EXPECT_EQ(b.ask([](std::vector<int>& v) { return v; }).get(), (std::vector<int>{1, 2}));
 }
 
-TEST(nested_hop, a_carried_handler_that_throws_goes_to_the_error_hook_and_the_actor_goes_on) {
+TEST(NestedHop, ACarriedHandlerThatThrowsGoesToTheErrorHookAndTheActorGoesOn) {
   test_timeout limit{30s};
   int errors = 0;
   handoff::actor<int> a{0};
@@ -158,7 +158,7 @@ TEST(nested_hop, a_carried_handler_that_throws_goes_to_the_error_hook_and_the_ac
 
 // Destroying, from the handler that won it, an actor whose message waits in the slot runs
 // that message first (the destructor runs what this thread owns through its queue).
-TEST(nested_hop, destroying_an_actor_whose_message_is_carried_runs_it_first) {
+TEST(NestedHop, DestroyingAnActorWhoseMessageIsCarriedRunsItFirst) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   int ran = 0;
@@ -182,7 +182,7 @@ struct idle_pool {
   [[nodiscard]] static bool has_idle_workers() noexcept { return true; }
 };
 
-TEST(nested_hop, an_actor_with_a_carried_message_runs_it_on_this_thread_even_when_its_executor_is_idle) {
+TEST(NestedHop, AnActorWithACarriedMessageRunsItOnThisThreadEvenWhenItsExecutorIsIdle) {
   test_timeout limit{30s};
   idle_pool pool;
   handoff::actor<int> a{0};
@@ -200,7 +200,7 @@ TEST(nested_hop, an_actor_with_a_carried_message_runs_it_on_this_thread_even_whe
 
 // A budget counts the carried message: with max_messages = 1, the message queued behind
 // it goes to the executor.
-TEST(nested_hop, a_carried_message_counts_against_the_budget) {
+TEST(NestedHop, ACarriedMessageCountsAgainstTheBudget) {
   test_timeout limit{30s};
   idle_pool pool;
   handoff::actor<int> a{0};
@@ -228,7 +228,7 @@ struct move_only {
   ~move_only() = default;
 };
 
-TEST(nested_hop, a_basic_actor_carries_its_message_by_value) {
+TEST(NestedHop, ABasicActorCarriesItsMessageByValue) {
   test_timeout limit{30s};
   struct collect {
     std::vector<std::string>* out;
@@ -256,7 +256,7 @@ struct throwing_move {
   ~throwing_move() = default;
 };
 
-TEST(nested_hop, a_message_whose_move_may_throw_is_never_carried) {
+TEST(NestedHop, AMessageWhoseMoveMayThrowIsNeverCarried) {
   test_timeout limit{30s};
   struct sum {
     int* out;

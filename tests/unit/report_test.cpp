@@ -11,7 +11,7 @@
 
 namespace {
 
-TEST(report, a_short_key_appears_whole_and_a_long_one_is_cut_with_its_length) {
+TEST(Report, AShortKeyAppearsWholeAndALongOneIsCutWithItsLength) {
   EXPECT_EQ(handoff::detail::key_excerpt("player:42"), "player:42");
   const std::string huge(2 * 1024 * 1024, 'k');
   const std::string cut = handoff::detail::key_excerpt(huge);
@@ -20,7 +20,7 @@ TEST(report, a_short_key_appears_whole_and_a_long_one_is_cut_with_its_length) {
   EXPECT_NE(cut.find("2097152 bytes"), std::string::npos) << cut;
 }
 
-TEST(report, a_report_names_its_source_and_the_exception_message) {
+TEST(Report, AReportNamesItsSourceAndTheExceptionMessage) {
   testing::internal::CaptureStderr();
   handoff::detail::report_to_stderr(std::make_exception_ptr(std::runtime_error("boom")), "a test");
   handoff::detail::report_to_stderr(std::make_exception_ptr(42), "a test");
@@ -29,7 +29,7 @@ TEST(report, a_report_names_its_source_and_the_exception_message) {
   EXPECT_NE(out.find("a test (not a std::exception)"), std::string::npos) << out;
 }
 
-TEST(report, an_exception_from_an_on_error_hook_is_reported_as_the_hook_s_not_the_handler_s) {
+TEST(Report, AnExceptionFromAnOnErrorHookIsReportedAsTheHookSNotTheHandlerS) {
   handoff::actor_options options;
   options.on_error = [](const std::exception_ptr&) { throw std::runtime_error("hook failed"); };
   handoff::actor<int> a{options, 0};

@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "keyed_mutex_support.hpp"
-#include "test_support.hpp"
-#include "test_timeout.hpp"
+#include "../support/keyed_mutex_support.hpp"
+#include "../support/test_support.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 
@@ -27,7 +27,7 @@ using namespace std::chrono_literals;
 using handoff::test::fire_and_forget;
 using handoff::test::test_timeout;
 
-TEST(where_code_runs, a_send_to_an_idle_actor_runs_on_the_sending_thread_before_post_returns) {
+TEST(WhereCodeRuns, ASendToAnIdleActorRunsOnTheSendingThreadBeforePostReturns) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   std::thread::id ran_on;
@@ -39,7 +39,7 @@ TEST(where_code_runs, a_send_to_an_idle_actor_runs_on_the_sending_thread_before_
   EXPECT_EQ(a.ask([](int& s) { return s; }).get(), 1);
 }
 
-TEST(where_code_runs, a_send_to_a_busy_actor_runs_on_the_owner_thread_and_the_sender_returns_at_once) {
+TEST(WhereCodeRuns, ASendToABusyActorRunsOnTheOwnerThreadAndTheSenderReturnsAtOnce) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   // Busy in a handler on another thread until release(): sends meanwhile queue behind it.
@@ -57,7 +57,7 @@ TEST(where_code_runs, a_send_to_a_busy_actor_runs_on_the_owner_thread_and_the_se
   EXPECT_EQ(ran_on, owner.id());
 }
 
-TEST(where_code_runs, a_send_from_a_handler_to_an_idle_actor_runs_on_the_same_thread_after_the_handler_returns) {
+TEST(WhereCodeRuns, ASendFromAHandlerToAnIdleActorRunsOnTheSameThreadAfterTheHandlerReturns) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   handoff::actor<int> b{0};
@@ -74,7 +74,7 @@ TEST(where_code_runs, a_send_from_a_handler_to_an_idle_actor_runs_on_the_same_th
   EXPECT_EQ(b_ran_on, std::this_thread::get_id());
 }
 
-TEST(where_code_runs, runnable_work_runs_in_the_order_it_became_runnable_across_actors_and_keyed_waiters) {
+TEST(WhereCodeRuns, RunnableWorkRunsInTheOrderItBecameRunnableAcrossActorsAndKeyedWaiters) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   handoff::actor<int> b{0};
@@ -93,7 +93,7 @@ TEST(where_code_runs, runnable_work_runs_in_the_order_it_became_runnable_across_
   EXPECT_EQ(locks.size(), 0U);
 }
 
-TEST(where_code_runs, an_async_ask_coroutine_resumes_on_the_answering_thread_after_its_drain) {
+TEST(WhereCodeRuns, AnAsyncAskCoroutineResumesOnTheAnsweringThreadAfterItsDrain) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   // Busy in a handler on another thread until release(): sends meanwhile queue behind it.
@@ -121,7 +121,7 @@ TEST(where_code_runs, an_async_ask_coroutine_resumes_on_the_answering_thread_aft
 
 // The two compositions: a keyed waiter granted inside an actor's handler runs after the
 // handler returns and the actor is released, so it may ask that same actor.
-TEST(where_code_runs, a_keyed_coroutine_granted_inside_a_handler_resumes_after_it_and_may_ask_that_actor) {
+TEST(WhereCodeRuns, AKeyedCoroutineGrantedInsideAHandlerResumesAfterItAndMayAskThatActor) {
   test_timeout limit{30s};
   handoff::keyed_mutex<> locks;
   handoff::actor<int> room{0};
@@ -153,7 +153,7 @@ TEST(where_code_runs, a_keyed_coroutine_granted_inside_a_handler_resumes_after_i
   EXPECT_EQ(locks.size(), 0U);
 }
 
-TEST(where_code_runs, a_lock_async_callback_granted_inside_a_handler_runs_after_it_and_may_ask_that_actor) {
+TEST(WhereCodeRuns, ALockAsyncCallbackGrantedInsideAHandlerRunsAfterItAndMayAskThatActor) {
   test_timeout limit{30s};
   handoff::keyed_mutex<> locks;
   handoff::actor<int> room{0};
@@ -177,7 +177,7 @@ TEST(where_code_runs, a_lock_async_callback_granted_inside_a_handler_runs_after_
   EXPECT_EQ(locks.size(), 0U);
 }
 
-TEST(where_code_runs, a_keyed_waiter_granted_by_an_unlock_at_top_level_runs_inside_that_unlock) {
+TEST(WhereCodeRuns, AKeyedWaiterGrantedByAnUnlockAtTopLevelRunsInsideThatUnlock) {
   test_timeout limit{30s};
   handoff::keyed_mutex<> locks;
   auto held = locks.lock("k");
@@ -193,7 +193,7 @@ TEST(where_code_runs, a_keyed_waiter_granted_by_an_unlock_at_top_level_runs_insi
   EXPECT_EQ(ran_on, std::this_thread::get_id());
 }
 
-TEST(where_code_runs, a_chain_of_granted_callbacks_runs_in_constant_stack) {
+TEST(WhereCodeRuns, AChainOfGrantedCallbacksRunsInConstantStack) {
   test_timeout limit{60s};
   handoff::keyed_mutex<int> locks;
   constexpr int chain = 200'000;  // nested on one stack, this would overflow it
@@ -209,7 +209,7 @@ TEST(where_code_runs, a_chain_of_granted_callbacks_runs_in_constant_stack) {
   EXPECT_EQ(locks.size(), 0U);
 }
 
-TEST(where_code_runs, a_blocked_lock_wakes_on_its_own_thread) {
+TEST(WhereCodeRuns, ABlockedLockWakesOnItsOwnThread) {
   test_timeout limit{30s};
   handoff::keyed_mutex<> locks;
   auto held = locks.lock("k");
@@ -232,7 +232,7 @@ TEST(where_code_runs, a_blocked_lock_wakes_on_its_own_thread) {
 
 // The same for a blocking keyed lock, which also joins the key's queue: the queue runs
 // before that, so queued work that locks the same key is not stuck behind this thread.
-TEST(where_code_runs, a_handler_about_to_block_on_a_keyed_lock_first_runs_its_queue_then_queues_for_the_key) {
+TEST(WhereCodeRuns, AHandlerAboutToBlockOnAKeyedLockFirstRunsItsQueueThenQueuesForTheKey) {
   test_timeout limit{30s};
   handoff::keyed_mutex<> locks;
   auto held = locks.lock("k");
@@ -257,7 +257,7 @@ TEST(where_code_runs, a_handler_about_to_block_on_a_keyed_lock_first_runs_its_qu
   EXPECT_EQ(locks.size(), 0U);
 }
 
-TEST(where_code_runs, an_actor_whose_budget_is_spent_continues_on_its_executor) {
+TEST(WhereCodeRuns, AnActorWhoseBudgetIsSpentContinuesOnItsExecutor) {
   test_timeout limit{30s};
   handoff::thread_pool pool(1);
   handoff::actor<int> a{handoff::actor_options{.executor = pool, .max_messages = 1, .max_time = {}, .on_error = {}}, 0};
@@ -275,7 +275,7 @@ TEST(where_code_runs, an_actor_whose_budget_is_spent_continues_on_its_executor) 
 // A handler of A posts to an idle actor J: this thread now owns J only through its run
 // queue. If it then blocked on K.ask() while K's handler, on another thread, waits on
 // J.ask(), nothing could finish: the thread runs J first, before blocking.
-TEST(where_code_runs, a_handler_about_to_block_on_ask_first_runs_the_actors_it_owns_through_its_queue) {
+TEST(WhereCodeRuns, AHandlerAboutToBlockOnAskFirstRunsTheActorsItOwnsThroughItsQueue) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   handoff::actor<int> j{0};
@@ -302,7 +302,7 @@ TEST(where_code_runs, a_handler_about_to_block_on_ask_first_runs_the_actors_it_o
   EXPECT_EQ(k_saw.load(), 42);
 }
 
-TEST(where_code_runs, destroying_an_actor_owned_through_the_queue_runs_its_messages_first) {
+TEST(WhereCodeRuns, DestroyingAnActorOwnedThroughTheQueueRunsItsMessagesFirst) {
   test_timeout limit{30s};
   handoff::actor<int> a{0};
   int ran = 0;
@@ -317,7 +317,7 @@ TEST(where_code_runs, destroying_an_actor_owned_through_the_queue_runs_its_messa
 
 // What a drain makes runnable runs before work queued earlier: a tree of sends is walked
 // depth-first, as calls would be, and each handler's sends run in the order it made them.
-TEST(where_code_runs, work_made_runnable_by_the_current_work_runs_before_older_queued_work) {
+TEST(WhereCodeRuns, WorkMadeRunnableByTheCurrentWorkRunsBeforeOlderQueuedWork) {
   test_timeout limit{30s};
   handoff::actor<int> root{0}, a{0}, b{0}, a1{0}, a2{0};
   std::vector<std::string> order;
@@ -336,7 +336,7 @@ TEST(where_code_runs, work_made_runnable_by_the_current_work_runs_before_older_q
 
 // Two actors that keep winning each other stay at the front of the queue; after a bounded
 // streak the rest gets a turn, so a conversation that never ends starves nothing.
-TEST(where_code_runs, a_conversation_that_keeps_requeueing_itself_lets_older_work_run_within_a_bounded_streak) {
+TEST(WhereCodeRuns, AConversationThatKeepsRequeueingItselfLetsOlderWorkRunWithinABoundedStreak) {
   test_timeout limit{30s};
   struct side {
     handoff::actor<side>* peer = nullptr;

@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "test_timeout.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 

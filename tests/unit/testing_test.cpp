@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "test_support.hpp"
-#include "test_timeout.hpp"
+#include "../support/test_support.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <optional>
 #include <thread>
 
-#include "test_timeout.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "../../lib/timer/deadline_clock.hpp"
+#include "../support/test_timeout.hpp"
 #include "handoff/detail/clock.hpp"
-#include "test_timeout.hpp"
 
 namespace {
 

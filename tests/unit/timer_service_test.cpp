@@ -19,7 +19,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "test_timeout.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "../../lib/timer/wheel.hpp"
-#include "test_timeout.hpp"
+#include "../support/test_timeout.hpp"
 
 namespace {
 

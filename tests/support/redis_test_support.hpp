@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../unit/test_support.hpp"
+#include "test_support.hpp"
 
 extern char** environ;  // NOLINT: POSIX, for posix_spawn
 

@@ -3,8 +3,8 @@
 // blocked) aborts the binary with the test's name, long before ctest's own timeout.
 #include <gtest/gtest.h>
 
-#include "../unit/test_timeout.hpp"
 #include "stress_seconds.hpp"
+#include "test_timeout.hpp"
 
 #include <chrono>
 #include <cmath>
