@@ -129,7 +129,7 @@ struct counting_handler {
 };
 
 // ---------------------------------------------------------------------------------------
-// Mailbox alternatives (docs/design.md, "Mailbox choice"): mini_actor (mini_actor.hpp) over
+// Mailbox alternatives (docs/notebook.md, "Mailbox choice"): mini_actor (mini_actor.hpp) over
 // handoff's Vyukov mailbox and over moodycamel's queue.
 
 // moodycamel's ConcurrentQueue, default-constructed, implicit (token-less) producers.

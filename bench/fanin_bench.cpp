@@ -19,7 +19,7 @@
 //   handoff_post          handoff::actor<State>::post (the library's type-erased actor).
 //   handoff_proto_packed  packed_actor.hpp: one fetch_add counts the message and gives it
 //                         a ticket into slots of a preallocated ring (a prototype; the
-//                         library carried it over pooled chunks for a while: docs/design.md).
+//                         library carried it over pooled chunks for a while: docs/notebook.md).
 //   handoff_proto_lines   the same with consumer batching: the drainer waits briefly at a
 //                         line of slots that senders are still filling (prototype).
 //   handoff_proto_sticky  the packed word with a sticky release: the last owner keeps a

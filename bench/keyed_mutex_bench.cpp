@@ -26,7 +26,7 @@
 //                       releases the accessor (entries accumulate: one per key ever locked).
 //                       Built only when CMake finds TBB (HANDOFF_BENCH_TBB).
 //   proto_*             prototypes of designs measured before (or instead of) moving the
-//                       library, kept as the record (docs/design.md): proto_word_* the hot
+//                       library, kept as the record (docs/notebook.md): proto_word_* the hot
 //                       key on a parking word (km_hotkey), proto_compact a one-line entry
 //                       and shard (km_uncontended). Listed as baselines by the table.
 //
@@ -221,9 +221,10 @@ class striped256 {
 
 // ---------------------------------------------------------------------------------------
 // km_hotkey prototype: the entry's word as a held bit, a woken flag and a waiter count
-// (docs/design.md, "The hot key under eventual fairness"), on the library's own shards and
-// mix_hash, so that only the word's protocol differs from handoff's. Entries are never
-// removed (the hot-key workload has one key); the library would pin them instead.
+// (docs/notebook.md, "Keyed mutex: the hot key on a parking word, prototyped"), on the
+// library's own shards and mix_hash, so that only the word's protocol differs from
+// handoff's. Entries are never removed (the hot-key workload has one key); the library
+// would pin them instead.
 //
 //   word = held (bit 0) | woken (bit 1) | 4 * queued waiters (front included)
 //   lock:    under the shard lock: not held (eventual: whatever waits; fifo: word == 0):

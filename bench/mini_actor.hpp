@@ -1,7 +1,7 @@
 // The minimal actor of the benchmarks: the library's hand-off protocol (count first, the
 // 0 -> 1 winner runs inline and drains, release with fetch_sub) over an exchangeable
 // mailbox, with no budget, nesting or error hook. actor_bench compares mailboxes under it
-// (docs/design.md, "Mailbox choice"); fanin_bench keeps it as the protocol baseline that
+// (docs/notebook.md, "Mailbox choice"); fanin_bench keeps it as the protocol baseline that
 // the packed-word prototypes are measured against.
 #pragma once
 

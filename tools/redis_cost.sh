@@ -10,7 +10,7 @@
 #   bash tools/redis_cost.sh [--build DIR] [--modes "idle64 busy1 ..."]
 #
 # The default modes are the actors' and the peers'; linger64 and shard64 (named with
-# --modes) are prototypes of ownership that outlives one message (docs/design.md).
+# --modes) are prototypes of ownership that outlives one message (docs/notebook.md).
 #
 # Uses DIR/bench/redis_actor_cost (default build/release; built here if missing). Each
 # mode runs at 1,000 and 2,000 messages on a fresh server; the difference divided by 1,000

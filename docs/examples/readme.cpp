@@ -37,15 +37,15 @@ void actor_example() {
 
 void keyed_mutex_example() {
   // [snippet:keyed_mutex]
-  handoff::keyed_mutex<> locks;                                  // one lock per key, none stored when idle
+  handoff::keyed_mutex<> locks;                                  // one lock per key, made on first use
   {
     auto g = locks.lock("player:42");                            // FIFO per key; RAII guard
     auto other = locks.try_lock_for("player:7", 50ms);           // another key: not blocked
-    auto room = locks.lock("room:3", handoff::lease{2s});        // released by the timer at 2 s at the latest
+    auto room = locks.lock("room:3", handoff::lease{2s});        // released by its timer after 2 s (never early)
     std::uint64_t fence = room.token();                          // send it with writes: stale holders lose
     (void)fence;
   }                                                              // guards unlock here
-  bool free = locks.size() == 0;                                 // true: no state left for idle keys
+  bool free = locks.size() == 0;                                 // true: no key held or waited for
   // [/snippet]
   expect(free, "size() is 0 once the guards are gone");
 }

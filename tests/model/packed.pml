@@ -1,8 +1,9 @@
 /*
- * Promela model of the one-atomic send (bench/packed_actor.hpp, "Fan-in: the matrix, and
- * the one-atomic send" in docs/design.md), the protocol the actor's ownership word moved
- * to: one word packs the message count and a message ticket, so that one fetch_add both
- * counts a message and gives it its slot (the library's slots are in chunks: chunks.pml).
+ * Promela model of the one-atomic send (bench/packed_actor.hpp; docs/notebook.md, "Fan-in:
+ * the matrix, and three prototypes of a one-atomic send"), the protocol the actor's
+ * ownership word moved to: one word packs the message count and a message ticket, so
+ * that one fetch_add both counts a message and gives it its slot (the library's slots
+ * are in chunks: chunks.pml).
  *
  *   send:    (count, ticket) += (1, 1), one atomic step. The sender that found count 0
  *            owns the actor: it skips its own slot (frees it for the next lap), runs its
