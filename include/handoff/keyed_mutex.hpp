@@ -5,7 +5,7 @@
 //   handoff::keyed_mutex<> m;
 //   auto g = m.lock("player:42");                        // blocks; RAII guard
 //   auto t = m.try_lock_for("room:7", 50ms);             // t.owns_lock() says if it got it
-//   auto l = m.lock("order:9", handoff::lease{2s});      // released by the lease timer at 2 s
+//   auto l = m.lock("order:9", handoff::lease{2s});      // released by the lease timer after 2 s
 //   auto all = m.lock_all({"a", "b", "c"});              // sorted, deduplicated: no deadlock
 //   auto g2 = co_await m.async_lock("player:42");        // suspends, never blocks a thread
 //   m.lock_async("player:42", [](handoff::key_guard g) { ... });

@@ -65,9 +65,9 @@
 #include <utility>
 
 #include "handoff/detail/clock.hpp"
+#include "handoff/detail/timer_entry.hpp"
 #include "handoff/executor.hpp"
 #include "handoff/timer.hpp"
-#include "handoff/detail/timer_entry.hpp"
 
 namespace handoff {
 

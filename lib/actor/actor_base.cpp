@@ -22,8 +22,9 @@ namespace {
 // An owner that finds the mailbox empty with messages still counted waits for a sender
 // that is between its fetch_add and its push: a few instructions, unless that sender was
 // preempted. Spin briefly, then yield; with an executor, hand off instead of yielding on.
-// 16 yields (about 8 us at the 0.5 us a yield costs on the benchmark machine, measured):
-// longer than a sender's window by far, short against an executor's hand-off latency.
+// 16 yields (a few microseconds on the machines measured; docs/design.md, "The hand-off
+// protocol"): longer than a sender's window by far, short against an executor's hand-off
+// latency.
 constexpr unsigned yields_before_hand_off = 16;
 constexpr unsigned spins_before_hand_off = spins_before_yield + yields_before_hand_off;
 
@@ -141,7 +142,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
 
 // Inlined into drain() and, through run_from_queue(), into run_runnable(): called
 // through drain(), the run queue's hop into an actor (once per hop of a forwarding chain)
-// cost 11 more instructions, 3% of a chain1000 hop (callgrind).
+// cost more instructions per hop (callgrind; docs/design.md, "One run queue per thread").
 [[gnu::always_inline]] inline void actor_base::drain_turn(std::uint64_t ran, std::int64_t turn_start) noexcept {
   drain_frame frame{this, 0, tls.top};
   tls.top = &frame;

@@ -16,8 +16,9 @@
 // half again (notify_one alone hangs so). Above half full it passes nothing: a crossing
 // is still to come, and it wakes the next. So half a mailbox drained wakes one sender,
 // and more only while the woken ones leave it at most half full. Waking every sleeper of
-// the bucket instead made a send from 8 threads on 2 cores 7x as slow as an unbounded
-// one (docs/design.md, "Oversubscribed bounded mailboxes").
+// the bucket instead made a send from more threads than cores many times as slow as an
+// unbounded one (docs/notebook.md, "Oversubscribed bounded mailboxes: the targeted
+// wake-up").
 //
 // Why no wake-up is lost. A sender sleeps only after reading a full count once its node
 // is linked; the owner reads the bucket's count of linked nodes after its crossing

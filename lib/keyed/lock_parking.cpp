@@ -54,9 +54,9 @@ void futex_wake(std::atomic<std::uint32_t>& word) noexcept { word.notify_one(); 
 #endif
 
 // Spins before sleeping: a hot key's holder is usually a few hundred nanoseconds from its
-// unlock, far less than a futex sleep and wake-up (several microseconds). 256 pauses are
-// about 6 us on the AMD EPYC the benchmarks run on (25 ns a pause, measured; ~40 cycles
-// on recent Intel): about the cost of the sleep they avoid, so spinning longer never pays.
+// unlock, far less than a futex sleep and wake-up (several microseconds). 256 pauses take
+// a few microseconds on the machines measured (docs/design.md, "Waiting"): about the cost
+// of the sleep they avoid, so spinning longer never pays.
 constexpr unsigned wait_spins = 256;
 
 // Where this thread sends completions instead of running them (see

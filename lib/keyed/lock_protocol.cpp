@@ -194,8 +194,8 @@ bool lock_table::take_open(lock_entry* e) noexcept {
   return true;
 }
 
-// Inlined into release(): as a call of its own, the uncontended unlock cost about 30
-// more instructions (measured with callgrind).
+// Inlined into release(): as a call of its own, it added instructions to every uncontended
+// unlock (callgrind; docs/design.md, "Eventual fairness").
 [[gnu::always_inline]] inline waiter* lock_table::next_waiter(lock_entry* e, std::uint64_t uncounted) noexcept {
   if (waiter* f = e->front) {  // the oldest: woken before, lost to a barger (or gave up)
     e->front = nullptr;

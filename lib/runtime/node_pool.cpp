@@ -240,7 +240,9 @@ void thread_slabs::arm() noexcept {
 
 // allocate_node() past its fast path: a new slab, a large node, a thread that is exiting
 // or has not armed its exit hook yet. Out of line, so that the fast path saves no
-// registers (it was 39 instructions with this inlined, 16 of them pushes and pops).
+// registers (inlined, every call pushed and popped registers for the refill it rarely
+// makes; the counts are in docs/notebook.md, "After the gate: the Vyukov queue's costs
+// cut").
 [[gnu::noinline]] void* allocate_slow(std::size_t size) {
   const int c = class_of(size);
   if (c < 0) return ::operator new(size);

@@ -44,9 +44,9 @@
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/spin_lock.hpp"
+#include "handoff/detail/timer_entry.hpp"
 #include "handoff/executor.hpp"
 #include "handoff/timer.hpp"
-#include "handoff/detail/timer_entry.hpp"
 #include "wheel.hpp"
 
 namespace handoff::detail {

@@ -125,7 +125,7 @@ class actor_base : public runnable {
   // is destroyed unrun); otherwise the send waits or throws mailbox_full by the actor's
   // policy (admit_bounded). An unbounded actor pays one load and branch for the check.
   // (Always inlined, as the other steps of a send: at -O3 GCC otherwise calls them out of
-  // line, 18 instructions more per uncontended post than at -O2.)
+  // line, and the uncontended post costs more instructions than at -O2.)
   // `k` messages at once (a batch, linked from `built`): all or none.
   template <bool TryOnly>
   [[gnu::always_inline]] admission admit(message* built, std::uint64_t k = 1) {

@@ -12,10 +12,9 @@
 namespace handoff::detail {
 
 // The window waited for (a sender between two adjacent instructions) lasts nanoseconds
-// unless that thread was preempted. 64 pauses are about 1.6 us on the AMD EPYC the
-// benchmarks run on (a pause measured at 25 ns there; ~40 cycles on recent Intel): far
-// longer than the window, and short against a yield (about 0.5 us, measured on the same
-// machine), which is what a preempted sender needs to get its core back.
+// unless that thread was preempted. 64 pauses take a microsecond or two on the machines
+// measured (docs/design.md, "The hand-off protocol"): far longer than the window, and
+// short against a yield, which is what a preempted sender needs to get its core back.
 inline constexpr unsigned spins_before_yield = 64;
 
 // Call with 0, 1, 2, ... for successive waits of one episode.

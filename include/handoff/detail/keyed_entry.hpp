@@ -21,8 +21,8 @@ namespace handoff::detail {
 
 // Whether two keys are equal, as eq says. For std::string under std::equal_to, the
 // comparison every lookup of the default keyed_mutex makes, short keys are compared inline
-// in words instead of through a call of memcmp (about 20 instructions of the ~200 an
-// uncontended lock/unlock costs).
+// in words instead of through a call of memcmp (a visible share of an uncontended
+// lock/unlock's instructions; docs/design.md, "The protocol").
 template <class Key, class Eq>
 bool keys_equal(Eq& eq, const Key& a, const Key& b) {
   if constexpr (std::is_same_v<Key, std::string> &&
@@ -59,11 +59,11 @@ struct keyed_entry final : entry_key<Key>, lock_entry {
 
   // A new entry at the start of a cache line, inside a plain allocation `slack_max` bytes
   // larger: glibc's aligned allocation carves a bigger chunk and leaves the pieces around
-  // the block as holes (measured: 370 bytes of resident memory per live key, against 270
-  // this way). Entries use the global allocator, not the node pool: the pool keeps freed
-  // blocks for reuse, and a key's memory must go back when the key goes idle (the thread's
-  // cached entry already saves the allocation on the uncontended path). Propagates what
-  // the allocation or Key's copy throws, having freed the block.
+  // the block as holes (more resident memory per live key than this way; docs/design.md,
+  // "Table and memory"). Entries use the global allocator, not the node pool: the pool
+  // keeps freed blocks for reuse, and a key's memory must go back when the key goes idle
+  // (the thread's cached entry already saves the allocation on the uncontended path).
+  // Propagates what the allocation or Key's copy throws, having freed the block.
   static keyed_entry* make(std::size_t h, const Key& key) {
     void* block = ::operator new(sizeof(keyed_entry) + slack_max);
     const std::size_t slack = -reinterpret_cast<std::uintptr_t>(block) % cache_line_bytes;

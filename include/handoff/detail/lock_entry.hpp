@@ -174,8 +174,8 @@ class lock_word {
 // type, which starts a cache line (detail/keyed_entry.hpp): the key and the members an uncontended
 // lock/unlock touches (token, holder_thread, may_idle, the word's count) share the entry's
 // first line when the key takes 32 bytes or less (a std::string), so that a found key
-// costs one line of the entry (measured: 4.7 simulated L1 misses per lock/unlock of 1,024
-// cycled keys with the key 128 bytes further, in docs/design.md).
+// costs one line of the entry (with the key in a later line, a lock/unlock of many keys
+// missed L1 more often; figures in docs/design.md, "The protocol").
 struct lock_entry {
   explicit lock_entry(std::size_t h) noexcept : hash(h) {}
 

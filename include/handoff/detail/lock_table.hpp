@@ -246,9 +246,8 @@ class lock_table {
   void schedule_point(lock_shard& s, const lock_entry* e);
 
   // Shards: 256, one cache line each (16 KB, within L1). Threads on different keys rarely
-  // meet in a shard's lock: measured with 16 shards instead, the 2-thread
-  // uncontended benchmark spent a quarter of its time spinning there (21.6 ns per
-  // operation against 16.1 ns with 256).
+  // meet in a shard's lock: with 16 shards instead, the 2-thread uncontended benchmark
+  // spent a large share of its time spinning there (docs/design.md, "Table and memory").
   static constexpr unsigned shard_bits = 8;
   static constexpr std::size_t shard_count() noexcept { return std::size_t{1} << shard_bits; }
 

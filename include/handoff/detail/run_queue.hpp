@@ -69,7 +69,7 @@ bool run_runnable(runnable* r, drain_frame* parent) noexcept;
 // One runnable this thread is draining (an actor; compared by address only), or a sentinel
 // (actor == nullptr) while a task runs; frames form a stack through `parent`.
 // (`stop` sits between the two pointers: adjacent, GCC's -O2 stored them through a vector
-// register, 2 instructions more per frame.)
+// register, at a cost in instructions on every frame.)
 struct drain_frame {
   const runnable* actor;
   // Why the turn ends after the running handler, 0: it need not. One byte, so that the
@@ -104,7 +104,8 @@ HANDOFF_TLS_MODEL extern constinit thread_local thread_state tls;
 // Makes an entry (its tagged address and its link word) runnable after the current work,
 // behind what the current work made runnable before it and ahead of everything else.
 // (Two branches rather than one pointer to the link word to change: the address of
-// tls.now costs three instructions, and the first push after each pop takes that branch.)
+// tls.now takes several instructions to form, and the first push after each pop takes
+// that branch.)
 inline void push_now(std::uintptr_t entry, std::uintptr_t* link) noexcept {
   if (std::uintptr_t* at = tls.insert; at != nullptr) {
     *link = *at;

@@ -13,8 +13,9 @@
 //   an actor's constructor and its destructor, which name actors in the trace
 //   the start of a drain turn, so an uncontended post (which runs its handler inline)
 //                      tests tls.driver once
-//   the keyed mutex's uncontended lock: lock_table::try_acquire_fast tests driver_
-//                      before it takes a free key
+//   the keyed mutex's uncontended lock: keyed_mutex's inline lock tests the table's
+//                      driver_ (lock_table::driven()) before lock_table::try_acquire_fast
+//                      takes a free key
 // What each hook does under a scheduler:
 //   ask()              answers through block_until instead of the caller's own wait
 //   ~actor             waits for its destroy marker through block_until

@@ -158,8 +158,8 @@ void actor_core::drain_on_this_thread(const actor_names& n, const std::string& t
     background.register_drain(token, n.key);
     handoff::detail::schedule(t.release());  // runs after the current work, on this thread
   } catch (...) {
-    // Out of memory: the actor stays owned until its lease runs out; then a post or a
-    // sweeper takes it over.
+    // Out of memory: the actor stays owned until its lease runs out; then a sweeper takes
+    // it over (a post never does).
     report(n.key, std::current_exception());
   }
 }

@@ -61,8 +61,9 @@ namespace handoff::redis::detail::actor_scripts {
 // lease: the owner key holds `token` for `lease` ms, and due() (the post's SET NX is own()
 // in one call with the check that nobody owns the actor).
 // Redis turns every argument, every value a redis.call returns and every number a script
-// formats or parses into a Lua or Redis object of its own, each costing the server about a
-// thousand instructions: the scripts take the arguments the common paths need first (the
+// formats or parses into a Lua or Redis object of its own, each costing the server more
+// than the script's own work on it (docs/design.md, "Redis actors: what a message costs
+// the server"): the scripts take the arguments the common paths need first (the
 // rest only when used), pass numbers the server only forwards as strings, and read no
 // more of the mailbox than they use.
 inline constexpr const char* prelude = R"lua(

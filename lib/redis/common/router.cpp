@@ -67,7 +67,8 @@ std::uint16_t hash_slot(std::string_view key) noexcept {
 
 std::string_view slot_tag(std::uint16_t slot) {
   // The first string, in order of length then of the alphabet below, of each slot: three
-  // characters find all but a few slots, four the rest. Built once, in about a millisecond.
+  // characters find all but a few slots, four the rest. Built once per process, at its first
+  // use (docs/design.md, "Redis connections: own sockets, TLS, and a cluster's slots").
   static const std::vector<std::string> tags = [] {
     constexpr std::string_view alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     std::vector<std::string> t(cluster_slots);

@@ -125,8 +125,8 @@ end
 // and SET. A free key with live waiters in front of the caller (a lease ran out) is
 // granted to the first of them.
 // The uncontended path comes first, before the prelude's helpers are even defined (each
-// definition is a closure made at every call: measured, about 3 µs per script on the
-// server, a tenth of an uncontended lock + unlock on loopback).
+// definition is a closure made at every call, server time that is a noticeable share of
+// an uncontended lock + unlock on loopback; figure in docs/redis.md, "How it works").
 inline constexpr const char* acquire_head = R"lua(
 if ARGV[6] == '0' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
   local fence = redis.call('INCR', KEYS[4])
