@@ -52,6 +52,14 @@ std::size_t timer_core::run_due(std::int64_t now) {
         ++e->gen;
       }
     }
+    // A fixed-delay tick whose delivery already ended (an idle actor ran it inside the
+    // send, or another thread ran it before this lock): its delivery_end saw it firing and
+    // left the next tick to us.
+    if (kind == timer_kind::fixed_delay && (e->flags & live) != 0 && e->where == timer_wheel::nowhere &&
+        e->in_flight == 0) {
+      e->deadline = add_saturating(deadline_now(), e->period);
+      wheel_.insert(e);
+    }
     // Linked again by a rearm made meanwhile: it stays where the rearm put it.
     if (kind == timer_kind::fixed_rate && (e->flags & live) != 0 && e->where == timer_wheel::nowhere) {
       std::int64_t next = add_saturating(e->deadline, e->period);

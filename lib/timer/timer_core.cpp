@@ -196,6 +196,10 @@ bool timer_core::delivery_begin(timer_entry* e, std::uint32_t gen) noexcept {
 void timer_core::delivery_end(timer_entry* e, bool ran) noexcept {
   lock_.lock();
   HANDOFF_ASSERT(e->in_flight != 0);
+  // The next fixed-delay tick. While the entry is still firing (this delivery ran inside
+  // the driver's send, or raced it on another thread), the driver links it once the send
+  // returns (run_due), as it links a fixed-rate tick: where a firing entry goes next is
+  // decided in one place, by the thread that knows the send's outcome.
   if (ran && kind_of(e) == timer_kind::fixed_delay && (e->flags & live) != 0 && e->where == timer_wheel::nowhere &&
       firing_ != e) {
     e->deadline = add_saturating(deadline_now(), e->period);

@@ -9,7 +9,9 @@
 //   schedule: pool -> live, linked in the wheel, referenced by the handle
 //   fire (driver): unlinked, firing_ = it, lock dropped, try_post/try_send, lock again;
 //                  a one-shot basic_actor message is then over; a fixed-rate timer is
-//                  linked again at its next tick; a refused send goes back to the due list
+//                  linked again at its next tick, a fixed-delay one a period from now if
+//                  its delivery already ended (ran inline); a refused send goes back to
+//                  the due list
 //   delivery (actor<State>): counted in in_flight from the fire until it runs or is
 //                  destroyed; begin checks the generation (a one-shot is over from there)
 //   cancel / rearm: bump the generation; cancel makes it not live
@@ -44,9 +46,9 @@
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/spin_lock.hpp"
+#include "handoff/detail/timer_entry.hpp"
 #include "handoff/executor.hpp"
 #include "handoff/timer.hpp"
-#include "handoff/detail/timer_entry.hpp"
 #include "wheel.hpp"
 
 namespace handoff::detail {
