@@ -65,9 +65,9 @@
 #include <utility>
 
 #include "handoff/detail/clock.hpp"
+#include "handoff/detail/timer_entry.hpp"
 #include "handoff/executor.hpp"
 #include "handoff/timer.hpp"
-#include "handoff/detail/timer_entry.hpp"
 
 namespace handoff {
 
@@ -99,7 +99,9 @@ class timer_service {
   // handlers of idle actors on this thread (as any send). Thread-safe.
   std::size_t run_due();
   std::size_t run_due(std::chrono::steady_clock::time_point now);
-  // The earliest deadline pending (a retry: now), time_point::max() when none. Thread-safe.
+  // The earliest deadline pending (a retry: now), time_point::max() when none, or when
+  // only "never" timers are pending (a duration or time point beyond what steady_clock
+  // counts, such as hours::max(): they saturate, never wrap into the past). Thread-safe.
   [[nodiscard]] std::chrono::steady_clock::time_point next_deadline() const;
   // w() is called, on a scheduling thread with no lock held, when a schedule makes the
   // earliest deadline earlier than the last next_deadline() returned: an event loop
