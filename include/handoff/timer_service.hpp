@@ -81,22 +81,31 @@ class timer_service {
   // Allocates the wheel (8 KiB) and one pool chunk. Under a test scheduler, uses its clock.
   explicit timer_service(timer_options o = {});
   // Stops the driving thread (waits for a batch it is sending), then drops the pending
-  // timers without sending them. Handles stay valid and report the timer over.
+  // timers without sending them. Handles stay valid and report the timer over. From a
+  // handler the service runs (on its thread, in run_due(), in a batch on the executor) it
+  // cannot wait for that batch: it drops the pending timers and the rest of the batch,
+  // and the thread ends after the batch on its own; the service's state goes when the
+  // batch ends.
   ~timer_service();
   timer_service(const timer_service&) = delete;
   timer_service& operator=(const timer_service&) = delete;
 
-  // Starts the service's thread; throws std::system_error if it cannot, std::logic_error
-  // if already started. With an executor, each due batch is one job there (the thread
-  // waits for it before sleeping again); the executor must outlive stop().
+  // Starts the service's thread, also again after stop(); throws std::system_error if it
+  // cannot, std::logic_error if already started. With an executor, each due batch is one
+  // job there (the thread waits for it before sleeping again); the executor must outlive
+  // stop() (from a handler: outlive the batch). Not concurrently with stop().
   void start();
   void start(executor_ref ex);
   // Joins the thread, after the batch it is sending. Idempotent; the destructor calls it.
+  // From a handler the service runs, the thread cannot be joined: it sends nothing after
+  // that batch and ends on its own; start() may be called right away.
   void stop() noexcept;
 
   // Sends every message due at `now` (default: the service's clock) from this thread, and
   // returns how many were accepted. One driver at a time: a concurrent call waits. Runs
-  // handlers of idle actors on this thread (as any send). Thread-safe.
+  // handlers of idle actors on this thread (as any send). Thread-safe. Throws
+  // std::logic_error when called from a handler that a run_due() of this service is
+  // running on this thread (the outer call goes on sending what is due).
   std::size_t run_due();
   std::size_t run_due(std::chrono::steady_clock::time_point now);
   // The earliest deadline pending (a retry: now), time_point::max() when none, or when

@@ -39,7 +39,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <semaphore>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -184,8 +183,12 @@ class timer_core {
     if (last) [[unlikely]]
       delete this;
   }
-  void run_thread() noexcept;
-  void send_batch(std::int64_t now);
+  // Whether this thread is inside a run_due of this core (a handler it runs).
+  [[nodiscard]] bool driving_here() noexcept;
+  // The service's thread: drives until stopped, then lets go of its pin (may delete this).
+  void run_thread(std::uint64_t epoch, executor_ref ex) noexcept;
+  void drive_until_stopped(std::uint64_t epoch, executor_ref ex) noexcept;
+  void send_batch(std::int64_t now, executor_ref ex);
 
   spin_lock lock_;
   // Guarded by lock_.
@@ -201,21 +204,24 @@ class timer_core {
   std::unordered_map<const void*, target_count> targets_;
   const void* cached_target_ = nullptr;  // the last target counted, and its count
   target_count* cached_count_ = nullptr;
-  std::size_t pins_ = 0;  // hooks between pin_if_targets and the end of forget
-  work wakeup_{};         // set before any schedule (see set_wakeup)
-  bool notify_ = false;   // a thread or a wakeup waits on wake_tick_
+  // Holders that keep the core from being deleted: hooks between pin_if_targets and the
+  // end of forget, a run_due in progress, the service's thread while it runs.
+  std::size_t pins_ = 0;
+  work wakeup_{};        // set before any schedule (see set_wakeup)
+  bool notify_ = false;  // a thread or a wakeup waits on wake_tick_
 
   test_driver* driver_;     // the scheduler whose clock this is; nullptr: steady_clock
   std::mutex drive_mutex_;  // one run_due at a time
-  // The service's thread: m_ guards stop_ and notified_.
+  // The service's thread: m_ guards stop_, epoch_ and notified_. A thread stopped from a
+  // handler it runs is detached, and ends after its batch; epoch_ (bumped by each
+  // start) tells it apart from a thread started since.
   std::mutex m_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::uint64_t epoch_ = 0;
   bool notified_ = false;
-  bool threaded_ = false;  // set before the thread starts, cleared after it joined
-  executor_ref executor_;
-  std::binary_semaphore batch_done_{0};
-  std::thread thread_;
+  bool threaded_ = false;  // guarded by lock_: set by start(), cleared by stop()
+  std::thread thread_;     // touched by start(), stop() and close(), never concurrently
 };
 
 // The process-wide registry of live cores, which the actor-destruction hook visits
