@@ -21,7 +21,7 @@
 // Pending timers live in a hierarchical timing wheel (4 levels of 256 slots, Varghese
 // and Lauck; the resolution is the power of two nanoseconds at or above
 // options.resolution: 2^20 ns = 1.05 ms by default): scheduling, re-arming and cancelling
-// are O(1) under the service's spin lock, with no allocation in the steady state (80-byte
+// are O(1) under the service's spin lock, with no allocation in the steady state (88-byte
 // entries from the service's pool, returned to the allocator when no timer is left). Due
 // messages are sent with try_post / try_send from the driving thread, like any send: an
 // idle actor runs the handler there. A send refused by a full bounded mailbox is retried

@@ -64,7 +64,7 @@ class timer_core {
   static constexpr std::uint8_t destroying = timer_flag::destroying;
   static constexpr std::uint8_t delivers = timer_flag::delivers;
   static constexpr unsigned kind_shift = timer_flag::kind_shift;
-  // Entries per pool chunk (20 KiB): the chunk kept when the pool shrinks.
+  // Entries per pool chunk (22 KiB): the chunk kept when the pool shrinks.
   static constexpr std::size_t chunk_entries = 256;
 
   timer_core(std::int64_t resolution_ns, test_driver* driver);

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <future>
 #include <thread>
 
 #include "test_timeout.hpp"
@@ -62,6 +63,65 @@ TEST(TimerLimits, TheServiceThreadSleepsWhileOnlyANeverTimerIsPending) {
   EXPECT_LT(cpu, 50ms) << "the service's thread spins";
   EXPECT_EQ(a.ask([](int& n) { return n; }).get(), 0);
   timers.stop();
+}
+
+}  // namespace
+
+namespace {
+
+// An actor held busy by a handler on another thread until release(): what is sent to it
+// meanwhile waits in its mailbox.
+struct busy_owner {
+  explicit busy_owner(handoff::actor<int>& a) {
+    std::promise<void> busy;
+    owner = std::thread([&a, &busy, this] {
+      a.post([&busy, this](int&) {
+        busy.set_value();
+        released.get_future().wait();
+      });
+    });
+    busy.get_future().wait();
+  }
+  busy_owner(const busy_owner&) = delete;
+  busy_owner& operator=(const busy_owner&) = delete;
+  ~busy_owner() { release(); }
+  void release() {
+    if (owner.joinable()) {
+      released.set_value();
+      owner.join();
+    }
+  }
+  std::promise<void> released;
+  std::thread owner;
+};
+
+TEST(TimerLimits, SixtyFiveThousandDeliveriesOfOneTimerWaitingAtOnceAreAllCounted) {
+  test_timeout timeout{20s};
+  handoff::timer_service timers;
+  handoff::actor<int> a{0};
+  {
+    busy_owner owner{a};
+    auto t = timers.after(1h, a, [](int& n) { ++n; });
+    const auto past = timers.now() - 1s;
+    // Each re-arm into the past fires again at once; every delivery waits behind the owner.
+    // A 16-bit count of them wraps here.
+    for (int i = 0; i < 65'536; ++i) {
+      ASSERT_TRUE(t.rearm_at(past));
+      ASSERT_EQ(timers.run_due(), 1U);
+    }
+    EXPECT_TRUE(t.cancel());  // the deliveries are still queued: the entry must stay theirs
+    owner.release();
+  }
+  EXPECT_EQ(a.ask([](int& n) { return n; }).get(), 0);  // cancelled: none ran
+  // Two new timers get entries of their own and each fires once.
+  const auto base = timers.now();
+  auto x = timers.after(1s, a, [](int& n) { n += 1; });
+  auto y = timers.after(2s, a, [](int& n) { n += 10; });
+  EXPECT_EQ(timers.run_due(base + 1500ms), 1U);
+  EXPECT_TRUE(y.active());
+  EXPECT_EQ(timers.run_due(base + 3s), 1U);
+  EXPECT_EQ(a.ask([](int& n) { return n; }).get(), 11);
+  EXPECT_EQ(timers.stats().pending, 0U);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The timer service's entry and the calls its inline templates make into lib/timer/.
 // Internal to handoff::timer_service (handoff/timer.hpp); users never name these.
 //
-// A timer_entry is one pending or running timer: 80 bytes from a pool of the service,
+// A timer_entry is one pending or running timer: 88 bytes from a pool of the service,
 // linked into a slot of the timing wheel (lib/timer/wheel.hpp) while pending. Its fields
 // are touched only under the service's lock (lib/timer/timer_core.hpp), except the
 // payload, which the thread that owns it touches without the lock:
@@ -55,14 +55,17 @@ struct timer_entry {
   std::int64_t deadline = 0;      // steady_clock ns (the service's clock)
   std::int64_t period = 0;        // ns; 0 for a one-shot
   timer_ops ops = nullptr;
-  void* target = nullptr;       // the actor
-  std::uint32_t gen = 0;        // bumped by cancel, rearm, a one-shot's start, and reuse
-  std::uint16_t in_flight = 0;  // deliveries posted and not yet run or destroyed
-  std::uint8_t where = 0;       // see timer_wheel: a level, the due list, or none
-  std::uint8_t flags = 0;       // timer_flag
+  void* target = nullptr;  // the actor
+  // Deliveries posted and not yet run or destroyed. 64-bit: each re-arm into the past while
+  // the owner is busy queues one more, and a narrower count wraps (a 16-bit one after
+  // 65,536), freeing the entry under the deliveries still queued.
+  std::uint64_t in_flight = 0;
+  std::uint32_t gen = 0;   // bumped by cancel, rearm, a one-shot's start, and reuse
+  std::uint8_t where = 0;  // see timer_wheel: a level, the due list, or none
+  std::uint8_t flags = 0;  // timer_flag
   alignas(8) unsigned char payload[payload_size]{};
 };
-static_assert(sizeof(timer_entry) == 80);
+static_assert(sizeof(timer_entry) == 88);
 
 // Thread-safe calls of the service, defined in lib/timer/timer_core.cpp.
 struct timer_request {
