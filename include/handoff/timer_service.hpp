@@ -21,7 +21,7 @@
 // Pending timers live in a hierarchical timing wheel (4 levels of 256 slots, Varghese
 // and Lauck; the resolution is the power of two nanoseconds at or above
 // options.resolution: 2^20 ns = 1.05 ms by default): scheduling, re-arming and cancelling
-// are O(1) under the service's spin lock, with no allocation in the steady state (88-byte
+// are O(1) under the service's spin lock, with no allocation in the steady state (96-byte
 // entries from the service's pool, returned to the allocator when no timer is left). Due
 // messages are sent with try_post / try_send from the driving thread, like any send: an
 // idle actor runs the handler there. A send refused by a full bounded mailbox is retried
@@ -192,7 +192,7 @@ class timer_service {
   template <class State, class F>
   class delivery {
    public:
-    delivery(detail::timer_core* c, detail::timer_entry* e, std::uint32_t gen) noexcept : core_(c), e_(e), gen_(gen) {}
+    delivery(detail::timer_core* c, detail::timer_entry* e, std::uint64_t gen) noexcept : core_(c), e_(e), gen_(gen) {}
     delivery(delivery&& o) noexcept : core_(std::exchange(o.core_, nullptr)), e_(o.e_), gen_(o.gen_) {}
     delivery& operator=(delivery&&) = delete;
     delivery(const delivery&) = delete;
@@ -227,14 +227,14 @@ class timer_service {
    private:
     detail::timer_core* core_;
     detail::timer_entry* e_;
-    std::uint32_t gen_;
+    std::uint64_t gen_;
   };
 
   template <class State, class F>
   struct on_actor {
     using stored = F;
     static constexpr bool delivers = true;
-    static bool ops(detail::timer_core* c, detail::timer_entry* e, std::uint32_t gen, detail::timer_op op) noexcept {
+    static bool ops(detail::timer_core* c, detail::timer_entry* e, std::uint64_t gen, detail::timer_op op) noexcept {
       if (op == detail::timer_op::destroy) {
         destroy<F>(e);
         return true;
@@ -247,7 +247,7 @@ class timer_service {
     static_assert(std::is_nothrow_move_constructible_v<Message>, "a timer's Message must move without throwing");
     using stored = Message;
     static constexpr bool delivers = false;
-    static bool ops(detail::timer_core*, detail::timer_entry* e, std::uint32_t, detail::timer_op op) noexcept {
+    static bool ops(detail::timer_core*, detail::timer_entry* e, std::uint64_t, detail::timer_op op) noexcept {
       if (op == detail::timer_op::destroy) {
         destroy<Message>(e);
         return true;

@@ -39,7 +39,7 @@ std::size_t timer_core::run_due(std::int64_t now) {
     if (kind == timer_kind::fixed_rate && e->in_flight != 0) {
       ++stats_.skipped;  // at most one tick pending
     } else {
-      const std::uint32_t gen = e->gen;
+      const std::uint64_t gen = e->gen;
       if ((e->flags & delivers) != 0) ++e->in_flight;  // the delivery ends it, run or destroyed
       firing_ = e;
       lock_.unlock();

@@ -183,7 +183,7 @@ bool timer_core::active(timer_entry* e) noexcept {
   return (e->flags & live) != 0;
 }
 
-bool timer_core::delivery_begin(timer_entry* e, std::uint32_t gen) noexcept {
+bool timer_core::delivery_begin(timer_entry* e, std::uint64_t gen) noexcept {
   std::lock_guard g(lock_);
   if ((e->flags & live) == 0 || e->gen != gen) return false;
   if (kind_of(e) == timer_kind::once) {
@@ -240,6 +240,13 @@ timer_stats timer_core::stats() noexcept {
             targets_.size() * (sizeof(void*) + sizeof(decltype(targets_)::value_type)) +  // nodes, roughly
             targets_.bucket_count() * sizeof(void*);
   return s;
+}
+
+void timer_core::skip_generations(std::uint64_t n) noexcept {
+  std::lock_guard g(lock_);
+  for (auto& chunk : chunks_) {
+    for (std::size_t i = 0; i < chunk_entries; ++i) chunk[i].gen += n;
+  }
 }
 
 template <class F>
@@ -303,7 +310,7 @@ bool timer_rearm(timer_core* c, timer_entry* e, std::int64_t deadline) noexcept 
 bool timer_active(timer_core* c, timer_entry* e) noexcept { return c->active(e); }
 void timer_detach(timer_core* c, timer_entry* e) noexcept { c->detach(e); }
 std::int64_t timer_deadline_now(const timer_core* c) noexcept { return c->deadline_now(); }
-bool timer_delivery_begin(timer_core* c, timer_entry* e, std::uint32_t gen) noexcept {
+bool timer_delivery_begin(timer_core* c, timer_entry* e, std::uint64_t gen) noexcept {
   return c->delivery_begin(e, gen);
 }
 void timer_delivery_end(timer_core* c, timer_entry* e, bool ran) noexcept { c->delivery_end(e, ran); }

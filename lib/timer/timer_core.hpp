@@ -64,7 +64,7 @@ class timer_core {
   static constexpr std::uint8_t destroying = timer_flag::destroying;
   static constexpr std::uint8_t delivers = timer_flag::delivers;
   static constexpr unsigned kind_shift = timer_flag::kind_shift;
-  // Entries per pool chunk (22 KiB): the chunk kept when the pool shrinks.
+  // Entries per pool chunk (24 KiB): the chunk kept when the pool shrinks.
   static constexpr std::size_t chunk_entries = 256;
 
   timer_core(std::int64_t resolution_ns, test_driver* driver);
@@ -85,7 +85,7 @@ class timer_core {
   bool rearm(timer_entry* e, std::int64_t deadline) noexcept;
   bool active(timer_entry* e) noexcept;
   void detach(timer_entry* e) noexcept;
-  bool delivery_begin(timer_entry* e, std::uint32_t gen) noexcept;
+  bool delivery_begin(timer_entry* e, std::uint64_t gen) noexcept;
   void delivery_end(timer_entry* e, bool ran) noexcept;
 
   // Driving (lib/timer/drive.cpp).
@@ -105,6 +105,9 @@ class timer_core {
   bool pin_if_targets(const void* actor) noexcept;
   void forget(const void* actor) noexcept;
   [[nodiscard]] timer_stats stats() noexcept;
+  // For tests: adds n to every entry's generation, as n re-arms would (one step instead of
+  // billions).
+  void skip_generations(std::uint64_t n) noexcept;
 
  private:
   static timer_kind kind_of(const timer_entry* e) noexcept { return static_cast<timer_kind>(e->flags >> kind_shift); }
@@ -229,5 +232,7 @@ class timer_core {
 // uninstalls it. register_core may throw std::bad_alloc.
 void register_core(timer_core* c);
 void unregister_core(timer_core* c) noexcept;
+// For tests: skip_generations(n) on every live core.
+void skip_generations_of_every_core(std::uint64_t n) noexcept;
 
 }  // namespace handoff::detail

@@ -6,10 +6,12 @@
 #include <handoff/timer_service.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <future>
 #include <thread>
 
+#include "../../lib/timer/timer_core.hpp"
 #include "test_timeout.hpp"
 
 namespace {
@@ -122,6 +124,30 @@ TEST(TimerLimits, SixtyFiveThousandDeliveriesOfOneTimerWaitingAtOnceAreAllCounte
   EXPECT_EQ(timers.run_due(base + 3s), 1U);
   EXPECT_EQ(a.ask([](int& n) { return n; }).get(), 11);
   EXPECT_EQ(timers.stats().pending, 0U);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(TimerLimits, AQueuedDeliveryDoesNothingAfterTwoToTheThirtyTwoRearms) {
+  test_timeout timeout{10s};
+  handoff::timer_service timers;
+  handoff::actor<int> a{0};
+  auto t = timers.after(1h, a, [](int& n) { ++n; });
+  {
+    busy_owner owner{a};
+    ASSERT_TRUE(t.rearm_at(timers.now() - 1s));
+    ASSERT_EQ(timers.run_due(), 1U);  // its delivery waits behind the owner
+    // 2^32 re-arms: all but the last skipped in one step (a minute of real re-arms).
+    handoff::detail::skip_generations_of_every_core((std::uint64_t{1} << 32) - 1);
+    ASSERT_TRUE(t.rearm(1h));
+    owner.release();
+  }
+  EXPECT_EQ(a.ask([](int& n) { return n; }).get(), 0) << "the stale delivery ran the callable an hour early";
+  EXPECT_TRUE(t.active());
+  EXPECT_EQ(timers.run_due(timers.now() + 2h), 1U);
+  EXPECT_EQ(a.ask([](int& n) { return n; }).get(), 1);
 }
 
 }  // namespace
