@@ -125,6 +125,20 @@ TEST(DeadlineClock, APreemptionInTheFirstCalibrationSampleMakesNoDeadlineEarly) 
   EXPECT_TRUE(handoff::detail::deadline_clock_fast());  // measured well, not fallen back
 }
 
+TEST(DeadlineClock, ARateSlowByLessThanTheMarginCoversStaysAnUpperBound) {
+  handoff::test::test_timeout timeout{20s};
+  if (!counter_is_the_clock()) GTEST_SKIP() << "the clock is steady_clock itself here";
+  fresh_calibration_after restore;
+  ASSERT_TRUE(calibrated_within(1s));
+  // Low by a quarter of what the margin covers over a rebase: the margin keeps it above.
+  handoff::detail::deadline_clock_reset_for_test(
+      nullptr, 1.0 - 0.25 * static_cast<double>(handoff::detail::margin_ns) / handoff::detail::rebase_ns);
+  const bounds b = read_on_a_fresh_thread(20ms);
+  EXPECT_GT(b.reads, 1000);
+  EXPECT_EQ(b.below, 0) << "a deadline computed from it would be early";
+  EXPECT_TRUE(handoff::detail::deadline_clock_fast());  // within the margin: kept
+}
+
 // A rate that is low (a calibration gone wrong) is found at the thread's next rebase,
 // whether it comes a rebase period later or long after: the process falls back to
 // steady_clock, and from then on no reading is early.
@@ -145,6 +159,11 @@ void a_low_rate_is_dropped(std::chrono::milliseconds between_rebases) {
   }).join();
   EXPECT_FALSE(handoff::detail::deadline_clock_fast()) << "the low rate was kept";
   EXPECT_EQ(after_check.below, 0);
+}
+
+TEST(DeadlineClock, ALowRateIsDroppedAtTheNextRebase) {
+  handoff::test::test_timeout timeout{20s};
+  a_low_rate_is_dropped(std::chrono::milliseconds(handoff::detail::rebase_ns / 1'000'000 + 1));
 }
 
 TEST(DeadlineClock, ALowRateIsDroppedByAThreadWhoseRebasesAreFarApart) {
