@@ -21,7 +21,7 @@
 // Pending timers live in a hierarchical timing wheel (4 levels of 256 slots, Varghese
 // and Lauck; the resolution is the power of two nanoseconds at or above
 // options.resolution: 2^20 ns = 1.05 ms by default): scheduling, re-arming and cancelling
-// are O(1) under the service's spin lock, with no allocation in the steady state (80-byte
+// are O(1) under the service's spin lock, with no allocation in the steady state (96-byte
 // entries from the service's pool, returned to the allocator when no timer is left). Due
 // messages are sent with try_post / try_send from the driving thread, like any send: an
 // idle actor runs the handler there. A send refused by a full bounded mailbox is retried
@@ -81,25 +81,36 @@ class timer_service {
   // Allocates the wheel (8 KiB) and one pool chunk. Under a test scheduler, uses its clock.
   explicit timer_service(timer_options o = {});
   // Stops the driving thread (waits for a batch it is sending), then drops the pending
-  // timers without sending them. Handles stay valid and report the timer over.
+  // timers without sending them. Handles stay valid and report the timer over. From a
+  // handler the service runs (on its thread, in run_due(), in a batch on the executor) it
+  // cannot wait for that batch: it drops the pending timers and the rest of the batch,
+  // and the thread ends after the batch on its own; the service's state goes when the
+  // batch ends.
   ~timer_service();
   timer_service(const timer_service&) = delete;
   timer_service& operator=(const timer_service&) = delete;
 
-  // Starts the service's thread; throws std::system_error if it cannot, std::logic_error
-  // if already started. With an executor, each due batch is one job there (the thread
-  // waits for it before sleeping again); the executor must outlive stop().
+  // Starts the service's thread, also again after stop(); throws std::system_error if it
+  // cannot, std::logic_error if already started. With an executor, each due batch is one
+  // job there (the thread waits for it before sleeping again); the executor must outlive
+  // stop() (from a handler: outlive the batch). Not concurrently with stop().
   void start();
   void start(executor_ref ex);
   // Joins the thread, after the batch it is sending. Idempotent; the destructor calls it.
+  // From a handler the service runs, the thread cannot be joined: it sends nothing after
+  // that batch and ends on its own; start() may be called right away.
   void stop() noexcept;
 
   // Sends every message due at `now` (default: the service's clock) from this thread, and
   // returns how many were accepted. One driver at a time: a concurrent call waits. Runs
-  // handlers of idle actors on this thread (as any send). Thread-safe.
+  // handlers of idle actors on this thread (as any send). Thread-safe. Throws
+  // std::logic_error when called from a handler that a run_due() of this service is
+  // running on this thread (the outer call goes on sending what is due).
   std::size_t run_due();
   std::size_t run_due(std::chrono::steady_clock::time_point now);
-  // The earliest deadline pending (a retry: now), time_point::max() when none. Thread-safe.
+  // The earliest deadline pending (a retry: now), time_point::max() when none, or when
+  // only "never" timers are pending (a duration or time point beyond what steady_clock
+  // counts, such as hours::max(): they saturate, never wrap into the past). Thread-safe.
   [[nodiscard]] std::chrono::steady_clock::time_point next_deadline() const;
   // w() is called, on a scheduling thread with no lock held, when a schedule makes the
   // earliest deadline earlier than the last next_deadline() returned: an event loop
@@ -181,7 +192,7 @@ class timer_service {
   template <class State, class F>
   class delivery {
    public:
-    delivery(detail::timer_core* c, detail::timer_entry* e, std::uint32_t gen) noexcept : core_(c), e_(e), gen_(gen) {}
+    delivery(detail::timer_core* c, detail::timer_entry* e, std::uint64_t gen) noexcept : core_(c), e_(e), gen_(gen) {}
     delivery(delivery&& o) noexcept : core_(std::exchange(o.core_, nullptr)), e_(o.e_), gen_(o.gen_) {}
     delivery& operator=(delivery&&) = delete;
     delivery(const delivery&) = delete;
@@ -216,14 +227,14 @@ class timer_service {
    private:
     detail::timer_core* core_;
     detail::timer_entry* e_;
-    std::uint32_t gen_;
+    std::uint64_t gen_;
   };
 
   template <class State, class F>
   struct on_actor {
     using stored = F;
     static constexpr bool delivers = true;
-    static bool ops(detail::timer_core* c, detail::timer_entry* e, std::uint32_t gen, detail::timer_op op) noexcept {
+    static bool ops(detail::timer_core* c, detail::timer_entry* e, std::uint64_t gen, detail::timer_op op) noexcept {
       if (op == detail::timer_op::destroy) {
         destroy<F>(e);
         return true;
@@ -236,7 +247,7 @@ class timer_service {
     static_assert(std::is_nothrow_move_constructible_v<Message>, "a timer's Message must move without throwing");
     using stored = Message;
     static constexpr bool delivers = false;
-    static bool ops(detail::timer_core*, detail::timer_entry* e, std::uint32_t, detail::timer_op op) noexcept {
+    static bool ops(detail::timer_core*, detail::timer_entry* e, std::uint64_t, detail::timer_op op) noexcept {
       if (op == detail::timer_op::destroy) {
         destroy<Message>(e);
         return true;

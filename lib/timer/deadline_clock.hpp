@@ -7,9 +7,11 @@
 // and at a constant rate, or the kernel would not use it), it is read from the counter at
 // a third of steady_clock's cost (one rdtsc against the vDSO's fenced read and seqlock):
 // each thread keeps a base pair (counter, steady_clock) and converts the cycles since it at
-// a rate measured once per process; it reads steady_clock again every `rebase_ns` and
-// checks that its estimate stayed an upper bound (if it ever did not, the process falls
-// back to steady_clock for good). Elsewhere, and for `calibrate_ns` after the process's
+// a rate measured once per process; it reads steady_clock again every `rebase_ns` (or at
+// its next call, if later) and checks that the rate keeps its estimate an upper bound (if
+// it ever did not, the process falls back to steady_clock for good). The calibration's
+// samples bracket the counter between two steady_clock reads and are taken again when a
+// preemption separates them, so a rate is never measured low. Elsewhere, and for `calibrate_ns` after the process's
 // first service was made (deadline_clock_start), it is steady_clock itself.
 //
 // The driver compares deadlines with steady_clock, never with this: an upper bound of now
@@ -56,6 +58,13 @@ inline std::int64_t deadline_now() noexcept {
   return deadline_rebase(tl_deadline_base);
 #endif
 }
+
+// For tests: starts the calibration over, as if no service had been made (the next
+// deadline_clock_start() or rebase takes the first sample), with first_sample_pause
+// called between the counter and steady_clock in that sample: a preemption there. Or,
+// with rate_scale > 0 once a rate was measured, keeps it times rate_scale: a rate that
+// is wrong. A thread keeps its base until its next rebase: read from a fresh thread.
+void deadline_clock_reset_for_test(void (*first_sample_pause)() = nullptr, double rate_scale = 0) noexcept;
 
 // Whether deadline_now() reads the counter now (false before calibration and where it
 // falls back). For tests and stats.

@@ -2,7 +2,10 @@
 // handoff::timer_service's out-of-line members (lib/timer/timer_core.hpp has the design).
 #include <algorithm>
 #include <chrono>
+#include <mutex>
+#include <semaphore>
 #include <stdexcept>
+#include <thread>
 
 #include "driver_interface.hpp"
 #include "handoff/detail/assert.hpp"
@@ -13,9 +16,18 @@
 
 namespace handoff::detail {
 
+bool timer_core::driving_here() noexcept {
+  std::lock_guard g(lock_);
+  return firing_thread_ == std::this_thread::get_id();
+}
+
 std::size_t timer_core::run_due(std::int64_t now) {
-  std::lock_guard driving(drive_mutex_);
+  // The drive mutex is ours below on this stack: a nested run would deadlock on it, and
+  // two runs would share firing_.
+  if (driving_here()) throw std::logic_error("handoff::timer_service::run_due: called from a handler it runs");
+  std::unique_lock driving(drive_mutex_);
   lock_.lock();
+  ++pins_;  // a handler may destroy the service (close): the core stays until we return
   wheel_.advance(wheel_.tick_at(now));
   firing_thread_ = std::this_thread::get_id();
   std::size_t sent = 0;
@@ -27,7 +39,7 @@ std::size_t timer_core::run_due(std::int64_t now) {
     if (kind == timer_kind::fixed_rate && e->in_flight != 0) {
       ++stats_.skipped;  // at most one tick pending
     } else {
-      const std::uint32_t gen = e->gen;
+      const std::uint64_t gen = e->gen;
       if ((e->flags & delivers) != 0) ++e->in_flight;  // the delivery ends it, run or destroyed
       firing_ = e;
       lock_.unlock();
@@ -40,8 +52,7 @@ std::size_t timer_core::run_due(std::int64_t now) {
         if ((e->flags & live) != 0 && e->where == timer_wheel::nowhere) wheel_.insert(e);
         if (tidy(e)) {
           lock_.unlock();
-          destroy_unlocked(e);
-          lock_.lock();
+          destroy_payload(e);
         }
         continue;
       }
@@ -51,6 +62,14 @@ std::size_t timer_core::run_due(std::int64_t now) {
         e->flags &= static_cast<std::uint8_t>(~live);  // a basic_actor's message: over once sent
         ++e->gen;
       }
+    }
+    // A fixed-delay tick whose delivery already ended (an idle actor ran it inside the
+    // send, or another thread ran it before this lock): its delivery_end saw it firing and
+    // left the next tick to us.
+    if (kind == timer_kind::fixed_delay && (e->flags & live) != 0 && e->where == timer_wheel::nowhere &&
+        e->in_flight == 0) {
+      e->deadline = add_saturating(deadline_now(), e->period);
+      wheel_.insert(e);
     }
     // Linked again by a rearm made meanwhile: it stays where the rearm put it.
     if (kind == timer_kind::fixed_rate && (e->flags & live) != 0 && e->where == timer_wheel::nowhere) {
@@ -65,12 +84,16 @@ std::size_t timer_core::run_due(std::int64_t now) {
     }
     if (tidy(e)) {
       lock_.unlock();
-      destroy_unlocked(e);  // the service is open here: the core stays
-      lock_.lock();
+      destroy_payload(e);  // pinned: the core stays
     }
   }
   firing_thread_ = {};
   lock_.unlock();
+  driving.unlock();  // before the pin goes: the mutex is not destroyed while held
+  lock_.lock();
+  HANDOFF_ASSERT(pins_ != 0);
+  --pins_;
+  unlock_and_maybe_delete();
   return sent;
 }
 
@@ -93,20 +116,34 @@ void timer_core::wake() noexcept {
     std::lock_guard g(m_);
     notified_ = true;
   }
-  cv_.notify_one();
+  cv_.notify_all();  // a thread stopped from a handler may still wait here beside the new one
   if (wakeup_.fn != nullptr) wakeup_();
 }
 
 void timer_core::start(executor_ref ex) {
   if (driver_ != nullptr) return;  // the scheduler's time events drive it
   if (thread_.joinable()) throw std::logic_error("handoff::timer_service: already started");
-  executor_ = ex;
   {
     std::lock_guard g(lock_);
     threaded_ = true;
     notify_ = true;
+    ++pins_;  // the thread's: it may outlive the service (stopped from a handler it runs)
   }
-  thread_ = std::thread([this] { run_thread(); });
+  try {
+    // Under m_, which the thread takes first: thread_ is set before a handler it runs
+    // can call stop().
+    std::lock_guard g(m_);
+    stop_ = false;
+    const std::uint64_t epoch = ++epoch_;
+    thread_ = std::thread([this, epoch, ex] { run_thread(epoch, ex); });
+  } catch (...) {
+    lock_.lock();
+    --pins_;
+    threaded_ = false;
+    notify_ = wakeup_.fn != nullptr;
+    lock_.unlock();
+    throw;
+  }
 }
 
 void timer_core::stop() noexcept {
@@ -114,59 +151,79 @@ void timer_core::stop() noexcept {
     std::lock_guard g(m_);
     stop_ = true;
   }
-  cv_.notify_one();
-  if (thread_.joinable()) thread_.join();
+  cv_.notify_all();
+  if (thread_.joinable()) {
+    // From a handler the service runs (on its thread, or in a batch the thread waits for)
+    // the thread cannot be joined: it ends after this batch on its own, its pin keeping
+    // the core.
+    if (thread_.get_id() == std::this_thread::get_id() || driving_here()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
   std::lock_guard g(lock_);
   threaded_ = false;
   notify_ = wakeup_.fn != nullptr;
 }
 
-void timer_core::send_batch(std::int64_t now) {
-  if (!executor_) {
+void timer_core::send_batch(std::int64_t now, executor_ref ex) {
+  if (!ex) {
     (void)run_due(now);
     return;
   }
   struct batch {
     timer_core* core;
     std::int64_t now;
+    std::binary_semaphore done{0};  // per batch: a thread stopped earlier may still wait for its own
   } b{this, now};
   try {
-    executor_.execute(work{[](void* p) noexcept {
-                             auto* x = static_cast<batch*>(p);
-                             try {
-                               (void)x->core->run_due(x->now);
-                             } catch (...) {  // only bad_alloc of the pool: retried next time
-                             }
-                             x->core->batch_done_.release();
-                           },
-                           &b});
+    ex.execute(work{[](void* p) noexcept {
+                      auto* x = static_cast<batch*>(p);
+                      try {
+                        (void)x->core->run_due(x->now);
+                      } catch (...) {  // only bad_alloc of the pool: retried next time
+                      }
+                      x->done.release();
+                    },
+                    &b});
   } catch (...) {
     (void)run_due(now);  // the executor refused: send from here
     return;
   }
-  batch_done_.acquire();  // b lives on this stack until the job is done
+  b.done.acquire();  // b lives on this stack until the job is done
 }
 
-void timer_core::run_thread() noexcept {
+void timer_core::run_thread(std::uint64_t epoch, executor_ref ex) noexcept {
+  drive_until_stopped(epoch, ex);
+  lock_.lock();  // the thread's pin, taken by start()
+  HANDOFF_ASSERT(pins_ != 0);
+  --pins_;
+  unlock_and_maybe_delete();
+}
+
+void timer_core::drive_until_stopped(std::uint64_t epoch, executor_ref ex) noexcept {
+  // Stopped: by stop_, or by a start() since, whose thread took over (epoch_).
+  auto stopped = [&] { return stop_ || epoch_ != epoch; };
   for (;;) {
     {
       std::lock_guard g(m_);
-      if (stop_) return;
+      if (stopped()) return;
       notified_ = false;
     }
     try {
-      send_batch(now());
+      send_batch(now(), ex);
     } catch (...) {  // nothing sends a batch that throws; keep the thread alive
     }
     const std::int64_t next = next_deadline();  // the spin lock is never taken under m_
     std::unique_lock g(m_);
-    if (stop_) return;
+    if (stopped()) return;
     if (notified_) continue;
     if (next == no_deadline) {
-      cv_.wait(g, [&] { return stop_ || notified_; });
+      cv_.wait(g, [&] { return stopped() || notified_; });
     } else {
       const std::chrono::steady_clock::time_point at{std::chrono::nanoseconds(next)};
-      cv_.wait_until(g, at, [&] { return stop_ || notified_; });
+      cv_.wait_until(g, at, [&] { return stopped() || notified_; });
     }
   }
 }
@@ -175,9 +232,16 @@ void timer_core::close() noexcept {
   unregister_core(this);  // a hook that pinned it already goes on: gone() waits for it
   stop();
   if (driver_ != nullptr) timers_detach(*driver_, this);
-  std::unique_lock driving(drive_mutex_);
+  // From a handler the service runs, that run_due holds the drive mutex below us on this
+  // stack and pins the core: drop everything now, and it finds nothing more to send.
+  std::unique_lock driving(drive_mutex_, std::defer_lock);
+  if (!driving_here()) driving.lock();
   lock_.lock();
   closed_ = true;
+  if (timer_entry* e = firing_; e != nullptr && (e->flags & live) != 0) {
+    e->flags &= static_cast<std::uint8_t>(~live);  // the one whose handler runs: not linked again
+    ++e->gen;
+  }
   timer_entry* all = nullptr;
   wheel_.take_all(all);  // every pending entry, due or not
   timer_entry* to_destroy = nullptr;
@@ -193,7 +257,7 @@ void timer_core::close() noexcept {
     }
   }
   lock_.unlock();
-  driving.unlock();
+  if (driving.owns_lock()) driving.unlock();
   while (timer_entry* e = to_destroy) {
     to_destroy = e->next;
     e->next = nullptr;

@@ -57,4 +57,10 @@ void unregister_core(timer_core* c) noexcept {
   if (r.cores.empty()) actor_destroy_hook_fn.store(nullptr, std::memory_order_relaxed);
 }
 
+void skip_generations_of_every_core(std::uint64_t n) noexcept {
+  registry& r = the_registry();
+  std::lock_guard g(r.m);
+  for (timer_core* c : r.cores) c->skip_generations(n);
+}
+
 }  // namespace handoff::detail

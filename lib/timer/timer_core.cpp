@@ -183,7 +183,7 @@ bool timer_core::active(timer_entry* e) noexcept {
   return (e->flags & live) != 0;
 }
 
-bool timer_core::delivery_begin(timer_entry* e, std::uint32_t gen) noexcept {
+bool timer_core::delivery_begin(timer_entry* e, std::uint64_t gen) noexcept {
   std::lock_guard g(lock_);
   if ((e->flags & live) == 0 || e->gen != gen) return false;
   if (kind_of(e) == timer_kind::once) {
@@ -196,6 +196,10 @@ bool timer_core::delivery_begin(timer_entry* e, std::uint32_t gen) noexcept {
 void timer_core::delivery_end(timer_entry* e, bool ran) noexcept {
   lock_.lock();
   HANDOFF_ASSERT(e->in_flight != 0);
+  // The next fixed-delay tick. While the entry is still firing (this delivery ran inside
+  // the driver's send, or raced it on another thread), the driver links it once the send
+  // returns (run_due), as it links a fixed-rate tick: where a firing entry goes next is
+  // decided in one place, by the thread that knows the send's outcome.
   if (ran && kind_of(e) == timer_kind::fixed_delay && (e->flags & live) != 0 && e->where == timer_wheel::nowhere &&
       firing_ != e) {
     e->deadline = add_saturating(deadline_now(), e->period);
@@ -236,6 +240,13 @@ timer_stats timer_core::stats() noexcept {
             targets_.size() * (sizeof(void*) + sizeof(decltype(targets_)::value_type)) +  // nodes, roughly
             targets_.bucket_count() * sizeof(void*);
   return s;
+}
+
+void timer_core::skip_generations(std::uint64_t n) noexcept {
+  std::lock_guard g(lock_);
+  for (auto& chunk : chunks_) {
+    for (std::size_t i = 0; i < chunk_entries; ++i) chunk[i].gen += n;
+  }
 }
 
 template <class F>
@@ -299,7 +310,7 @@ bool timer_rearm(timer_core* c, timer_entry* e, std::int64_t deadline) noexcept 
 bool timer_active(timer_core* c, timer_entry* e) noexcept { return c->active(e); }
 void timer_detach(timer_core* c, timer_entry* e) noexcept { c->detach(e); }
 std::int64_t timer_deadline_now(const timer_core* c) noexcept { return c->deadline_now(); }
-bool timer_delivery_begin(timer_core* c, timer_entry* e, std::uint32_t gen) noexcept {
+bool timer_delivery_begin(timer_core* c, timer_entry* e, std::uint64_t gen) noexcept {
   return c->delivery_begin(e, gen);
 }
 void timer_delivery_end(timer_core* c, timer_entry* e, bool ran) noexcept { c->delivery_end(e, ran); }

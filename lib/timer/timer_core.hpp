@@ -9,7 +9,9 @@
 //   schedule: pool -> live, linked in the wheel, referenced by the handle
 //   fire (driver): unlinked, firing_ = it, lock dropped, try_post/try_send, lock again;
 //                  a one-shot basic_actor message is then over; a fixed-rate timer is
-//                  linked again at its next tick; a refused send goes back to the due list
+//                  linked again at its next tick, a fixed-delay one a period from now if
+//                  its delivery already ended (ran inline); a refused send goes back to
+//                  the due list
 //   delivery (actor<State>): counted in in_flight from the fire until it runs or is
 //                  destroyed; begin checks the generation (a one-shot is over from there)
 //   cancel / rearm: bump the generation; cancel makes it not live
@@ -37,7 +39,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <semaphore>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -63,7 +64,7 @@ class timer_core {
   static constexpr std::uint8_t destroying = timer_flag::destroying;
   static constexpr std::uint8_t delivers = timer_flag::delivers;
   static constexpr unsigned kind_shift = timer_flag::kind_shift;
-  // Entries per pool chunk (20 KiB): the chunk kept when the pool shrinks.
+  // Entries per pool chunk (24 KiB): the chunk kept when the pool shrinks.
   static constexpr std::size_t chunk_entries = 256;
 
   timer_core(std::int64_t resolution_ns, test_driver* driver);
@@ -84,7 +85,7 @@ class timer_core {
   bool rearm(timer_entry* e, std::int64_t deadline) noexcept;
   bool active(timer_entry* e) noexcept;
   void detach(timer_entry* e) noexcept;
-  bool delivery_begin(timer_entry* e, std::uint32_t gen) noexcept;
+  bool delivery_begin(timer_entry* e, std::uint64_t gen) noexcept;
   void delivery_end(timer_entry* e, bool ran) noexcept;
 
   // Driving (lib/timer/drive.cpp).
@@ -104,6 +105,9 @@ class timer_core {
   bool pin_if_targets(const void* actor) noexcept;
   void forget(const void* actor) noexcept;
   [[nodiscard]] timer_stats stats() noexcept;
+  // For tests: adds n to every entry's generation, as n re-arms would (one step instead of
+  // billions).
+  void skip_generations(std::uint64_t n) noexcept;
 
  private:
   static timer_kind kind_of(const timer_entry* e) noexcept { return static_cast<timer_kind>(e->flags >> kind_shift); }
@@ -182,8 +186,12 @@ class timer_core {
     if (last) [[unlikely]]
       delete this;
   }
-  void run_thread() noexcept;
-  void send_batch(std::int64_t now);
+  // Whether this thread is inside a run_due of this core (a handler it runs).
+  [[nodiscard]] bool driving_here() noexcept;
+  // The service's thread: drives until stopped, then lets go of its pin (may delete this).
+  void run_thread(std::uint64_t epoch, executor_ref ex) noexcept;
+  void drive_until_stopped(std::uint64_t epoch, executor_ref ex) noexcept;
+  void send_batch(std::int64_t now, executor_ref ex);
 
   spin_lock lock_;
   // Guarded by lock_.
@@ -199,21 +207,24 @@ class timer_core {
   std::unordered_map<const void*, target_count> targets_;
   const void* cached_target_ = nullptr;  // the last target counted, and its count
   target_count* cached_count_ = nullptr;
-  std::size_t pins_ = 0;  // hooks between pin_if_targets and the end of forget
-  work wakeup_{};         // set before any schedule (see set_wakeup)
-  bool notify_ = false;   // a thread or a wakeup waits on wake_tick_
+  // Holders that keep the core from being deleted: hooks between pin_if_targets and the
+  // end of forget, a run_due in progress, the service's thread while it runs.
+  std::size_t pins_ = 0;
+  work wakeup_{};        // set before any schedule (see set_wakeup)
+  bool notify_ = false;  // a thread or a wakeup waits on wake_tick_
 
   test_driver* driver_;     // the scheduler whose clock this is; nullptr: steady_clock
   std::mutex drive_mutex_;  // one run_due at a time
-  // The service's thread: m_ guards stop_ and notified_.
+  // The service's thread: m_ guards stop_, epoch_ and notified_. A thread stopped from a
+  // handler it runs is detached, and ends after its batch; epoch_ (bumped by each
+  // start) tells it apart from a thread started since.
   std::mutex m_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::uint64_t epoch_ = 0;
   bool notified_ = false;
-  bool threaded_ = false;  // set before the thread starts, cleared after it joined
-  executor_ref executor_;
-  std::binary_semaphore batch_done_{0};
-  std::thread thread_;
+  bool threaded_ = false;  // guarded by lock_: set by start(), cleared by stop()
+  std::thread thread_;     // touched by start(), stop() and close(), never concurrently
 };
 
 // The process-wide registry of live cores, which the actor-destruction hook visits
@@ -221,5 +232,7 @@ class timer_core {
 // uninstalls it. register_core may throw std::bad_alloc.
 void register_core(timer_core* c);
 void unregister_core(timer_core* c) noexcept;
+// For tests: skip_generations(n) on every live core.
+void skip_generations_of_every_core(std::uint64_t n) noexcept;
 
 }  // namespace handoff::detail

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "handoff/detail/assert.hpp"
+#include "handoff/detail/clock.hpp"
 #include "handoff/detail/timer_entry.hpp"
 
 namespace handoff::detail {
@@ -47,9 +48,14 @@ class timer_wheel {
   [[nodiscard]] std::uint64_t tick_at(std::int64_t now) const noexcept {
     return now <= epoch_ ? 0 : static_cast<std::uint64_t>(now - epoch_) >> shift_;
   }
-  // The instant a tick ends: the earliest `now` at which tick_at(now) >= t.
+  // The instant a tick ends: the earliest `now` at which tick_at(now) >= t. Saturating:
+  // the tick of a deadline at or near no_deadline (after(hours::max()), a "never") ends at
+  // no_deadline, never at an instant wrapped into the past.
   [[nodiscard]] std::int64_t time_of(std::uint64_t t) const noexcept {
-    return epoch_ + static_cast<std::int64_t>(t << shift_);
+    if (t > (static_cast<std::uint64_t>(no_deadline) >> shift_)) return no_deadline;
+    std::int64_t at = 0;
+    if (__builtin_add_overflow(epoch_, static_cast<std::int64_t>(t << shift_), &at)) return no_deadline;
+    return at;
   }
   [[nodiscard]] std::uint64_t now() const noexcept { return now_; }
 
@@ -86,7 +92,8 @@ class timer_wheel {
     head = e;
   }
   // The level of an entry `delta` ticks ahead: 256^L <= delta < 256^(L+1), capped at 3.
-  // A loop, not one std::bit_width: the loop is 8 instructions fewer for levels 0 and 1.
+  // A loop, not one std::bit_width: fewer instructions for levels 0 and 1, the common ones
+  // (docs/notebook.md, "Timers, first and second rounds").
   static unsigned level_of(std::uint64_t delta) noexcept {
     unsigned level = 0;
     while (level + 1 < levels && delta >= (std::uint64_t{1} << (slot_bits * (level + 1)))) ++level;

@@ -299,3 +299,28 @@ TEST(TimerService, ATimerCancelledByAHandlerOfTheSameBatchDoesNotRun) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(TimerService, AFixedRateTimerStaysOnItsScheduleGridWhenItFiresLate) {
+  test_timeout timeout{10s};
+  handoff::timer_service timers;
+  handoff::actor<int> a{0};
+  const auto lo = timers.now();
+  auto t = timers.every(1s, a, [](int& n) { ++n; });
+  const auto hi = timers.now() + 1ms;  // the first tick lies in [lo + 1s, hi + 1s + a step]
+  const auto slack = 20ms;             // a resolution step (1.05 ms) and the clock's margin, well inside
+  EXPECT_EQ(timers.run_due(lo + 1s - 1ms), 0U);
+  EXPECT_EQ(timers.run_due(lo + 1s + 300ms), 1U);  // late by 300 ms
+  // The next tick is a period after the first one's deadline, not after it fired.
+  EXPECT_EQ(timers.run_due(lo + 2s - 1ms), 0U);
+  EXPECT_EQ(timers.run_due(hi + 2s + slack), 1U);
+  // Late by 2.5 periods: one tick now, the missed ones skipped, the grid kept.
+  EXPECT_EQ(timers.run_due(lo + 5s + 500ms), 1U);
+  EXPECT_EQ(timers.stats().skipped, 2U);
+  EXPECT_EQ(timers.run_due(lo + 6s - 1ms), 0U);
+  EXPECT_EQ(timers.run_due(hi + 6s + slack), 1U);
+  EXPECT_EQ(a.ask([](int& n) { return n; }).get(), 4);
+}
+
+}  // namespace

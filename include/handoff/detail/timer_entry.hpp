@@ -1,7 +1,7 @@
 // The timer service's entry and the calls its inline templates make into lib/timer/.
 // Internal to handoff::timer_service (handoff/timer.hpp); users never name these.
 //
-// A timer_entry is one pending or running timer: 80 bytes from a pool of the service,
+// A timer_entry is one pending or running timer: 96 bytes from a pool of the service,
 // linked into a slot of the timing wheel (lib/timer/wheel.hpp) while pending. Its fields
 // are touched only under the service's lock (lib/timer/timer_core.hpp), except the
 // payload, which the thread that owns it touches without the lock:
@@ -27,7 +27,7 @@ enum class timer_op : unsigned char {
   destroy,  // destroy the payload
 };
 // Per instantiation (target type, payload type). `gen` is the generation to send with.
-using timer_ops = bool (*)(timer_core* c, timer_entry* e, std::uint32_t gen, timer_op op) noexcept;
+using timer_ops = bool (*)(timer_core* c, timer_entry* e, std::uint64_t gen, timer_op op) noexcept;
 
 enum class timer_kind : unsigned char { once, fixed_rate, fixed_delay };
 
@@ -55,14 +55,20 @@ struct timer_entry {
   std::int64_t deadline = 0;      // steady_clock ns (the service's clock)
   std::int64_t period = 0;        // ns; 0 for a one-shot
   timer_ops ops = nullptr;
-  void* target = nullptr;       // the actor
-  std::uint32_t gen = 0;        // bumped by cancel, rearm, a one-shot's start, and reuse
-  std::uint16_t in_flight = 0;  // deliveries posted and not yet run or destroyed
-  std::uint8_t where = 0;       // see timer_wheel: a level, the due list, or none
-  std::uint8_t flags = 0;       // timer_flag
+  void* target = nullptr;  // the actor
+  // Deliveries posted and not yet run or destroyed. 64-bit: each re-arm into the past while
+  // the owner is busy queues one more, and a narrower count wraps (a 16-bit one after
+  // 65,536), freeing the entry under the deliveries still queued.
+  std::uint64_t in_flight = 0;
+  // Bumped by cancel, rearm, a one-shot's start, and reuse. 64-bit: a delivery queued
+  // while the timer is re-armed 2^32 times (a minute of re-arms) would match a 32-bit one
+  // again and run early; 2^64 re-arms take centuries.
+  std::uint64_t gen = 0;
+  std::uint8_t where = 0;  // see timer_wheel: a level, the due list, or none
+  std::uint8_t flags = 0;  // timer_flag
   alignas(8) unsigned char payload[payload_size]{};
 };
-static_assert(sizeof(timer_entry) == 80);
+static_assert(sizeof(timer_entry) == 96);
 
 // Thread-safe calls of the service, defined in lib/timer/timer_core.cpp.
 struct timer_request {
@@ -87,7 +93,7 @@ void timer_detach(timer_core* c, timer_entry* e) noexcept;
 std::int64_t timer_deadline_now(const timer_core* c) noexcept;
 // A delivery: begin says whether to run the payload; end follows every begin, and a
 // delivery destroyed unrun calls end alone (ran = false).
-bool timer_delivery_begin(timer_core* c, timer_entry* e, std::uint32_t gen) noexcept;
+bool timer_delivery_begin(timer_core* c, timer_entry* e, std::uint64_t gen) noexcept;
 void timer_delivery_end(timer_core* c, timer_entry* e, bool ran) noexcept;
 
 }  // namespace handoff::detail

@@ -1,0 +1,116 @@
+// Starting, stopping and destroying a timer service, also from a handler the service is
+// running: on its own thread, in a run_due() call and in a batch on an executor.
+#include <gtest/gtest.h>
+
+#include <handoff/actor.hpp>
+#include <handoff/thread_pool.hpp>
+#include <handoff/timer_service.hpp>
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+#include "../support/test_timeout.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using handoff::test::test_timeout;
+
+// Whether a one-shot 1 ms away runs within `limit` on a started service.
+bool fires_within(handoff::timer_service& timers, handoff::actor<int>& a, std::chrono::milliseconds limit) {
+  auto ran = std::make_shared<std::promise<void>>();
+  auto t = timers.after(1ms, a, [ran](int&) { ran->set_value(); });
+  return ran->get_future().wait_for(limit) == std::future_status::ready;
+}
+
+TEST(TimerLifecycle, StartAfterStopRunsTimersAgain) {
+  test_timeout timeout{10s};
+  handoff::timer_service timers;
+  handoff::actor<int> a{0};
+  timers.start();
+  EXPECT_TRUE(fires_within(timers, a, 2s));
+  timers.stop();
+  timers.start();
+  EXPECT_TRUE(fires_within(timers, a, 2s));
+  EXPECT_THROW(timers.start(), std::logic_error);  // running already
+  timers.stop();
+  handoff::thread_pool pool{1};
+  timers.start(pool);
+  EXPECT_TRUE(fires_within(timers, a, 2s));
+  timers.stop();
+}
+
+TEST(TimerLifecycle, RunDueFromAHandlerThatRunDueRunsThrowsLogicError) {
+  test_timeout timeout{5s};  // before: the nested call deadlocked on the driving mutex
+  handoff::timer_service timers;
+  handoff::actor<int> a{0};
+  bool threw = false;
+  auto t = timers.after(1ms, a, [&](int&) {
+    try {
+      (void)timers.run_due();
+    } catch (const std::logic_error&) {
+      threw = true;
+    }
+  });
+  EXPECT_EQ(timers.run_due(timers.now() + 1s), 1U);  // the idle actor runs it here, inside the send
+  EXPECT_TRUE(threw);
+  EXPECT_EQ(timers.run_due(timers.now() + 2s), 0U);  // and the service drives on
+}
+
+TEST(TimerLifecycle, StopFromAHandlerOnTheServicesThreadStopsItAndItStartsAgain) {
+  test_timeout timeout{10s};
+  handoff::timer_service timers;
+  handoff::actor<int> a{0};
+  timers.start();
+  std::promise<void> stopped;
+  auto t = timers.after(1ms, a, [&](int&) {
+    timers.stop();  // the thread cannot join itself: it ends after this batch
+    stopped.set_value();
+  });
+  ASSERT_EQ(stopped.get_future().wait_for(2s), std::future_status::ready);
+  timers.start();
+  EXPECT_TRUE(fires_within(timers, a, 2s));
+  timers.stop();
+}
+
+// The service is destroyed by a handler it runs; a second timer is pending then: dropped,
+// its callable destroyed, never run.
+void destroy_from_a_handler(const std::function<void(handoff::timer_service&)>& drive) {
+  auto timers = std::make_unique<handoff::timer_service>();
+  handoff::actor<int> a{0};
+  auto token = std::make_shared<int>(0);
+  std::promise<void> destroyed;
+  auto later = timers->after(1h, a, [token](int& n) { ++n; });
+  auto t = timers->after(1ms, a, [&](int&) {
+    timers.reset();
+    destroyed.set_value();
+  });
+  drive(*timers);
+  ASSERT_EQ(destroyed.get_future().wait_for(2s), std::future_status::ready);
+  EXPECT_EQ(token.use_count(), 1);  // dropped with the service
+  EXPECT_FALSE(later.active());
+  EXPECT_FALSE(t.cancel());
+  EXPECT_EQ(a.ask([](int& n) { return n; }).get(), 0);
+}
+
+TEST(TimerLifecycle, DestroyingTheServiceFromAHandlerOnItsOwnThreadDropsItsTimers) {
+  test_timeout timeout{10s};
+  destroy_from_a_handler([](handoff::timer_service& s) { s.start(); });
+}
+
+TEST(TimerLifecycle, DestroyingTheServiceFromAHandlerThatRunDueRunsDropsItsTimers) {
+  test_timeout timeout{10s};
+  destroy_from_a_handler([](handoff::timer_service& s) { (void)s.run_due(s.now() + 1s); });
+}
+
+TEST(TimerLifecycle, DestroyingTheServiceFromAHandlerInAnExecutorBatchDropsItsTimers) {
+  test_timeout timeout{10s};
+  handoff::thread_pool pool{1};
+  destroy_from_a_handler([&](handoff::timer_service& s) { s.start(pool); });
+}
+
+}  // namespace
