@@ -26,8 +26,7 @@
 // handoff/detail/actor_destroy_hook.hpp) finds the services that count timers for it and
 // calls forget(): it cancels them, waits for a send of one of them in progress on another
 // thread, and finishes them. Finding them scans the pool (O(entries allocated)), but only
-// for an actor that has timers in this service: no per-entry links, the entry stays 80
-// bytes.
+// for an actor that has timers in this service: entries carry no per-target links.
 //
 // The core is deleted when the service is gone, no entry is allocated (no handle, no
 // delivery refers to it) and no hook holds it pinned: whichever thread sees that last
