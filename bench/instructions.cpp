@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "thin_keyed.hpp"  // the thin keyed locks' prototype: this folder, not the library
+
 namespace {
 
 // 1,024 distinct short keys ("player:<n>", within std::string's in-place buffer).
@@ -85,6 +87,9 @@ constexpr mode modes[] = {
     {"keyed_long", "keyed_mutex lock/unlock, 1,024 40-byte keys cycled"},
     {"keyed_hot", "keyed_mutex lock/unlock of one key"},
     {"striped", "256 striped std::mutex by std::hash, the same 1,024 short keys"},
+    {"proto_thin", "thin keyed lock prototype (bench/thin_keyed.hpp), the same 1,024 short keys"},
+    {"proto_thin_cold", "the same, every key new (its string built too)"},
+    {"proto_thin_hot", "the same, one key"},
     {"mutex", "std::mutex lock/unlock"},
     {"post", "actor post to an idle actor, which runs it inline"},
     {"post48", "the same, 48-byte capture"},
@@ -151,6 +156,26 @@ int main(int argc, char** argv) {
     for (long i = 0; i < n; ++i) {
       std::lock_guard g(stripes[std::hash<std::string>{}(keys[static_cast<std::size_t>(i) & 1023]) % 256].m);
       ++sink;
+    }
+  } else if (m == "proto_thin") {
+    proto_thin::thin_lock tl;
+    for (long i = 0; i < n; ++i) {
+      auto g = tl.lock(keys[static_cast<std::size_t>(i) & 1023]);
+      sink += g.owns_lock() ? 1 : 0;
+    }
+  } else if (m == "proto_thin_cold") {
+    proto_thin::thin_lock tl;
+    std::string key;
+    for (long i = 0; i < n; ++i) {
+      key = "k:" + std::to_string(i);
+      auto g = tl.lock(key);
+      sink += g.owns_lock() ? 1 : 0;
+    }
+  } else if (m == "proto_thin_hot") {
+    proto_thin::thin_lock tl;
+    for (long i = 0; i < n; ++i) {
+      auto g = tl.lock(keys[0]);
+      sink += g.owns_lock() ? 1 : 0;
     }
   } else if (m == "mutex") {
     std::mutex mu;

@@ -28,7 +28,10 @@
 //   proto_*             prototypes of designs measured before (or instead of) moving the
 //                       library, kept as the record (docs/notebook.md): proto_word_* the hot
 //                       key on a parking word (km_hotkey), proto_compact a one-line entry
-//                       and shard (km_uncontended). Listed as baselines by the table.
+//                       and shard (km_uncontended), proto_thin_* thin keyed locks
+//                       (bench/thin_keyed.hpp: no per-key state for an uncontended key;
+//                       km_uncontended, km_hotkey under eventual and fifo). Listed as
+//                       baselines by the table.
 //
 // Workloads (time: wall-clock per lock/unlock, all threads together):
 //   km_uncontended      threads:1 and threads:2; 1024 keys "player:<random>", each thread
@@ -118,6 +121,7 @@
 #include "handoff/detail/mpsc_queue.hpp"
 #include "handoff/detail/spin_lock.hpp"
 #include "handoff/keyed_mutex.hpp"
+#include "thin_keyed.hpp"
 
 namespace {
 
@@ -927,6 +931,8 @@ int main(int argc, char** argv) {
   uncontended("proto_word_fifo", proto_unc);
   proto_compact_lock proto_compact_unc;
   uncontended("proto_compact", proto_compact_unc);
+  proto_thin::thin_lock proto_thin_unc;
+  uncontended("proto_thin", proto_thin_unc);
 #if HANDOFF_BENCH_TBB
   uncontended("tbb_accessor_erase", tbb_erase_unc);
   uncontended("tbb_accessor_keep", tbb_keep_unc);
@@ -954,6 +960,9 @@ int main(int argc, char** argv) {
   hot("proto_word_eventual", proto_eventual);
   hot("proto_word_eventual_nospin", proto_eventual_nospin);
   hot("proto_word_fifo", proto_fifo);
+  proto_thin::thin_lock proto_thin_eventual(true), proto_thin_fifo(false);
+  hot("proto_thin_eventual", proto_thin_eventual);
+  hot("proto_thin_fifo", proto_thin_fifo);
 #if HANDOFF_BENCH_TBB
   hot("tbb_accessor_erase", tbb_erase_hot);
   hot("tbb_accessor_keep", tbb_keep_hot);
@@ -970,6 +979,7 @@ int main(int argc, char** argv) {
   };
   millions("handoff", std::type_identity<handoff_impl>{});
   millions("map_mutex_cleanup", std::type_identity<map_mutex_cleanup>{});
+  millions("proto_thin", std::type_identity<proto_thin::thin_lock>{});
 #if HANDOFF_BENCH_TBB
   millions("tbb_accessor_erase", std::type_identity<tbb_accessor_erase>{});
   millions("tbb_accessor_keep", std::type_identity<tbb_accessor_keep>{});
@@ -981,6 +991,8 @@ int main(int argc, char** argv) {
       "km_mem_live_100k/handoff", [&](benchmark::State& s) { bm_live_keys<handoff_impl>(s, in); }, 1);
   add_once(
       "km_mem_live_100k/map_mutex_cleanup", [&](benchmark::State& s) { bm_live_keys<map_mutex_cleanup>(s, in); }, 1);
+  add_once(
+      "km_mem_live_100k/proto_thin", [&](benchmark::State& s) { bm_live_keys<proto_thin::thin_lock>(s, in); }, 1);
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
