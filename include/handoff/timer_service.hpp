@@ -21,8 +21,10 @@
 // Pending timers live in a hierarchical timing wheel (4 levels of 256 slots, Varghese
 // and Lauck; the resolution is the power of two nanoseconds at or above
 // options.resolution: 2^20 ns = 1.05 ms by default): scheduling, re-arming and cancelling
-// are O(1) under the service's spin lock, with no allocation in the steady state (96-byte
-// entries from the service's pool, returned to the allocator when no timer is left). Due
+// are O(1) under the service's spin lock, with no allocation in the steady state, however
+// many distinct actors the timers aim at (96-byte entries from the service's pool, in
+// chunks returned to the allocator once wholly free; a table of the actors with timers,
+// grown only past its highest count). Due
 // messages are sent with try_post / try_send from the driving thread, like any send: an
 // idle actor runs the handler there. A send refused by a full bounded mailbox is retried
 // at the next run and counted (stats().retried): the driver never blocks on an actor.
@@ -125,7 +127,8 @@ class timer_service {
   // period from now). O(1): the spin lock, the clock, and moving f into the entry (a
   // callable up to 24 bytes, 8-aligned, whose move cannot throw, is stored inline; a
   // larger one is moved to the heap, one allocation). Throws std::bad_alloc when the
-  // pool must grow and memory is out, or what moving f throws; then nothing is scheduled.
+  // pool or the table of targets must grow and memory is out, or what moving f throws;
+  // then nothing is scheduled.
   template <class State, class F, class Rep, class Period>
     requires(actor<State>::template is_handler<std::decay_t<F>>)
   [[nodiscard]] timer after(std::chrono::duration<Rep, Period> d, actor<State>& a, F&& f) {

@@ -40,7 +40,10 @@ std::size_t timer_core::run_due(std::int64_t now) {
       ++stats_.skipped;  // at most one tick pending
     } else {
       const std::uint64_t gen = e->gen;
-      if ((e->flags & delivers) != 0) ++e->in_flight;  // the delivery ends it, run or destroyed
+      if ((e->flags & delivers) != 0) {
+        HANDOFF_ASSERT(e->in_flight < timer_entry::max_in_flight);  // see timer_entry::in_flight
+        ++e->in_flight;                                             // the delivery ends it, run or destroyed
+      }
       firing_ = e;
       lock_.unlock();
       const bool accepted = e->ops(this, e, gen, timer_op::send);  // may run a handler here
