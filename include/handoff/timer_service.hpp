@@ -25,8 +25,11 @@
 // many distinct actors the timers aim at (96-byte entries from the service's pool, in
 // chunks returned to the allocator once wholly free; a table of the actors with timers,
 // grown only past its highest count). Due
-// messages are sent with try_post / try_send from the driving thread, like any send: an
-// idle actor runs the handler there. A send refused by a full bounded mailbox is retried
+// messages are sent with try_post / try_send from the driving thread, as from inside a
+// handler: an idle actor the send wins joins the driving thread's run queue, and runs
+// there once the whole batch is sent and the service's lock let go (with start(executor),
+// on the executor's worker, while the service's thread waits for the next deadline; an
+// actor with an executor may be handed to it). A send refused by a full bounded mailbox is retried
 // at the next run and counted (stats().retried): the driver never blocks on an actor.
 //
 // Guarantees:
@@ -104,10 +107,11 @@ class timer_service {
   void stop() noexcept;
 
   // Sends every message due at `now` (default: the service's clock) from this thread, and
-  // returns how many were accepted. One driver at a time: a concurrent call waits. Runs
-  // handlers of idle actors on this thread (as any send). Thread-safe. Throws
-  // std::logic_error when called from a handler that a run_due() of this service is
-  // running on this thread (the outer call goes on sending what is due).
+  // returns how many were accepted. One driver at a time: a concurrent call waits. Then
+  // (at top level) runs the handlers of the idle actors it won on this thread, after the
+  // whole batch is sent; inside a handler they run after that handler. Thread-safe; also
+  // from a handler it runs. Throws std::logic_error when called while this service's
+  // batch is being sent on this thread (from a payload's destructor, say).
   std::size_t run_due();
   std::size_t run_due(std::chrono::steady_clock::time_point now);
   // The earliest deadline pending (a retry: now), time_point::max() when none, or when

@@ -22,10 +22,25 @@ bool timer_core::driving_here() noexcept {
 }
 
 std::size_t timer_core::run_due(std::int64_t now) {
+  const bool drain = driver_ == nullptr && tls.top == nullptr;  // read first: send_due may delete this
+  const std::size_t sent = send_due(now);
+  if (drain) run_queued();  // the actors its sends won
+  return sent;
+}
+
+std::size_t timer_core::send_due(std::int64_t now) {
   // The drive mutex is ours below on this stack: a nested run would deadlock on it, and
   // two runs would share firing_.
   if (driving_here()) throw std::logic_error("handoff::timer_service::run_due: called from a handler it runs");
   std::unique_lock driving(drive_mutex_);
+  // A send that wins an idle actor queues it on this thread's run queue, as inside a
+  // handler, instead of draining it here: firing_ covers the enqueue only, so a cancel
+  // never waits for a handler and the rest of the batch goes out first. The caller runs
+  // the queue once the batch is over (under a test scheduler its sends are events
+  // already).
+  drain_frame sentinel{nullptr, 0, tls.top};
+  const bool framed = driver_ == nullptr && tls.top == nullptr;
+  if (framed) tls.top = &sentinel;
   lock_.lock();
   ++pins_;  // a handler may destroy the service (close): the core stays until we return
   wheel_.advance(wheel_.tick_at(now));
@@ -46,7 +61,7 @@ std::size_t timer_core::run_due(std::int64_t now) {
       }
       firing_ = e;
       lock_.unlock();
-      const bool accepted = e->ops(this, e, gen, timer_op::send);  // may run a handler here
+      const bool accepted = e->ops(this, e, gen, timer_op::send);  // queues a won actor: runs nothing
       lock_.lock();
       firing_ = nullptr;
       if (!accepted) {
@@ -92,6 +107,7 @@ std::size_t timer_core::run_due(std::int64_t now) {
   }
   firing_thread_ = {};
   lock_.unlock();
+  if (framed) tls.top = nullptr;
   driving.unlock();  // before the pin goes: the mutex is not destroyed while held
   lock_.lock();
   HANDOFF_ASSERT(pins_ != 0);
@@ -183,11 +199,15 @@ void timer_core::send_batch(std::int64_t now, executor_ref ex) {
   try {
     ex.execute(work{[](void* p) noexcept {
                       auto* x = static_cast<batch*>(p);
+                      const bool top_level = tls.top == nullptr;
                       try {
-                        (void)x->core->run_due(x->now);
+                        (void)x->core->send_due(x->now);
                       } catch (...) {  // only bad_alloc of the pool: retried next time
                       }
-                      x->done.release();
+                      x->done.release();  // x is gone from here: the service's thread goes on
+                      // The actors the batch won drain here, while the service's thread
+                      // waits for the next deadline.
+                      if (top_level) run_queued();
                     },
                     &b});
   } catch (...) {

@@ -7,11 +7,12 @@
 // non-trivial payload destructors) never runs under it. An entry's life:
 //
 //   schedule: pool -> live, linked in the wheel, referenced by the handle
-//   fire (driver): unlinked, firing_ = it, lock dropped, try_post/try_send, lock again;
-//                  a one-shot basic_actor message is then over; a fixed-rate timer is
-//                  linked again at its next tick, a fixed-delay one a period from now if
-//                  its delivery already ended (ran inline); a refused send goes back to
-//                  the due list
+//   fire (driver): unlinked, firing_ = it, lock dropped, try_post/try_send (an actor it
+//                  wins is queued on the driver's run queue, drained after the batch),
+//                  lock again; a one-shot basic_actor message is then over; a fixed-rate
+//                  timer is linked again at its next tick, a fixed-delay one a period from
+//                  now if its delivery already ended (on another thread, before this
+//                  lock); a refused send goes back to the due list
 //   delivery (actor<State>): counted in in_flight from the fire until it runs or is
 //                  destroyed; begin checks the generation (a one-shot is over from there)
 //   cancel / rearm: bump the generation; cancel makes it not live
@@ -83,8 +84,11 @@ class timer_core {
   bool delivery_begin(timer_entry* e, std::uint64_t gen) noexcept;
   void delivery_end(timer_entry* e, bool ran) noexcept;
 
-  // Driving (lib/timer/drive.cpp).
+  // Driving (lib/timer/drive.cpp). send_due: sends what is due; an actor a send wins is
+  // queued on this thread's run queue, not drained. run_due: send_due, then (at top
+  // level) runs that queue. Either may delete this.
   std::size_t run_due(std::int64_t now);
+  std::size_t send_due(std::int64_t now);
   [[nodiscard]] std::int64_t next_deadline() noexcept;  // also what set_wakeup compares with
   void set_wakeup(work w) noexcept;
   void start(executor_ref ex);
