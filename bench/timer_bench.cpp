@@ -11,6 +11,16 @@
 //   timer_1m_pending       runs once: 1M one-shots pending; bytes per timer in the service
 //                          (handles apart: handle_bytes each, held by the caller), then what
 //                          the service holds after they were cancelled and after 1M fired.
+//   timer_schedule_cancel_100k_targets  the same over 100,000 distinct target actors (a
+//                          timer per session): each schedule for the next target in a
+//                          prime stride, the 10,000 pending spread over them;
+//                          allocs_per_op counts operator new calls in the timed loop.
+//   timer_destroy_actor_1m_pending  runs once: an actor with 1 timer destroyed while 1M
+//                          others are pending over 100,000 actors; destroy_us p50 / p99 of
+//                          1,000 destructions (the destructor cancels its timer).
+//   timer_burst_memory     runs once: 1M timers scheduled and cancelled while one periodic
+//                          timer lives; bytes_beyond_wheel is what the service holds after,
+//                          less its wheel's 8 KiB of slots.
 //   timer_fire_latency     runs once: 300 timers over 300 ms on the service's own thread,
 //                          lateness (handler run - deadline) p50 / p99 / max in us.
 //   timer_fire_latency_busy  the same while two threads spin (both cores busy): the
@@ -25,6 +35,8 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <memory>
+#include <new>
 #include <random>
 #include <thread>
 #include <utility>  // before Asio: GCC 12 in C++20 mode needs std::exchange declared first
@@ -32,6 +44,29 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+
+namespace {
+thread_local long allocations = 0;  // operator new calls on this thread (below)
+}  // namespace
+
+// Counting replacements of the global operator new (one thread-local increment each).
+// GCC cannot see that these replace the global operators as a matched pair.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t n) {
+  ++allocations;
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::align_val_t a) {
+  ++allocations;
+  const auto align = static_cast<std::size_t>(a);
+  if (void* p = std::aligned_alloc(align, (n + align - 1) / align * align)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -139,6 +174,88 @@ void handoff_1m_pending(benchmark::State& state) {
   state.counters["handle_bytes"] = sizeof(handoff::timer);
 }
 
+std::vector<std::unique_ptr<handoff::actor<std::int64_t>>> make_actors(std::size_t n) {
+  std::vector<std::unique_ptr<handoff::actor<std::int64_t>>> v;
+  v.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) v.push_back(std::make_unique<handoff::actor<std::int64_t>>(0));
+  return v;
+}
+
+void handoff_schedule_cancel_100k_targets(benchmark::State& state) {
+  constexpr std::size_t targets = 100'000;
+  const auto actors = make_actors(targets);
+  handoff::timer_service timers;
+  std::vector<handoff::timer> ring;
+  const auto spread_ms = spread(pending_count);
+  std::size_t next = 0;
+  for (auto d : spread_ms) {
+    ring.push_back(timers.after(d, *actors[next], [](std::int64_t&) {}));
+    next = (next + 7919) % targets;
+  }
+  std::int64_t i = 0;
+  auto step = [&] {
+    msg16 m{++i, 7};
+    auto t = timers.after(5s, *actors[next], [m](std::int64_t& s) { s += m.a + m.b; });
+    benchmark::DoNotOptimize(t);
+    t.cancel();
+    next = next + 7919 >= targets ? next + 7919 - targets : next + 7919;
+  };
+  for (std::size_t w = 0; w < targets; ++w) step();  // every target once: the steady state
+  const long before = allocations;
+  for (auto _ : state) step();
+  state.counters["allocs_per_op"] = static_cast<double>(allocations - before) / static_cast<double>(state.iterations());
+  state.counters["ns_per_op"] = benchmark::Counter(static_cast<double>(state.iterations()) * 1e-9,
+                                                   benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["pending"] = static_cast<double>(timers.stats().pending);
+}
+
+void handoff_destroy_actor_1m_pending(benchmark::State& state) {
+  constexpr std::size_t n = 1'000'000;
+  constexpr int reps = 1000;
+  for (auto _ : state) {
+    const auto actors = make_actors(100'000);
+    handoff::timer_service timers;
+    std::vector<handoff::timer> pending;
+    pending.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      pending.push_back(
+          timers.after(1s + 1ms * static_cast<int>(i % 50'000), *actors[i % actors.size()], [](std::int64_t&) {}));
+    }
+    std::vector<double> us;
+    for (int r = 0; r < reps; ++r) {
+      auto doomed = std::make_unique<handoff::actor<std::int64_t>>(0);
+      auto t = timers.after(1s, *doomed, [](std::int64_t&) {});
+      const auto t0 = std::chrono::steady_clock::now();
+      doomed.reset();
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    state.counters["destroy_us"] = us[us.size() / 2];
+    state.counters["destroy_p99_us"] = us[us.size() * 99 / 100];
+    state.counters["pending"] = static_cast<double>(timers.stats().pending);
+  }
+}
+
+void handoff_burst_memory(benchmark::State& state) {
+  constexpr std::size_t n = 1'000'000;
+  constexpr double wheel_slots = 4 * 256 * sizeof(void*);
+  for (auto _ : state) {
+    const auto actors = make_actors(1000);
+    handoff::timer_service timers;
+    auto tick = timers.every(1h, *actors[0], [](std::int64_t& s) { ++s; });
+    std::vector<handoff::timer> handles;
+    handles.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      handles.push_back(timers.after(1s + 1ms * static_cast<int>(i % 50'000), *actors[i % actors.size()],
+                                     [m = msg16{static_cast<std::int64_t>(i), 1}](std::int64_t& s) { s += m.a; }));
+    }
+    state.counters["bytes_at_peak"] = static_cast<double>(timers.stats().bytes);
+    for (auto& h : handles) h.cancel();
+    state.counters["bytes_beyond_wheel"] = static_cast<double>(timers.stats().bytes) - wheel_slots;
+    state.counters["periodic_active"] = tick.active() ? 1 : 0;
+  }
+}
+
 void handoff_fire_latency(benchmark::State& state, int spinners) {
   constexpr int n = 300;
   for (auto _ : state) {
@@ -187,6 +304,13 @@ BENCHMARK(handoff_schedule_cancel)->Name("timer_schedule_cancel/handoff")->UseRe
 BENCHMARK(asio_schedule_cancel)->Name("timer_schedule_cancel/asio_steady_timer")->UseRealTime();
 BENCHMARK(handoff_rearm)->Name("timer_rearm/handoff")->UseRealTime();
 BENCHMARK(asio_rearm)->Name("timer_rearm/asio_steady_timer")->UseRealTime();
+BENCHMARK(handoff_schedule_cancel_100k_targets)->Name("timer_schedule_cancel_100k_targets/handoff")->UseRealTime();
+BENCHMARK(asio_schedule_cancel)->Name("timer_schedule_cancel_100k_targets/asio_steady_timer")->UseRealTime();
+BENCHMARK(handoff_destroy_actor_1m_pending)
+    ->Name("timer_destroy_actor_1m_pending/handoff")
+    ->Iterations(1)
+    ->UseRealTime();
+BENCHMARK(handoff_burst_memory)->Name("timer_burst_memory/handoff")->Iterations(1)->UseRealTime();
 BENCHMARK(handoff_1m_pending)->Name("timer_1m_pending/handoff")->Iterations(1)->UseRealTime();
 BENCHMARK_CAPTURE(handoff_fire_latency, idle, 0)->Name("timer_fire_latency/handoff")->Iterations(1)->UseRealTime();
 BENCHMARK_CAPTURE(handoff_fire_latency, busy, 2)->Name("timer_fire_latency_busy/handoff")->Iterations(1)->UseRealTime();

@@ -89,6 +89,7 @@ TIME_TARGETS = {
     ("km_uncontended", "map_mutex_cleanup"): (2.0, ">= 2x map of mutexes with cleanup"),
     ("km_uncontended", "tbb_accessor_erase"): (2.0, ">= 2x tbb accessor with erase"),
     ("timer_schedule_cancel", "asio_steady_timer"): (5.0, ">= 5x Asio steady_timer"),
+    ("timer_schedule_cancel_100k_targets", "asio_steady_timer"): (5.0, ">= 5x Asio steady_timer, 100,000 targets"),
 }
 # workload -> [(slow impl, fast impl, min speed-up slow_time / fast_time or None, description, note)]
 SPEEDUP_TARGETS = {
@@ -119,6 +120,10 @@ COUNTER_TARGETS = {
     ("fib25", "peak_live_vs_depth_first"): (2.0, "peak live actors <= 2x a depth-first run"),
     ("timer_1m_pending", "bytes_per_timer"): (96.5, "96-byte entries (64-bit generation and in-flight count): <= 80 bytes beyond a 16-byte message"),
     ("timer_fire_latency", "early"): (0.0, "never early"),
+    ("timer_schedule_cancel_100k_targets", "ns_per_op"): (50.0, "schedule + cancel over 100,000 targets <= 50 ns"),
+    ("timer_schedule_cancel_100k_targets", "allocs_per_op"): (0.0, "no allocation in the steady state"),
+    ("timer_destroy_actor_1m_pending", "destroy_us"): (20.0, "destroying an actor with 1 timer, 1M pending: <= 20 us"),
+    ("timer_burst_memory", "bytes_beyond_wheel"): (65536.0, "after 1M scheduled and cancelled, a periodic timer living: <= 64 KB beyond the wheel"),
     ("redis_delayed_10k", "early"): (0.0, "never early"),
     ("redis_delayed_10k", "last_ms"): (1000.0, "the last within 1 s of the due time"),
 }

@@ -64,8 +64,9 @@ class timer {
   // Stops the timer and empties the handle. True if this call stopped something: a send
   // not yet made, or (actor<State>) a delivery that had not started; false if the
   // one-shot's message already started running, the timer was already over, or the
-  // handle is empty. Waits for a send of this timer in progress on another thread
-  // (short: a try_post); never waits on this thread. Never allocates, never throws.
+  // handle is empty. Waits for a send of this timer in progress on another thread (an
+  // enqueue: the driver never runs a handler inside it); never waits on this thread, nor
+  // for a handler. Never allocates, never throws.
   bool cancel() noexcept {
     if (core_ == nullptr) return false;
     return detail::timer_cancel(std::exchange(core_, nullptr), std::exchange(entry_, nullptr));

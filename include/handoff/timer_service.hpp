@@ -21,10 +21,15 @@
 // Pending timers live in a hierarchical timing wheel (4 levels of 256 slots, Varghese
 // and Lauck; the resolution is the power of two nanoseconds at or above
 // options.resolution: 2^20 ns = 1.05 ms by default): scheduling, re-arming and cancelling
-// are O(1) under the service's spin lock, with no allocation in the steady state (96-byte
-// entries from the service's pool, returned to the allocator when no timer is left). Due
-// messages are sent with try_post / try_send from the driving thread, like any send: an
-// idle actor runs the handler there. A send refused by a full bounded mailbox is retried
+// are O(1) under the service's spin lock, with no allocation in the steady state, however
+// many distinct actors the timers aim at (96-byte entries from the service's pool, in
+// chunks returned to the allocator once wholly free; a table of the actors with timers,
+// grown only past its highest count). Due
+// messages are sent with try_post / try_send from the driving thread, as from inside a
+// handler: an idle actor the send wins joins the driving thread's run queue, and runs
+// there once the whole batch is sent and the service's lock let go (with start(executor),
+// on the executor's worker, while the service's thread waits for the next deadline; an
+// actor with an executor may be handed to it). A send refused by a full bounded mailbox is retried
 // at the next run and counted (stats().retried): the driver never blocks on an actor.
 //
 // Guarantees:
@@ -102,10 +107,11 @@ class timer_service {
   void stop() noexcept;
 
   // Sends every message due at `now` (default: the service's clock) from this thread, and
-  // returns how many were accepted. One driver at a time: a concurrent call waits. Runs
-  // handlers of idle actors on this thread (as any send). Thread-safe. Throws
-  // std::logic_error when called from a handler that a run_due() of this service is
-  // running on this thread (the outer call goes on sending what is due).
+  // returns how many were accepted. One driver at a time: a concurrent call waits. Then
+  // (at top level) runs the handlers of the idle actors it won on this thread, after the
+  // whole batch is sent; inside a handler they run after that handler. Thread-safe; also
+  // from a handler it runs. Throws std::logic_error when called while this service's
+  // batch is being sent on this thread (from a payload's destructor, say).
   std::size_t run_due();
   std::size_t run_due(std::chrono::steady_clock::time_point now);
   // The earliest deadline pending (a retry: now), time_point::max() when none, or when
@@ -125,7 +131,8 @@ class timer_service {
   // period from now). O(1): the spin lock, the clock, and moving f into the entry (a
   // callable up to 24 bytes, 8-aligned, whose move cannot throw, is stored inline; a
   // larger one is moved to the heap, one allocation). Throws std::bad_alloc when the
-  // pool must grow and memory is out, or what moving f throws; then nothing is scheduled.
+  // pool or the table of targets must grow and memory is out, or what moving f throws;
+  // then nothing is scheduled.
   template <class State, class F, class Rep, class Period>
     requires(actor<State>::template is_handler<std::decay_t<F>>)
   [[nodiscard]] timer after(std::chrono::duration<Rep, Period> d, actor<State>& a, F&& f) {

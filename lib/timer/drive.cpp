@@ -22,12 +22,38 @@ bool timer_core::driving_here() noexcept {
 }
 
 std::size_t timer_core::run_due(std::int64_t now) {
+  lock_.lock();
+  ++pins_;  // a handler may destroy the service (close): the core stays until we return
+  lock_.unlock();
+  const std::size_t sent = run_due_pinned(now);
+  lock_.lock();
+  HANDOFF_ASSERT(pins_ != 0);
+  --pins_;
+  unlock_and_maybe_delete();
+  return sent;
+}
+
+std::size_t timer_core::run_due_pinned(std::int64_t now) {
+  const bool drain = driver_ == nullptr && tls.top == nullptr;
+  const std::size_t sent = send_due(now);
+  if (drain) run_queued();  // the actors its sends won
+  return sent;
+}
+
+std::size_t timer_core::send_due(std::int64_t now) {
   // The drive mutex is ours below on this stack: a nested run would deadlock on it, and
   // two runs would share firing_.
   if (driving_here()) throw std::logic_error("handoff::timer_service::run_due: called from a handler it runs");
   std::unique_lock driving(drive_mutex_);
+  // A send that wins an idle actor queues it on this thread's run queue, as inside a
+  // handler, instead of draining it here: firing_ covers the enqueue only, so a cancel
+  // never waits for a handler and the rest of the batch goes out first. The caller runs
+  // the queue once the batch is over (under a test scheduler its sends are events
+  // already).
+  drain_frame sentinel{nullptr, 0, tls.top};
+  const bool framed = driver_ == nullptr && tls.top == nullptr;
+  if (framed) tls.top = &sentinel;
   lock_.lock();
-  ++pins_;  // a handler may destroy the service (close): the core stays until we return
   wheel_.advance(wheel_.tick_at(now));
   firing_thread_ = std::this_thread::get_id();
   std::size_t sent = 0;
@@ -40,10 +66,13 @@ std::size_t timer_core::run_due(std::int64_t now) {
       ++stats_.skipped;  // at most one tick pending
     } else {
       const std::uint64_t gen = e->gen;
-      if ((e->flags & delivers) != 0) ++e->in_flight;  // the delivery ends it, run or destroyed
+      if ((e->flags & delivers) != 0) {
+        HANDOFF_ASSERT(e->in_flight < timer_entry::max_in_flight);  // see timer_entry::in_flight
+        ++e->in_flight;                                             // the delivery ends it, run or destroyed
+      }
       firing_ = e;
       lock_.unlock();
-      const bool accepted = e->ops(this, e, gen, timer_op::send);  // may run a handler here
+      const bool accepted = e->ops(this, e, gen, timer_op::send);  // queues a won actor: runs nothing
       lock_.lock();
       firing_ = nullptr;
       if (!accepted) {
@@ -89,12 +118,8 @@ std::size_t timer_core::run_due(std::int64_t now) {
   }
   firing_thread_ = {};
   lock_.unlock();
-  driving.unlock();  // before the pin goes: the mutex is not destroyed while held
-  lock_.lock();
-  HANDOFF_ASSERT(pins_ != 0);
-  --pins_;
-  unlock_and_maybe_delete();
-  return sent;
+  if (framed) tls.top = nullptr;
+  return sent;  // the drive mutex goes before the caller's pin: it is not destroyed while held
 }
 
 std::int64_t timer_core::next_deadline() noexcept {
@@ -169,7 +194,7 @@ void timer_core::stop() noexcept {
 
 void timer_core::send_batch(std::int64_t now, executor_ref ex) {
   if (!ex) {
-    (void)run_due(now);
+    (void)run_due_pinned(now);  // the thread's pin keeps the core
     return;
   }
   struct batch {
@@ -180,15 +205,19 @@ void timer_core::send_batch(std::int64_t now, executor_ref ex) {
   try {
     ex.execute(work{[](void* p) noexcept {
                       auto* x = static_cast<batch*>(p);
+                      const bool top_level = tls.top == nullptr;
                       try {
-                        (void)x->core->run_due(x->now);
-                      } catch (...) {  // only bad_alloc of the pool: retried next time
+                        (void)x->core->send_due(x->now);  // the waiting thread's pin keeps the core
+                      } catch (...) {                     // only bad_alloc of the pool: retried next time
                       }
-                      x->done.release();
+                      x->done.release();  // x is gone from here: the service's thread goes on
+                      // The actors the batch won drain here, while the service's thread
+                      // waits for the next deadline.
+                      if (top_level) run_queued();
                     },
                     &b});
   } catch (...) {
-    (void)run_due(now);  // the executor refused: send from here
+    (void)run_due_pinned(now);  // the executor refused: send from here
     return;
   }
   b.done.acquire();  // b lives on this stack until the job is done

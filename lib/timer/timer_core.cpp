@@ -2,6 +2,7 @@
 // (lib/timer/timer_core.hpp has the life of an entry).
 #include "timer_core.hpp"
 
+#include <atomic>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -22,7 +23,6 @@ timer_core::timer_core(std::int64_t resolution_ns, test_driver* driver)
              }()),
       driver_(driver) {
   if (driver == nullptr) deadline_clock_start();
-  grow();
 }
 
 std::int64_t timer_core::now() const noexcept { return driver_ != nullptr ? driver_->now() : now_ns(); }
@@ -31,70 +31,16 @@ std::int64_t timer_core::deadline_now() const noexcept {
   return driver_ != nullptr ? driver_->now() : detail::deadline_now();
 }
 
-void timer_core::grow() {
-  auto chunk = std::make_unique<timer_entry[]>(chunk_entries);
-  for (std::size_t i = chunk_entries; i-- > 0;) {
-    chunk[i].where = timer_wheel::nowhere;
-    chunk[i].next = free_;
-    free_ = &chunk[i];
-  }
-  chunks_.push_back(std::move(chunk));  // may throw: then the chunk is freed, free_ restored below
-}
-
-void timer_core::shrink() noexcept {
-  // No entry is out: keep the first chunk, rebuild the free list from it.
-  chunks_.resize(1);
-  try {
-    chunks_.shrink_to_fit();  // a million timers leave a 32 KiB vector of chunk pointers otherwise
-  } catch (...) {             // non-binding: keeping the capacity is fine
-  }
-  free_ = nullptr;
-  for (std::size_t i = chunk_entries; i-- > 0;) {
-    chunks_[0][i].next = free_;
-    free_ = &chunks_[0][i];
-  }
-}
-
-timer_core::target_count& timer_core::count_of(const void* target) {
-  if (target == cached_target_ && cached_count_ != nullptr) return *cached_count_;  // schedule() looked already
-  target_count& c = targets_.try_emplace(target).first->second;                     // may throw
-  if (cached_count_ != nullptr && cached_count_->timers == 0) targets_.erase(cached_target_);  // kept while cached
-  cached_target_ = target;
-  cached_count_ = &c;
-  return c;
-}
-
-void timer_core::uncount_other(const void* target) noexcept {
-  const auto it = targets_.find(target);
-  HANDOFF_ASSERT(it != targets_.end() && it->second.timers != 0);
-  if (--it->second.timers == 0) targets_.erase(it);
-}
-
 timer_entry* timer_core::schedule(const timer_request& r) {
   lock_.lock();
-  // The common case, a free entry and the target of the last schedule, calls nothing.
-  target_count* counted = r.target == cached_target_ ? cached_count_ : nullptr;
-  if (free_ == nullptr || counted == nullptr) [[unlikely]] {
-    try {
-      if (free_ == nullptr) {
-        try {
-          grow();
-        } catch (...) {
-          free_ = nullptr;  // grow() linked the chunk it failed to keep
-          throw;
-        }
-      }
-      counted = &count_of(r.target);
-    } catch (...) {
-      lock_.unlock();
-      throw;
-    }
+  try {
+    pool_.reserve_one();  // in the steady state neither allocates
+    targets_.reserve_one();
+  } catch (...) {
+    lock_.unlock();
+    throw;
   }
-  ++counted->timers;
-  counted->forgotten = false;
-  timer_entry* e = free_;
-  free_ = e->next;
-  ++allocated_;
+  timer_entry* e = pool_.take();
   // next is set by the link below; in_flight is 0 in a pooled entry (recycle).
   HANDOFF_ASSERT(e->in_flight == 0);
   e->deadline = r.deadline;
@@ -102,6 +48,7 @@ timer_entry* timer_core::schedule(const timer_request& r) {
   e->ops = r.ops;
   e->target = r.target;
   e->flags = static_cast<std::uint8_t>(live | handle | payload | r.flags);
+  targets_.add(pool_, e);
   r.emplace(e, r.source);
   ++stats_.scheduled;
   const bool w = link(e);
@@ -118,7 +65,7 @@ bool timer_core::cancel(timer_entry* e) noexcept {
       e->in_flight == 0 && firing_ != e) [[likely]] {
     wheel_.unlink(e);
     ++stats_.cancelled;
-    uncount(e->target);
+    targets_.remove(pool_, e);
     e->flags = 0;  // recycle() bumps the generation: no delivery of it is in flight
     recycle(e);
     unlock_and_maybe_delete();
@@ -235,63 +182,66 @@ timer_stats timer_core::stats() noexcept {
   std::lock_guard g(lock_);
   timer_stats s = stats_;
   s.pending = wheel_.size();
-  s.bytes = sizeof(timer_core) + chunks_.size() * chunk_entries * sizeof(timer_entry) +
-            chunks_.capacity() * sizeof(chunks_[0]) +
-            targets_.size() * (sizeof(void*) + sizeof(decltype(targets_)::value_type)) +  // nodes, roughly
-            targets_.bucket_count() * sizeof(void*);
+  // The entry pool and the table of targets are members: their own heap blocks beside.
+  s.bytes = sizeof(timer_core) + pool_.bytes() + targets_.bytes();
   return s;
 }
 
 void timer_core::skip_generations(std::uint64_t n) noexcept {
   std::lock_guard g(lock_);
-  for (auto& chunk : chunks_) {
-    for (std::size_t i = 0; i < chunk_entries; ++i) chunk[i].gen += n;
-  }
+  pool_.for_each_entry([n](timer_entry* e) { e->gen += n; });
 }
 
-template <class F>
-void timer_core::for_each_entry_of(const void* target, F f) noexcept {
-  // By index, checking the size at each step: f may recycle the last entry out, and the
-  // pool then shrinks to its first chunk.
-  for (std::size_t c = 0; c < chunks_.size(); ++c) {
-    for (std::size_t i = 0; i < chunk_entries && c < chunks_.size(); ++i) {
-      timer_entry* e = &chunks_[c][i];
-      if (e->target == target && (e->flags & payload) != 0) f(e);  // allocated, not over
-    }
-  }
-}
+namespace {
+std::atomic<std::uint64_t> forget_visits{0};  // relaxed: a count read by tests only
+}  // namespace
+
+std::uint64_t entries_visited_by_forget() noexcept { return forget_visits.load(std::memory_order_relaxed); }
 
 bool timer_core::pin_if_targets(const void* actor) noexcept {
   std::lock_guard g(lock_);
-  const auto it = targets_.find(actor);
-  if (it == targets_.end() || it->second.forgotten || it->second.timers == 0) return false;
-  it->second.forgotten = true;
+  target_table::slot* s = targets_.find(actor);
+  if (s == nullptr || s->forgotten != 0) return false;
+  s->forgotten = 1;
   ++pins_;
   return true;
 }
 
 void timer_core::forget(const void* actor) noexcept {
   lock_.lock();
-  for_each_entry_of(actor, [&](timer_entry* e) {
-    if ((e->flags & live) == 0) return;
-    e->flags &= static_cast<std::uint8_t>(~live);
-    ++e->gen;  // a delivery queued in the actor's mailbox does nothing
-    wheel_.unlink(e);
-    ++stats_.cancelled;
-  });
+  // The actor's list: its entries not over. Cancelling them leaves them in it.
+  if (const target_table::slot* s = targets_.find(actor)) {
+    for (std::uint32_t i = s->head; i != target_table::none;) {
+      timer_entry* e = pool_.at(i);
+      i = e->target_next;
+      forget_visits.fetch_add(1, std::memory_order_relaxed);
+      if ((e->flags & live) == 0) continue;
+      e->flags &= static_cast<std::uint8_t>(~live);
+      ++e->gen;  // a delivery queued in the actor's mailbox does nothing
+      wheel_.unlink(e);
+      ++stats_.cancelled;
+    }
+  }
   // A send of one of them on another thread may still be touching the actor: wait it out.
   while (firing_ != nullptr && firing_->target == actor && firing_thread_ != std::this_thread::get_id()) {
     lock_.unlock();
     std::this_thread::yield();
     lock_.lock();
   }
+  // Finish what is over; tidy() takes each out of the list, so the next is read first. The
+  // list is looked up again: it may have changed while the lock was dropped.
   timer_entry* to_destroy = nullptr;  // through next: tidy left them unlinked and unpooled
-  for_each_entry_of(actor, [&](timer_entry* e) {
-    if (tidy(e)) {
-      e->next = to_destroy;
-      to_destroy = e;
+  if (const target_table::slot* s = targets_.find(actor)) {
+    for (std::uint32_t i = s->head; i != target_table::none;) {
+      timer_entry* e = pool_.at(i);
+      i = e->target_next;
+      forget_visits.fetch_add(1, std::memory_order_relaxed);
+      if (tidy(e)) {
+        e->next = to_destroy;
+        to_destroy = e;
+      }
     }
-  });
+  }
   while (timer_entry* e = to_destroy) {
     to_destroy = e->next;
     e->next = nullptr;

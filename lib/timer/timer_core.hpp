@@ -7,26 +7,25 @@
 // non-trivial payload destructors) never runs under it. An entry's life:
 //
 //   schedule: pool -> live, linked in the wheel, referenced by the handle
-//   fire (driver): unlinked, firing_ = it, lock dropped, try_post/try_send, lock again;
-//                  a one-shot basic_actor message is then over; a fixed-rate timer is
-//                  linked again at its next tick, a fixed-delay one a period from now if
-//                  its delivery already ended (ran inline); a refused send goes back to
-//                  the due list
+//   fire (driver): unlinked, firing_ = it, lock dropped, try_post/try_send (an actor it
+//                  wins is queued on the driver's run queue, drained after the batch),
+//                  lock again; a one-shot basic_actor message is then over; a fixed-rate
+//                  timer is linked again at its next tick, a fixed-delay one a period from
+//                  now if its delivery already ended (on another thread, before this
+//                  lock); a refused send goes back to the due list
 //   delivery (actor<State>): counted in in_flight from the fire until it runs or is
 //                  destroyed; begin checks the generation (a one-shot is over from there)
 //   cancel / rearm: bump the generation; cancel makes it not live
 //   over (not live, unlinked, not firing, no delivery): the payload is destroyed; the
 //                  entry returns to the pool once the handle lets go too
 //
-// Timers by target: targets_ counts, per actor address, the entries aimed at it that are
-// not over (from schedule until their payload is destroyed). It is touched when a timer is
-// scheduled for a target other than the last one and when the last timer of a target
-// ends; the last target's count is cached, so a run of schedules and cancels for one actor
-// never hashes. When an actor is destroyed, the process-wide hook (lib/timer/registry.cpp,
-// handoff/detail/actor_destroy_hook.hpp) finds the services that count timers for it and
-// calls forget(): it cancels them, waits for a send of one of them in progress on another
-// thread, and finishes them. Finding them scans the pool (O(entries allocated)), but only
-// for an actor that has timers in this service: entries carry no per-target links.
+// Timers by target: targets_ (lib/timer/target_table.hpp) lists, per actor address, the
+// entries aimed at it that are not over (from schedule until their payload is
+// destroyed), threaded through the entries. When an actor is destroyed, the process-wide
+// hook (lib/timer/registry.cpp, handoff/detail/actor_destroy_hook.hpp) asks each live
+// service whether it has timers for it (one probe of the table) and calls forget(): it
+// cancels them, waits for a send of one of them in progress on another thread, and
+// finishes them, visiting that actor's entries only.
 //
 // The core is deleted when the service is gone, no entry is allocated (no handle, no
 // delivery refers to it) and no hook holds it pinned: whichever thread sees that last
@@ -39,14 +38,14 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
-#include <vector>
 
+#include "entry_pool.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/spin_lock.hpp"
 #include "handoff/detail/timer_entry.hpp"
 #include "handoff/executor.hpp"
 #include "handoff/timer.hpp"
+#include "target_table.hpp"
 #include "wheel.hpp"
 
 namespace handoff::detail {
@@ -63,8 +62,6 @@ class timer_core {
   static constexpr std::uint8_t destroying = timer_flag::destroying;
   static constexpr std::uint8_t delivers = timer_flag::delivers;
   static constexpr unsigned kind_shift = timer_flag::kind_shift;
-  // Entries per pool chunk (24 KiB): the chunk kept when the pool shrinks.
-  static constexpr std::size_t chunk_entries = 256;
 
   timer_core(std::int64_t resolution_ns, test_driver* driver);
   timer_core(const timer_core&) = delete;
@@ -87,8 +84,13 @@ class timer_core {
   bool delivery_begin(timer_entry* e, std::uint64_t gen) noexcept;
   void delivery_end(timer_entry* e, bool ran) noexcept;
 
-  // Driving (lib/timer/drive.cpp).
+  // Driving (lib/timer/drive.cpp). send_due: sends what is due; an actor a send wins is
+  // queued on this thread's run queue, not drained. run_due_pinned: send_due, then (at
+  // top level) runs that queue; the caller holds a pin (the core's thread, or run_due).
+  // run_due: the same under a pin of its own; may delete this.
   std::size_t run_due(std::int64_t now);
+  std::size_t run_due_pinned(std::int64_t now);
+  std::size_t send_due(std::int64_t now);
   [[nodiscard]] std::int64_t next_deadline() noexcept;  // also what set_wakeup compares with
   void set_wakeup(work w) noexcept;
   void start(executor_ref ex);
@@ -119,7 +121,7 @@ class timer_core {
     }
     if ((e->flags & payload) != 0) {
       e->flags &= static_cast<std::uint8_t>(~payload);
-      uncount(e->target);  // over: it never touches the target again
+      targets_.remove(pool_, e);  // over: it never touches the target again
       if ((e->flags & trivial) == 0) {
         e->flags |= destroying;  // its destructor may be user code: not under the lock
         return true;
@@ -136,17 +138,11 @@ class timer_core {
                    (e->flags & (live | handle | payload)) == 0);
     ++e->gen;  // a stale delivery of it never matches again
     e->flags = 0;
-    e->next = free_;
-    free_ = e;
-    HANDOFF_ASSERT(allocated_ != 0);
-    if (--allocated_ == 0 && chunks_.size() > 1) [[unlikely]]
-      shrink();
+    pool_.give(e);
   }
   // cancel() but its common case, entered with the lock held; out of line, so that the
   // common case saves no registers.
   [[gnu::noinline]] bool cancel_locked(timer_entry* e) noexcept;
-  void grow();
-  void shrink() noexcept;
   // Under the lock: links e; true if the wakeup must be called (after unlocking).
   bool link(timer_entry* e) noexcept {
     wheel_.insert(e);
@@ -160,25 +156,7 @@ class timer_core {
     return true;
   }
   void wake() noexcept;
-  [[nodiscard]] bool gone() const noexcept { return closed_ && allocated_ == 0 && pins_ == 0; }
-  // Under the lock: the count of timers aimed at `target`, made if new (may throw
-  // std::bad_alloc); the last one found stays cached.
-  struct target_count {
-    std::size_t timers = 0;  // entries aimed at the target, not over
-    bool forgotten = false;  // the target was destroyed (the hook ran); reset by a schedule
-  };
-  target_count& count_of(const void* target);
-  void uncount(const void* target) noexcept {  // an entry aimed at it is over
-    if (target != cached_target_) [[unlikely]] {
-      uncount_other(target);
-      return;
-    }
-    HANDOFF_ASSERT(cached_count_->timers != 0);
-    --cached_count_->timers;  // erased when another target takes the cache
-  }
-  void uncount_other(const void* target) noexcept;
-  template <class F>
-  void for_each_entry_of(const void* target, F f) noexcept;
+  [[nodiscard]] bool gone() const noexcept { return closed_ && pool_.allocated() == 0 && pins_ == 0; }
   void unlock_and_maybe_delete() noexcept {
     const bool last = gone();
     lock_.unlock();
@@ -195,22 +173,16 @@ class timer_core {
   spin_lock lock_;
   // Guarded by lock_.
   timer_wheel wheel_;
-  timer_entry* free_ = nullptr;
-  std::vector<std::unique_ptr<timer_entry[]>> chunks_;
-  std::size_t allocated_ = 0;                    // entries out of the pool
+  entry_pool pool_;
+  target_table targets_;
   std::uint64_t wake_tick_ = ~std::uint64_t{0};  // the earliest tick the driver will wake for
   timer_entry* firing_ = nullptr;                // the entry being sent, unlocked, by firing_thread_
   std::thread::id firing_thread_;
-  bool closed_ = false;  // the service is gone
   timer_stats stats_;
-  std::unordered_map<const void*, target_count> targets_;
-  const void* cached_target_ = nullptr;  // the last target counted, and its count
-  target_count* cached_count_ = nullptr;
   // Holders that keep the core from being deleted: hooks between pin_if_targets and the
   // end of forget, a run_due in progress, the service's thread while it runs.
   std::size_t pins_ = 0;
-  work wakeup_{};        // set before any schedule (see set_wakeup)
-  bool notify_ = false;  // a thread or a wakeup waits on wake_tick_
+  work wakeup_{};  // set before any schedule (see set_wakeup)
 
   test_driver* driver_;     // the scheduler whose clock this is; nullptr: steady_clock
   std::mutex drive_mutex_;  // one run_due at a time
@@ -219,11 +191,16 @@ class timer_core {
   // start) tells it apart from a thread started since.
   std::mutex m_;
   std::condition_variable cv_;
-  bool stop_ = false;
   std::uint64_t epoch_ = 0;
+  std::thread thread_;  // touched by start(), stop() and close(), never concurrently
+  // The flags, together (no padding between them). Guarded by lock_: closed_ (the service
+  // is gone), notify_ (a thread or a wakeup waits on wake_tick_), threaded_ (set by
+  // start(), cleared by stop()). Guarded by m_: stop_, notified_.
+  bool closed_ = false;
+  bool notify_ = false;
+  bool threaded_ = false;
+  bool stop_ = false;
   bool notified_ = false;
-  bool threaded_ = false;  // guarded by lock_: set by start(), cleared by stop()
-  std::thread thread_;     // touched by start(), stop() and close(), never concurrently
 };
 
 // The process-wide registry of live cores, which the actor-destruction hook visits
@@ -233,5 +210,7 @@ void register_core(timer_core* c);
 void unregister_core(timer_core* c) noexcept;
 // For tests: skip_generations(n) on every live core.
 void skip_generations_of_every_core(std::uint64_t n) noexcept;
+// For tests: the entries forget() has visited in this process, in every core.
+std::uint64_t entries_visited_by_forget() noexcept;
 
 }  // namespace handoff::detail

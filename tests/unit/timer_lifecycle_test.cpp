@@ -44,21 +44,20 @@ TEST(TimerLifecycle, StartAfterStopRunsTimersAgain) {
   timers.stop();
 }
 
-TEST(TimerLifecycle, RunDueFromAHandlerThatRunDueRunsThrowsLogicError) {
+TEST(TimerLifecycle, RunDueFromAHandlerThatRunDueRunsSendsWhatIsDue) {
   test_timeout timeout{5s};  // before: the nested call deadlocked on the driving mutex
   handoff::timer_service timers;
   handoff::actor<int> a{0};
-  bool threw = false;
-  auto t = timers.after(1ms, a, [&](int&) {
-    try {
-      (void)timers.run_due();
-    } catch (const std::logic_error&) {
-      threw = true;
-    }
-  });
-  EXPECT_EQ(timers.run_due(timers.now() + 1s), 1U);  // the idle actor runs it here, inside the send
-  EXPECT_TRUE(threw);
-  EXPECT_EQ(timers.run_due(timers.now() + 2s), 0U);  // and the service drives on
+  handoff::actor<int> b{0};
+  const auto at = timers.now() + 1s;
+  std::size_t nested = 99;
+  auto later = timers.at(at + 1s, b, [](int& n) { ++n; });
+  auto t = timers.at(at, a, [&](int&) { nested = timers.run_due(at + 2s); });
+  // The handler runs after the batch (the drive is over): its run_due drives on.
+  EXPECT_EQ(timers.run_due(at + 10ms), 1U);
+  EXPECT_EQ(nested, 1U);
+  EXPECT_EQ(b.ask([](int& n) { return n; }).get(), 1);
+  EXPECT_EQ(timers.run_due(at + 3s), 0U);
 }
 
 TEST(TimerLifecycle, StopFromAHandlerOnTheServicesThreadStopsItAndItStartsAgain) {

@@ -2,7 +2,8 @@
 // Internal to handoff::timer_service (handoff/timer.hpp); users never name these.
 //
 // A timer_entry is one pending or running timer: 96 bytes from a pool of the service,
-// linked into a slot of the timing wheel (lib/timer/wheel.hpp) while pending. Its fields
+// linked into a slot of the timing wheel (lib/timer/wheel.hpp) while pending and into its
+// target's list (lib/timer/target_table.hpp) until it is over. Its fields
 // are touched only under the service's lock (lib/timer/timer_core.hpp), except the
 // payload, which the thread that owns it touches without the lock:
 //  - while the entry is firing, the driving thread (it sends the payload);
@@ -49,6 +50,8 @@ struct timer_flag {
 
 struct timer_entry {
   static constexpr std::size_t payload_size = 24;
+  static constexpr std::uint32_t no_index = ~std::uint32_t{0};
+  static constexpr std::uint64_t max_in_flight = (std::uint64_t{1} << 48) - 1;
 
   timer_entry* next = nullptr;    // the slot's list, or the pool's free list
   timer_entry** pprev = nullptr;  // the pointer that points here: O(1) unlink
@@ -56,16 +59,22 @@ struct timer_entry {
   std::int64_t period = 0;        // ns; 0 for a one-shot
   timer_ops ops = nullptr;
   void* target = nullptr;  // the actor
-  // Deliveries posted and not yet run or destroyed. 64-bit: each re-arm into the past while
-  // the owner is busy queues one more, and a narrower count wraps (a 16-bit one after
-  // 65,536), freeing the entry under the deliveries still queued.
-  std::uint64_t in_flight = 0;
   // Bumped by cancel, rearm, a one-shot's start, and reuse. 64-bit: a delivery queued
   // while the timer is re-armed 2^32 times (a minute of re-arms) would match a 32-bit one
   // again and run early; 2^64 re-arms take centuries.
   std::uint64_t gen = 0;
-  std::uint8_t where = 0;  // see timer_wheel: a level, the due list, or none
-  std::uint8_t flags = 0;  // timer_flag
+  // Deliveries posted and not yet run or destroyed. Each re-arm into the past while the
+  // owner is busy queues one more, and a narrow count wraps (a 16-bit one after 65,536),
+  // freeing the entry under the deliveries still queued. 48 bits cannot wrap: each count
+  // is a message of at least 24 bytes held in a mailbox, and 2^48 of them exceed any
+  // memory (asserted at the increment).
+  std::uint64_t in_flight : 48 = 0;
+  std::uint64_t where : 8 = 0;  // see timer_wheel: a level, the due list, or none
+  std::uint64_t flags : 8 = 0;  // timer_flag
+  // The list of the target's entries in the service (lib/timer/target_table.hpp), as pool
+  // indices (lib/timer/entry_pool.hpp): 32-bit, so that the entry stays 96 bytes.
+  std::uint32_t target_next = no_index;
+  std::uint32_t target_prev = no_index;
   alignas(8) unsigned char payload[payload_size]{};
 };
 static_assert(sizeof(timer_entry) == 96);
@@ -82,7 +91,8 @@ struct timer_request {
   void (*emplace)(timer_entry* e, void* source) noexcept;  // moves the payload in, under the lock
   void* source;
 };
-// Allocates from the pool (throws std::bad_alloc only when the pool must grow), links the
+// Allocates from the pool (throws std::bad_alloc only when the pool or the service's table
+// of targets must grow: more timers pending, or more actors with timers, than ever), links the
 // entry and returns it with a handle's reference.
 timer_entry* timer_schedule(timer_core* c, const timer_request& r);
 bool timer_cancel(timer_core* c, timer_entry* e) noexcept;  // also drops the handle's reference
