@@ -19,7 +19,9 @@
 //            eventual fairness and when H's hash is this key's (a hint: H may be reused
 //            meanwhile, it is only read through atomics), set parked and sleep on the
 //            stripe's futex; a thread that parked takes the key with parked set, so that
-//            its unlock wakes the next. Otherwise inflate: CAS H(|parked) -> inflated
+//            its unlock wakes the next, or, going to the table instead, wakes one sleeper
+//            first (tests/model/thin_lock.pml found that wake-up lost without it).
+//            Otherwise inflate: CAS H(|parked) -> inflated
 //            under the table's mutex. H's holder can no longer release without that mutex,
 //            so H is stable: its key goes into the table as held, with its token (waited
 //            for), and the parked threads are woken to queue in the table.
@@ -279,6 +281,14 @@ class thin_lock {
     const std::uintptr_t mine = reinterpret_cast<std::uintptr_t>(r);
     std::uintptr_t take_flags = 0;  // parked, once this thread has parked: its unlock wakes the next
     unsigned spins = 0;
+    // To the table. A thread that parked may have used the wake-up that the unlock which
+    // cleared `parked` gave to one sleeper, in place of others still asleep: it passes
+    // one on, for it will not take the key with `parked` set.
+    const auto to_table = [&] {
+      record_pool::push(r);
+      if (take_flags != 0) wake(s, 1);
+      return lock_table(s, key, h);
+    };
     for (;;) {
       if ((w & ~flags) == 0 && w != inflated) {  // free (0 or parked): take it, keeping parked
         if (s.word.compare_exchange_weak(w, mine | (w & parked) | take_flags, std::memory_order_acq_rel,
@@ -287,15 +297,13 @@ class thin_lock {
         continue;
       }
       if (w == inflated) {
-        record_pool::push(r);
-        return lock_table(s, key, h);
+        return to_table();
       }
       record* holder = record_of(w);
       if (holder->thread.load(std::memory_order_relaxed) == this_thread_id()) {
         // This thread holds the stripe (its own record: stable): the same key would be a
         // self-deadlock (the library throws); another key of the stripe takes the table.
-        record_pool::push(r);
-        return lock_table(s, key, h);
+        return to_table();
       }
       if (spins < spins_) {
         ++spins;
@@ -304,8 +312,7 @@ class thin_lock {
         continue;
       }
       if (!eventual_ || holder->hash.load(std::memory_order_relaxed) != h) {
-        record_pool::push(r);
-        return lock_table(s, key, h);
+        return to_table();
       }
       // Park until the holder's unlock (it wakes one parked thread).
       if ((w & parked) == 0 &&

@@ -1,0 +1,499 @@
+/*
+ * Promela model of the thin keyed lock prototyped in bench/thin_keyed.hpp (docs/notebook.md,
+ * "Thin keyed locks, prototyped"): an uncontended key has no state in any table; a stripe
+ * word points to the holder's record, and a table takes over the stripe's keys only while
+ * they are contended. Checked by spin through check.sh (MODEL=thin_lock.pml); see
+ * tests/model/README.md.
+ *
+ * One stripe, two keys on it (distinct keys share the word), NP threads (2 or 3). Thread 0
+ * locks ROUNDS0 times in sequence, the others ROUNDS times, a key chosen nondeterministically
+ * each time; a thread reuses its record for its next lock (a record goes back to the
+ * thread's cache at the unlock and is popped again by the next lock: the ABA of a record).
+ * With NEST, thread 0 may lock key 1 while it holds key 0 (with its second record), so a
+ * thread's own record can be the stripe's holder. Memory is sequentially consistent: the
+ * model checks the protocol's interleavings, not the C++ memory orders.
+ *
+ * The stripe word: 0 free; W(r) = 2(r+1) thin-held by record r; W(r)|1 the same with
+ * threads parked on the stripe's futex; INFL the stripe's keys are served by its table.
+ * What is modelled, as in the header:
+ *   lock      fill the record (key, hash, token 0, thread), CAS 0 -> W(r); the owner of
+ *             the word owns the stripe's counter: token = ++counter (a load and a store),
+ *             then publish r.token.
+ *   contended loop on the word w: free: CAS it, keeping the parked bit, which a thread
+ *             that parked sets too; INFL: the table; the holder's record is this thread's
+ *             own: the table; spin (re-read w, from 0 to SPINS times per round); then,
+ *             eventual and the holder's hash (a hint read from a record that may be reused
+ *             meanwhile) is this key's: set parked (CAS w -> w|1), load the futex
+ *             sequence, re-read the word and, still parked and thin-held, FUTEX_WAIT on
+ *             that sequence; else the table.
+ *   unlock    CAS W(r) -> 0; else CAS W(r)|1 -> 0 and wake one (sequence++, then
+ *             FUTEX_WAKE 1: the kernel wakes any one sleeper); else (INFL) under the
+ *             table's mutex remove this key's entry with this token, then release_locked.
+ *   table     under its mutex, in a loop: w not INFL: CAS w -> INFL (a record pinned by
+ *             that CAS cannot be released without the mutex), wait for the holder's
+ *             published token, add its key as held with that token, and wake every parked
+ *             thread if the parked bit was set; then this key held: wait on the condition
+ *             (counted in `waiting`); else take it: token = ++counter, under the mutex.
+ *   release_locked  waiters: notify_all; nobody waiting and no key held: deflate, word = 0.
+ *   futex     FUTEX_WAIT sleeps only while the sequence is unchanged, until a wake picks
+ *             it; the condition variable: notify_all wakes every waiter.
+ *
+ * Assertions: one holder per key (`holders[k] == 1` at every grant); each grant's token
+ * exceeds the key's last (`t > last[k]`); an inflater reads a record only while it is live
+ * with the hold its CAS pinned (`rec_live[h] && rec_hold[h] == pin`); a thin take finds
+ * the table empty (`held[0] == 0 && held[1] == 0`: it holds keys only while inflated); a
+ * waiter in the table waits only for its own key (`held[k]`, exact); a thin unlock that
+ * fails finds the stripe inflated and its own entry (`w == INFL`, `found`); at the end the
+ * stripe is free (deflated), no key held or waited for, nobody asleep; and no invalid end
+ * state (nobody left asleep on the futex or the condition: no lost wake-up, no deadlock).
+ *
+ * The unlock that clears the parked bit wakes ONE sleeper; the others stay asleep on the
+ * promise that the woken one takes the key with the bit set, so that its unlock wakes the
+ * next. A thread that parked and then goes to the table instead (it finds another key's
+ * holder on the word, or the stripe inflated) keeps that promise by waking one sleeper
+ * before it leaves: without it (NO_PASS_WAKE, the first version of the prototype, which
+ * this model caught) a sleeper is never woken.
+ *
+ * Switches (spin -DNAME=VALUE):
+ *   NP         threads, 2 or 3 (default 3)
+ *   ROUNDS0, ROUNDS  locks of thread 0, of each other thread, in sequence (defaults 2, 1)
+ *   EVENTUAL   1: contended lockers may park on the futex (default); 0: fifo, contended
+ *              lockers always go to the table
+ *   SPINS      re-reads of the word before a contended decision, at most (default 1)
+ *   NEST       1: thread 0 may lock key 1 while it holds key 0 (default 0)
+ *   SAME_HASH  both keys have one hash (a full-hash collision): the hint is wrong for the
+ *              other key, so threads park behind another key's holder
+ *   NO_PIN_CHECK, NO_END_CHECK  drop the inflater's record check, the final check (so
+ *              that a broken variant's search reaches the assertion that names its bug)
+ * Broken variants, each expected to be rejected:
+ *   NO_PASS_WAKE  a thread that parked goes to the table without waking a sleeper: the
+ *              wake-up it took is lost and a sleeper is left asleep (an invalid end state)
+ *   RECORD_REUSED_UNDER_READER  the inflater reads the holder's record (token, key) before
+ *              its CAS to INFL: the holder may release and reuse it for another key
+ *              meanwhile (`rec_hold[h] == pin` at the CAS)
+ *   TAG_AS_KEY the table compares the keys' tag, which both keys share: a waiter waits for
+ *              a key it does not want (`held[k]`); with NEST, thread 0 holding key 0 waits
+ *              for itself when it locks key 1
+ *   UNLOCK_RACES_INFLATION  the thin unlock is a plain store 0: an inflated stripe goes
+ *              free while the table holds its key, and a thin lock takes it (`held[0] == 0`)
+ *   DEFLATE_RACES_WAITER  release_locked deflates when no key is held, whether or not a
+ *              waiter is queued, and notifies only when it does not deflate: the waiter
+ *              is left asleep (an invalid end state)
+ *   TOKEN_GOES_BACK  a thin locker reads the counter before its CAS (a counter it does not
+ *              own yet): a key's token repeats (`t > last[k]`)
+ *   TABLE_COUNTER  the table gives tokens from a counter of its own: a key's token goes
+ *              back across inflation (`t > last[k]`)
+ *   NO_TOKEN_WAIT  the inflater does not wait for the holder's token: the entry gets 0 and
+ *              the holder's unlock cannot find it (`found`)
+ *   NO_INFLATE_WAKE  the inflater does not wake the parked threads: one is left asleep
+ */
+
+#ifndef NP
+#define NP 3
+#endif
+#ifndef ROUNDS
+#define ROUNDS 1
+#endif
+#ifndef ROUNDS0
+#define ROUNDS0 2
+#endif
+#ifndef EVENTUAL
+#define EVENTUAL 1
+#endif
+#ifndef SPINS
+#define SPINS 1
+#endif
+#ifndef NEST
+#define NEST 0
+#endif
+
+#if NP < 2 || NP > 3
+#error "NP is 2 or 3"
+#endif
+
+/* The inflater's read of a record: live, with the hold its CAS pinned. */
+#ifndef NO_PIN_CHECK
+#define PIN_CHECK assert(rec_live[h] && rec_hold[h] == pin)
+#else
+#define PIN_CHECK skip
+#endif
+
+#define NK 2              /* keys, both on the one stripe */
+#define NR (2 * NP)       /* records: 2p the thread's outer lock, 2p+1 a nested one */
+#define INFL 254          /* even: the parked bit is clear */
+#define W(r) (2 * ((r) + 1))
+#define REC(w) ((w) / 2 - 1)
+#define PARKED(w) ((w) & 1)
+#define ISREC(w) ((w) != 0 && (w) != INFL)
+#ifdef SAME_HASH
+#define HASH(k) 7
+#else
+#define HASH(k) (5 + (k))
+#endif
+
+/* ---- the stripe ---- */
+byte word = 0;
+byte counter = 0;         /* the last token: owned by the word's owner */
+byte seq = 0;             /* the futex word of the threads parked here */
+bit fw[3];                /* asleep in FUTEX_WAIT */
+
+/* ---- the records (type-stable, per thread) ---- */
+byte rec_key[NR];
+byte rec_hash[NR];
+byte rec_tok[NR];         /* 0 until the holder published it */
+byte rec_thr[NR];
+
+/* ---- the table ---- */
+bit tm = 0;               /* its mutex */
+bit held[NK];             /* keys held through the table (at most one entry per key) */
+byte heldtok[NK];
+byte waiting = 0;
+bit cvw[3];               /* waiting on the condition */
+#ifdef TABLE_COUNTER
+byte tcounter = 0;
+#endif
+
+/* ---- ghost state ---- */
+byte holders[NK];         /* threads holding the key */
+byte last[NK];            /* the key's last token granted */
+byte rec_hold[NR];        /* a new id for each hold of the record (each fill) */
+bit rec_live[NR];         /* the record is held by its current hold */
+byte done = 0;
+
+inline grant(k, t) {
+  d_step {
+    holders[k]++;
+    assert(holders[k] == 1);
+    assert(t > last[k]);
+    last[k] = t
+  }
+}
+
+inline lock_mutex() { atomic { tm == 0 -> tm = 1 } }
+
+/* seq.fetch_add(1), then FUTEX_WAKE 1: the kernel wakes any one sleeper, if any */
+inline wake_one() {
+  seq++;
+  atomic {
+    if
+    :: fw[0] -> fw[0] = 0
+    :: fw[1] -> fw[1] = 0
+    :: fw[2] -> fw[2] = 0
+    :: else -> skip
+    fi
+  }
+}
+inline wake_all() {
+  seq++;
+  d_step { fw[0] = 0; fw[1] = 0; fw[2] = 0 }
+}
+
+/* With the mutex held, after a key left `held`. */
+inline release_locked() {
+#ifndef DEFLATE_RACES_WAITER
+  if
+  :: waiting != 0 -> d_step { cvw[0] = 0; cvw[1] = 0; cvw[2] = 0 }   /* notify_all */
+  :: else ->
+     if
+     :: !held[0] && !held[1] -> word = 0                          /* deflate */
+     :: else -> skip
+     fi
+  fi
+#else
+  if
+  :: !held[0] && !held[1] -> word = 0
+  :: else ->
+     if
+     :: waiting != 0 -> d_step { cvw[0] = 0; cvw[1] = 0; cvw[2] = 0 }
+     :: else -> skip
+     fi
+  fi
+#endif
+}
+
+/* The thin holder publishes its token: token = ++counter, a load and a store. */
+inline take_token(r, k, t) {
+#ifndef TOKEN_GOES_BACK
+  t = counter + 1;
+  counter = t;
+#else
+  counter = t;              /* t was read before the CAS */
+#endif
+  rec_tok[r] = t;
+  grant(k, t)
+}
+
+/* lock_table: under the mutex, inflate if needed, then take key k or wait. */
+inline lock_table(me, k, t) {
+  lock_mutex();
+  do
+  :: w = word;
+     if
+     :: w != INFL ->
+#ifdef RECORD_REUSED_UNDER_READER
+        if
+        :: ISREC(w) ->
+           h = REC(w);
+           rec_tok[h] != 0;                       /* the token first ... */
+           d_step { t = rec_tok[h]; hk = rec_key[h]; pin = rec_hold[h] }
+        :: else -> skip
+        fi;
+#endif
+        atomic {                                  /* CAS w -> INFL */
+          if
+          :: word == w -> word = INFL; ok = 1;
+#ifndef RECORD_REUSED_UNDER_READER
+             if
+             :: ISREC(w) -> pin = rec_hold[REC(w)]
+             :: else -> skip
+             fi
+#else
+             if                                   /* ... then the pin: the hold read must be the pinned one */
+             :: ISREC(w) -> assert(rec_live[h] && rec_hold[h] == pin)
+             :: else -> skip
+             fi
+#endif
+          :: else -> ok = 0
+          fi
+        }
+        if
+        :: ok && ISREC(w) ->
+#ifndef RECORD_REUSED_UNDER_READER
+           h = REC(w);
+#ifndef NO_TOKEN_WAIT
+           rec_tok[h] != 0;                       /* wait for the holder's token */
+#endif
+           d_step { PIN_CHECK; t = rec_tok[h] };
+           d_step { PIN_CHECK; hk = rec_key[h] };
+#endif
+           d_step { held[hk] = 1; heldtok[hk] = t; t = 0; hk = 0; h = 0; pin = 0 };
+           if
+#ifndef NO_INFLATE_WAKE
+           :: PARKED(w) -> wake_all()             /* they queue in the table now */
+#endif
+           :: else -> skip
+           fi
+        :: else -> skip
+        fi
+     :: else -> ok = 1
+     fi;
+     if
+     :: ok ->
+#ifndef TAG_AS_KEY
+        busy = held[k];
+#else
+        busy = held[0] || held[1];                /* one tag for both keys */
+#endif
+        if
+        :: !busy -> break
+        :: else ->
+           assert(held[k]);                       /* a waiter waits for its own key only */
+           d_step { waiting++; cvw[me] = 1; tm = 0 };   /* cv.wait: unlock and sleep */
+           cvw[me] == 0;
+           lock_mutex();
+           waiting--
+        fi
+     :: else -> skip                              /* the CAS failed: again */
+     fi
+  od;
+#ifndef TABLE_COUNTER
+  t = counter + 1;
+  counter = t;
+#else
+  tcounter++;
+  t = tcounter;
+#endif
+  d_step { held[k] = 1; heldtok[k] = t };
+  grant(k, t);
+  busy = 0; ok = 0; w = 0;
+  tm = 0
+}
+
+/* The lock of key k by thread me with record r; intab: held through the table. */
+inline lock(me, r, k, t, intab) {
+  d_step {                                        /* fill the record (pop from the cache) */
+    rec_key[r] = k; rec_hash[r] = HASH(k); rec_tok[r] = 0; rec_thr[r] = me;
+    rec_hold[r]++; rec_live[r] = 1
+  };
+#ifdef TOKEN_GOES_BACK
+  t = counter + 1;                                /* a counter this thread does not own yet */
+#endif
+  atomic {                                        /* CAS 0 -> W(r) */
+    if
+    :: word == 0 -> word = W(r); ok = 1; assert(held[0] == 0 && held[1] == 0)   /* a free stripe: nothing in the table */
+    :: else -> w = word; ok = 0
+    fi
+  }
+  if
+  :: ok -> take_token(r, k, t); intab = 0
+  :: else ->                                      /* lock_slow */
+     tf = 0; spins = 0; intab = 0;
+     do
+     :: !ISREC(w) && w != INFL ->                 /* free: take it, keeping parked */
+        atomic {
+          if
+          :: word == w -> word = W(r) | PARKED(w) | tf; ok = 1; assert(held[0] == 0 && held[1] == 0)
+          :: else -> w = word; ok = 0
+          fi
+        }
+        if
+        :: ok -> take_token(r, k, t); break
+        :: else -> skip
+        fi
+     :: w == INFL -> intab = 1; break
+     :: ISREC(w) ->
+        h = REC(w);
+        if
+        :: rec_thr[h] == me -> intab = 1; break   /* its own record: another key, the table */
+        :: else -> skip
+        fi;
+        if
+        :: spins < SPINS -> spins++; w = word     /* spin */
+        :: true ->
+           if
+           :: !EVENTUAL || rec_hash[h] != HASH(k) -> intab = 1; break
+           :: else -> skip
+           fi;
+           /* park: set the parked bit, then sleep while the sequence is unchanged */
+           if
+           :: PARKED(w) -> ok = 1
+           :: else ->
+              atomic {
+                if
+                :: word == w -> word = w | 1; ok = 1
+                :: else -> w = word; ok = 0
+                fi
+              }
+           fi;
+           if
+           :: ok ->
+              tf = 1;
+              sq = seq;
+              w = word;
+              if
+              :: PARKED(w) && ISREC(w) ->
+                 atomic {                         /* FUTEX_WAIT(seq, sq) */
+                   if
+                   :: seq == sq -> fw[me] = 1
+                   :: else -> skip
+                   fi
+                 }
+                 fw[me] == 0
+              :: else -> skip
+              fi;
+              spins = 0;
+              w = word
+           :: else -> skip                        /* the CAS failed: w is the new word */
+           fi
+        fi
+     od;
+     h = 0; spins = 0; sq = 0;
+     if
+     :: intab ->
+        rec_live[r] = 0;                          /* the record goes back to the cache */
+#ifndef NO_PASS_WAKE
+        if
+        :: tf -> wake_one()                       /* pass on the wake-up this thread took */
+        :: else -> skip
+        fi;
+#endif
+        lock_table(me, k, t)
+     :: else -> skip
+     fi;
+     tf = 0
+  fi;
+  ok = 0; w = 0
+}
+
+inline unlock(me, r, k, t, intab) {
+  d_step { holders[k]--; };
+  if
+  :: intab ->                                     /* unlock_table */
+     lock_mutex();
+     d_step { assert(held[k] && heldtok[k] == t); held[k] = 0 };
+     release_locked();
+     tm = 0
+  :: else ->                                      /* unlock_thin */
+#ifndef UNLOCK_RACES_INFLATION
+     atomic {
+       if
+       :: word == W(r) -> word = 0; ok = 1
+       :: else -> w = word; ok = 0
+       fi
+     }
+     if
+     :: !ok && w == (W(r) | 1) ->
+        atomic {                                  /* the parked bit is set: CAS it to 0 */
+          if
+          :: word == w -> word = 0; ok = 1
+          :: else -> w = word; ok = 0
+          fi
+        }
+        if
+        :: ok -> wake_one()
+        :: else -> skip
+        fi
+     :: else -> skip
+     fi;
+     if
+     :: !ok ->                                    /* inflated: the key is in the table */
+        assert(w == INFL);
+        lock_mutex();
+        d_step {
+          found = held[rec_key[r]] && heldtok[rec_key[r]] == rec_tok[r];
+          assert(found);
+          held[rec_key[r]] = 0; found = 0
+        };
+        release_locked();
+        tm = 0
+     :: else -> skip
+     fi;
+#else
+     if
+     :: PARKED(word) -> word = 0; wake_one()
+     :: else -> word = 0
+     fi;
+#endif
+     rec_live[r] = 0                              /* back to the cache */
+  fi;
+  ok = 0; w = 0; t = 0; intab = 0
+}
+
+proctype thread(byte me) {
+  byte round = 0, k, t, t2, w, h, hk, pin, sq, spins;
+  bit ok, busy, tf, found, intab, intab2;
+  do
+  :: (me == 0 && round < ROUNDS0) || (me != 0 && round < ROUNDS) ->
+     round++;
+     if
+     :: k = 0
+     :: k = 1
+     fi;
+     lock(me, 2 * me, k, t, intab);
+#if NEST
+     if
+     :: me == 0 && k == 0 ->                      /* key 1 too, while key 0 is held */
+        lock(me, 2 * me + 1, 1, t2, intab2);
+        unlock(me, 2 * me + 1, 1, t2, intab2)
+     :: else -> skip
+     fi;
+#endif
+     unlock(me, 2 * me, k, t, intab);
+     k = 0
+  :: else -> break
+  od;
+  done++
+}
+
+init {
+  byte i;
+  atomic {
+    for (i : 0 .. NP - 1) { run thread(i) }
+    i = 0
+  };
+  done == NP;
+#ifndef NO_END_CHECK
+  assert(word == 0 && !held[0] && !held[1] && waiting == 0 && tm == 0);
+  assert(holders[0] == 0 && holders[1] == 0 && !fw[0] && !fw[1] && !fw[2])
+#endif
+}
