@@ -10,6 +10,10 @@
 #   add_subdirectory  the project in add_subdirectory/, with handoff's source tree vendored
 #   fetchcontent      the project in fetchcontent/, FetchContent from the source tree (no
 #                     download); configured only: the build is add_subdirectory's
+#   tsan              the project in tsan/, FetchContent from the source tree configured
+#                     with -DHANDOFF_SANITIZERS=thread, the recipe for checking a program
+#                     under ThreadSanitizer; built, and run with TSAN_OPTIONS=halt_on_error=1:
+#                     any report fails it
 #   pkgconfig         installs the already-built handoff into a scratch prefix and compiles
 #                     main.cpp with the flags of `pkg-config --cflags --libs handoff`; with
 #                     WITH_REDIS (WITH_PROMETHEUS) on, also redis_main.cpp with those of
@@ -31,8 +35,8 @@ if(WAY STREQUAL "pkgconfig")
   list(APPEND required HANDOFF_BINARY_DIR PKG_CONFIG)
 elseif(WAY STREQUAL "find_package")
   list(APPEND required HANDOFF_BINARY_DIR)
-elseif(NOT WAY MATCHES "^(add_subdirectory|fetchcontent)$")
-  message(FATAL_ERROR "run.cmake: WAY must be find_package, add_subdirectory, fetchcontent or pkgconfig, not '${WAY}'")
+elseif(NOT WAY MATCHES "^(add_subdirectory|fetchcontent|tsan)$")
+  message(FATAL_ERROR "run.cmake: WAY must be find_package, add_subdirectory, fetchcontent, tsan or pkgconfig, not '${WAY}'")
 endif()
 foreach(var IN LISTS required)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
@@ -134,7 +138,11 @@ else()
   if(CONFIG)
     list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${CONFIG}")
   endif()
-  if(SANITIZERS)
+  if(WAY STREQUAL "tsan")
+    # The recipe under test: the option alone instruments handoff, and the project its own
+    # target. No -fsanitize in CMAKE_CXX_FLAGS, which would cover handoff's sources too.
+    list(APPEND configure_args -DHANDOFF_SANITIZERS=thread)
+  elseif(SANITIZERS)
     # The same instrumentation as handoff (whose sources are compiled in the consumer's
     # build by add_subdirectory and FetchContent).
     list(JOIN sanitizer_flags " " flags)
@@ -235,10 +243,17 @@ else()
   endif()
 endif()
 
+if(WAY STREQUAL "tsan")
+  # No suppressions (the program uses no thread_pool): any report stops it with exit code 66.
+  set(ENV{TSAN_OPTIONS} "halt_on_error=1 exitcode=66")
+endif()
 foreach(consumer IN LISTS consumers)
   execute_process(COMMAND "${consumer}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   message(STATUS "${out}")
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "consumer test (${WAY}): ${consumer} failed (${rc})")
+  endif()
+  if(out MATCHES "ThreadSanitizer")
+    message(FATAL_ERROR "consumer test (${WAY}): ${consumer} exited with 0 but ThreadSanitizer reported")
   endif()
 endforeach()
