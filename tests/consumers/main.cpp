@@ -1,5 +1,6 @@
 // The consumer program of tests/consumers: built by each way of consuming handoff
-// (add_subdirectory, FetchContent, pkg-config) and run by run.cmake. Uses the public
+// (find_package, add_subdirectory, FetchContent, pkg-config; and under ThreadSanitizer
+// against a handoff built with HANDOFF_SANITIZERS=thread) and run by run.cmake. Uses the public
 // headers only, with no C++ standard flag of its own under CMake (handoff::handoff must
 // carry C++20). Exit code 0 means every answer was right.
 #include <handoff/actor.hpp>

@@ -1,9 +1,19 @@
 # Builds and runs tests/consumers/main.cpp against handoff consumed one way:
 #   find_package      installs the already-built handoff into a scratch prefix; the project
-#                     in find_package/ finds it with find_package(handoff)
+#                     in find_package/ finds it with find_package(handoff), on a machine
+#                     where the optional parts' dependencies (OpenSSL, hiredis,
+#                     prometheus-cpp) cannot be found: any search for them fails. Then
+#                     asks for the components built (WITH_REDIS, WITH_PROMETHEUS) and
+#                     builds and runs redis_main.cpp and prometheus_main.cpp against them,
+#                     and checks the failures: a component whose dependency is missing, and
+#                     one that was not installed (its files removed from the prefix)
 #   add_subdirectory  the project in add_subdirectory/, with handoff's source tree vendored
 #   fetchcontent      the project in fetchcontent/, FetchContent from the source tree (no
 #                     download); configured only: the build is add_subdirectory's
+#   tsan              the project in tsan/, FetchContent from the source tree configured
+#                     with -DHANDOFF_SANITIZERS=thread, the recipe for checking a program
+#                     under ThreadSanitizer; built, and run with TSAN_OPTIONS=halt_on_error=1:
+#                     any report fails it
 #   pkgconfig         installs the already-built handoff into a scratch prefix and compiles
 #                     main.cpp with the flags of `pkg-config --cflags --libs handoff`; with
 #                     WITH_REDIS (WITH_PROMETHEUS) on, also redis_main.cpp with those of
@@ -15,7 +25,8 @@
 #         -DCXX_COMPILER=<compiler> [-DCONFIG=<config>] [-DSANITIZERS=<list>]
 #         [-DGENERATOR=<generator>]
 #         [-DHANDOFF_BINARY_DIR=<handoff build dir>]  (find_package, pkgconfig)
-#         [-DPKG_CONFIG=<pkg-config>] [-DWITH_REDIS=ON] [-DWITH_PROMETHEUS=ON]  (pkgconfig)
+#         [-DPKG_CONFIG=<pkg-config>]  (pkgconfig)
+#         [-DWITH_REDIS=ON] [-DWITH_PROMETHEUS=ON]  (find_package, pkgconfig)
 #         -P run.cmake
 cmake_minimum_required(VERSION 3.25)
 
@@ -24,8 +35,8 @@ if(WAY STREQUAL "pkgconfig")
   list(APPEND required HANDOFF_BINARY_DIR PKG_CONFIG)
 elseif(WAY STREQUAL "find_package")
   list(APPEND required HANDOFF_BINARY_DIR)
-elseif(NOT WAY MATCHES "^(add_subdirectory|fetchcontent)$")
-  message(FATAL_ERROR "run.cmake: WAY must be find_package, add_subdirectory, fetchcontent or pkgconfig, not '${WAY}'")
+elseif(NOT WAY MATCHES "^(add_subdirectory|fetchcontent|tsan)$")
+  message(FATAL_ERROR "run.cmake: WAY must be find_package, add_subdirectory, fetchcontent, tsan or pkgconfig, not '${WAY}'")
 endif()
 foreach(var IN LISTS required)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
@@ -43,6 +54,18 @@ function(run_step what)
   endif()
   message(STATUS "consumer test (${WAY}): ${what}: ok")
   set(step_output "${out}" PARENT_SCOPE)
+endfunction()
+
+# Like run_step, for a command that must fail with output matching `expected` (a regex).
+function(fail_step what expected)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  # CMake wraps its messages' lines: match across the breaks.
+  string(REGEX REPLACE "[ \t\r\n]+" " " flat "${out}")
+  if(rc EQUAL 0 OR NOT flat MATCHES "${expected}")
+    message(FATAL_ERROR "consumer test (${WAY}): ${what} should fail with '${expected}', "
+                        "but exited with ${rc}:\n${out}")
+  endif()
+  message(STATUS "consumer test (${WAY}): ${what}: failed as it should")
 endfunction()
 
 set(config_args)
@@ -103,8 +126,9 @@ if(WAY STREQUAL "pkgconfig")
   endwhile()
 else()
   set(consumer_build "${WORK_DIR}/build")
+  # Everything but the build folder (-B), which comes with each configure.
   set(configure_args
-    -S "${CMAKE_CURRENT_LIST_DIR}/${WAY}" -B "${consumer_build}"
+    -S "${CMAKE_CURRENT_LIST_DIR}/${WAY}"
     "-DHANDOFF_SOURCE_DIR=${HANDOFF_SOURCE_DIR}"
     "-DCMAKE_PREFIX_PATH=${prefix}"
     "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
@@ -114,13 +138,38 @@ else()
   if(CONFIG)
     list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${CONFIG}")
   endif()
-  if(SANITIZERS)
+  if(WAY STREQUAL "tsan")
+    # The recipe under test: the option alone instruments handoff, and the project its own
+    # target. No -fsanitize in CMAKE_CXX_FLAGS, which would cover handoff's sources too.
+    list(APPEND configure_args -DHANDOFF_SANITIZERS=thread)
+  elseif(SANITIZERS)
     # The same instrumentation as handoff (whose sources are compiled in the consumer's
     # build by add_subdirectory and FetchContent).
     list(JOIN sanitizer_flags " " flags)
     list(APPEND configure_args "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZERS}")
   endif()
-  run_step("configure consumer" "${CMAKE_COMMAND}" ${configure_args})
+  # One compile per core: a bare --parallel lets make start every compile at once (22
+  # under TSan for the library alone).
+  cmake_host_system_information(RESULT cores QUERY NUMBER_OF_LOGICAL_CORES)
+  set(build_args --parallel ${cores} ${config_args})
+  if(WAY STREQUAL "find_package")
+    # A machine without the optional parts' dependencies: every find_* and find_package
+    # looks only inside the scratch prefix (re-rooted there), and OpenSSL, prometheus-cpp
+    # and hiredis are disabled by name as well. A config that still looked for any of them
+    # fails this configure.
+    set(bare_machine
+      "-DCMAKE_FIND_ROOT_PATH=${prefix}"
+      -DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=ONLY
+      -DCMAKE_FIND_ROOT_PATH_MODE_INCLUDE=ONLY
+      -DCMAKE_FIND_ROOT_PATH_MODE_LIBRARY=ONLY
+      -DCMAKE_DISABLE_FIND_PACKAGE_OpenSSL=ON
+      -DCMAKE_DISABLE_FIND_PACKAGE_prometheus-cpp=ON
+      -DCMAKE_DISABLE_FIND_PACKAGE_hiredis=ON)
+    run_step("configure consumer without OpenSSL, hiredis and prometheus-cpp"
+             "${CMAKE_COMMAND}" ${configure_args} -B "${consumer_build}" ${bare_machine})
+  else()
+    run_step("configure consumer" "${CMAKE_COMMAND}" ${configure_args} -B "${consumer_build}")
+  endif()
   if(WAY STREQUAL "fetchcontent")
     # What is FetchContent's own (the declare, the make-available, the subproject's
     # defaults) is checked by the configure above; building the same sources as a
@@ -129,17 +178,82 @@ else()
   endif()
   # Only the consumer and what it links: the optional libraries (Redis, Prometheus) that
   # the subproject also defines would double the time and are not what this checks.
-  run_step("build consumer" "${CMAKE_COMMAND}" --build "${consumer_build}" --parallel --target handoff_consumer
-           ${config_args})
+  run_step("build consumer" "${CMAKE_COMMAND}" --build "${consumer_build}" --target handoff_consumer ${build_args})
   # Single- and multi-config generators put the executable in different places.
   find_program(consumers NAMES handoff_consumer PATHS "${consumer_build}" "${consumer_build}/${CONFIG}"
                NO_DEFAULT_PATH NO_CACHE REQUIRED)
+
+  if(WAY STREQUAL "find_package")
+    set(components)
+    if(WITH_REDIS)
+      list(APPEND components redis)
+    endif()
+    if(WITH_PROMETHEUS)
+      list(APPEND components prometheus)
+    endif()
+    # A component asked for on that machine fails, naming the dependency it lacks (redis
+    # looks for OpenSSL only when it is a static archive: a shared one links it itself).
+    set(dependency_of_redis OpenSSL)
+    set(dependency_of_prometheus prometheus-cpp)
+    file(GLOB static_redis "${prefix}/*/libhandoff_redis.a" "${prefix}/*/*/libhandoff_redis.a")
+    foreach(component IN LISTS components)
+      if(component STREQUAL "redis" AND NOT static_redis)
+        continue()
+      endif()
+      fail_step("COMPONENTS ${component} without ${dependency_of_${component}}"
+        "component ${component} of handoff links ${dependency_of_${component}}, which was not found"
+        "${CMAKE_COMMAND}" -S "${CMAKE_CURRENT_LIST_DIR}/${WAY}" -B "${consumer_build}"
+        "-DHANDOFF_COMPONENTS=${component}" -DHANDOFF_OPTIONAL_COMPONENTS=)
+    endforeach()
+    # The components built, on this machine: configured, built and run.
+    if(components)
+      set(components_build "${WORK_DIR}/build-components")
+      # The list goes through a cache script: a ; on the command line would split it here.
+      file(WRITE "${WORK_DIR}/components.cmake" "set(HANDOFF_COMPONENTS [[${components}]] CACHE STRING \"\")\n")
+      run_step("configure consumer with COMPONENTS ${components}"
+               "${CMAKE_COMMAND}" ${configure_args} -B "${components_build}" -C "${WORK_DIR}/components.cmake")
+      list(TRANSFORM components PREPEND handoff_ OUTPUT_VARIABLE programs)
+      list(TRANSFORM programs APPEND _consumer)
+      run_step("build the components' consumers" "${CMAKE_COMMAND}" --build "${components_build}" --target ${programs}
+               ${build_args})
+      foreach(program IN LISTS programs)
+        find_program(path NAMES ${program} PATHS "${components_build}" "${components_build}/${CONFIG}"
+                     NO_DEFAULT_PATH NO_CACHE REQUIRED)
+        list(APPEND consumers "${path}")
+        unset(path)
+      endforeach()
+    endif()
+    # A component that was not installed (prometheus, its files removed when it was):
+    # required, it fails the configure with a message; optional, it is reported not found.
+    file(GLOB prometheus_files "${prefix}/*/cmake/handoff/handoff-prometheus*.cmake"
+                               "${prefix}/*/*/cmake/handoff/handoff-prometheus*.cmake")
+    if(prometheus_files)
+      file(REMOVE ${prometheus_files})
+    endif()
+    fail_step("COMPONENTS prometheus, not installed" "component 'prometheus' of handoff was not installed"
+      "${CMAKE_COMMAND}" -S "${CMAKE_CURRENT_LIST_DIR}/${WAY}" -B "${consumer_build}"
+      -DHANDOFF_COMPONENTS=prometheus -DHANDOFF_OPTIONAL_COMPONENTS=)
+    run_step("OPTIONAL_COMPONENTS prometheus, not installed"
+      "${CMAKE_COMMAND}" -S "${CMAKE_CURRENT_LIST_DIR}/${WAY}" -B "${consumer_build}"
+      -DHANDOFF_COMPONENTS= -DHANDOFF_OPTIONAL_COMPONENTS=prometheus)
+    if(NOT step_output MATCHES "handoff component prometheus: not found")
+      message(FATAL_ERROR "consumer test (${WAY}): OPTIONAL_COMPONENTS prometheus, not installed, "
+                          "was not reported not found:\n${step_output}")
+    endif()
+  endif()
 endif()
 
+if(WAY STREQUAL "tsan")
+  # No suppressions (the program uses no thread_pool): any report stops it with exit code 66.
+  set(ENV{TSAN_OPTIONS} "halt_on_error=1 exitcode=66")
+endif()
 foreach(consumer IN LISTS consumers)
   execute_process(COMMAND "${consumer}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   message(STATUS "${out}")
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "consumer test (${WAY}): ${consumer} failed (${rc})")
+  endif()
+  if(out MATCHES "ThreadSanitizer")
+    message(FATAL_ERROR "consumer test (${WAY}): ${consumer} exited with 0 but ThreadSanitizer reported")
   endif()
 endforeach()
