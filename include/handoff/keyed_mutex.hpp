@@ -81,7 +81,6 @@
 #include <functional>
 #include <initializer_list>
 #include <iterator>
-#include <optional>
 #include <ranges>
 #include <stdexcept>
 #include <string>
@@ -91,11 +90,10 @@
 
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/keyed_awaiter.hpp"
+#include "handoff/detail/keyed_callback.hpp"
 #include "handoff/detail/keyed_entry.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/longest_waits.hpp"
-#include "handoff/detail/node_pool.hpp"
-#include "handoff/detail/report.hpp"
 #include "handoff/key_guard.hpp"
 #include "handoff/keyed_mutex_options.hpp"
 #include "handoff/lease.hpp"
@@ -203,30 +201,7 @@ class keyed_mutex {
   // reported to stderr (the guard is released). Never blocks.
   template <class F>
     requires(std::invocable<std::decay_t<F>&, guard>)
-  void lock_async(const Key& key, F&& f) {
-    const std::size_t h = detail::mix_hash(hash_(key));  // first: a throw leaves nothing to free
-    auto* w = detail::new_node<callback_waiter<std::decay_t<F>>>(std::forward<F>(f));
-    detail::lock_shard& s = table_.shard_for(h);
-    detail::lock_entry* e;
-    try {
-      e = lock_entry_of(s, h, key);
-    } catch (...) {
-      detail::delete_node(w);
-      throw;
-    }
-    if (const detail::grant g = table_.acquire_or_enqueue(s, e, w, detail::no_deadline); g.token != 0) {
-      table_.grant_at_once(w, g);  // free: run f here, as a grant would
-      if (detail::tls.top == nullptr) {
-        // At top level: run it as a later grant runs, as a task under a sentinel frame, so
-        // that f counts as inside a handler (a post to a full bounded actor throws at once
-        // instead of waiting for room while f holds the key) and what f makes runnable
-        // runs after it. schedule() at top level runs it before returning.
-        detail::complete_waiter(w);
-      } else {
-        callback_waiter<std::decay_t<F>>::run(w);  // inside a handler already: run it now
-      }
-    }
-  }
+  void lock_async(const Key& key, F&& f) { callback::start(*this, key, std::forward<F>(f)); }
 
   // Thread-safe. Keys with live state: held, waited for, or still referred to by a guard
   // whose lease expired. 0 when no guard or waiter is alive. Takes each shard's lock in
@@ -354,38 +329,11 @@ class keyed_mutex {
   // co_await async_lock(key): detail/keyed_awaiter.hpp.
   using lock_awaiter = detail::keyed_lock_awaiter<keyed_mutex>;
   friend lock_awaiter;
-  // A guard of a grant, for the awaiter (only keyed_mutex may make one).
+  // lock_async's callback waiter: detail/keyed_callback.hpp.
+  using callback = detail::keyed_callback<keyed_mutex>;
+  friend callback;
+  // A guard of a grant, for the awaiter and the callback (only keyed_mutex may make one).
   static guard make_guard(detail::lock_table* t, const detail::grant& g) noexcept { return guard({}, t, g); }
-
-  template <class Fn>
-  struct callback_waiter final : detail::waiter {
-    template <class A>
-      requires(!std::is_same_v<std::remove_cvref_t<A>, callback_waiter>)
-    // NOLINTNEXTLINE(bugprone-forwarding-reference-overload): constrained not to take callback_waiter
-    explicit callback_waiter(A&& a) : fn(std::in_place, std::forward<A>(a)) {
-      type = kind::callback;
-      complete = &run;
-      destroy = &free;
-    }
-    std::optional<Fn> fn;  // destroyed once called: what it captured (a guard) goes with it
-    static void run(detail::waiter* base) {
-      auto* self = static_cast<callback_waiter*>(base);
-      const detail::grant g = self->table->outcome(self);
-      invoke_callback(*self->fn, g.token != 0 ? guard({}, self->table, g) : guard());
-      self->fn.reset();  // not when the node goes: a holder may still keep it queued
-      detail::release_waiter(self);
-    }
-    static void free(detail::waiter* w) noexcept { detail::delete_node(static_cast<callback_waiter*>(w)); }
-  };
-
-  template <class Fn>
-  static void invoke_callback(Fn& f, guard g) noexcept {
-    try {
-      f(std::move(g));
-    } catch (...) {
-      detail::report_to_stderr(std::current_exception(), "a keyed_mutex::lock_async callback");
-    }
-  }
 
   [[no_unique_address]] Hash hash_;
   [[no_unique_address]] Eq eq_;
