@@ -7,6 +7,7 @@
 //   auto t = m.try_lock_for("room:7", 50ms);             // t.owns_lock() says if it got it
 //   auto l = m.lock("order:9", handoff::lease{2s});      // released by the lease timer after 2 s
 //   auto all = m.lock_all({"a", "b", "c"});              // sorted, deduplicated: no deadlock
+//   auto some = m.try_lock_all_for({"a", "b"}, 50ms);    // all keys by the deadline, or none
 //   auto g2 = co_await m.async_lock("player:42");        // suspends, never blocks a thread
 //   m.lock_async("player:42", [](handoff::key_guard g) { ... });
 //
@@ -168,19 +169,53 @@ class keyed_mutex {
     requires(std::invocable<F&>)
   decltype(auto) with_lock(const Key& key, F&& f) { return detail::run_locked(lock(key), f); }
 
-  // Thread-safe. Locks several keys without deadlock against any other lock_all (or
-  // single-key lock in the same order): the keys are sorted with operator< (required) and
-  // deduplicated, then locked one by one. If a lock throws, the keys already taken are
-  // released.
+  // Thread-safe. Locks several keys without deadlock against any other lock_all or
+  // try_lock_all_for (or single-key lock in the same order): the keys are sorted with
+  // operator< (required) and deduplicated, then locked one by one, each waiting as lock()
+  // does. If a lock throws, the keys already taken are released. Blocks; allocates the
+  // sorted copy of the keys and the guards' vector. Same errors as lock().
+  // With a lease, each key is granted with its own lease, which starts at that key's
+  // grant: when one runs out, that key alone passes to its next waiter; owns_lock() on the
+  // result turns false (that guard's expired() true) while the other keys stay held until
+  // unlock or their own lease. Check owns_lock() (or each guard's check()) before acting.
   template <std::ranges::input_range Keys>
     requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
-  multi_guard lock_all(const Keys& keys) {
-    // Built in place, never moved: self-deadlock detection stays on for each key.
-    return detail::lock_in_order<Key, guard>(keys, eq_, [this](std::vector<guard>& out, const Key& k) {
-      out.emplace_back(guard::pass_key{}, &table_, acquire_grant(k, {}));
-    });
-  }
+  multi_guard lock_all(const Keys& keys) { return lock_each(keys, wait_forever); }
   multi_guard lock_all(std::initializer_list<Key> keys) { return lock_all(std::vector<Key>(keys)); }
+  template <std::ranges::input_range Keys>
+    requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
+  multi_guard lock_all(const Keys& keys, lease l) { return lock_each(keys, {.lease = l.duration.count()}); }
+  multi_guard lock_all(std::initializer_list<Key> keys, lease l) { return lock_all(std::vector<Key>(keys), l); }
+
+  // Thread-safe. lock_all with one wait time for all the keys: all of them by the deadline
+  // (`d` from now, or `t`), or none. Takes the keys in lock_all's order, each waiting in
+  // its FIFO queue until the common deadline; if one is not granted by then, releases
+  // those already taken (in reverse order) and returns an empty multi_guard (owns_lock()
+  // false, size() 0). A deadline already passed tries each key without waiting. With a
+  // lease: each key's, as for lock_all. Same errors as lock(); a throw leaves nothing held.
+  template <std::ranges::input_range Keys, class Rep, class Period>
+    requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
+  multi_guard try_lock_all_for(const Keys& keys, std::chrono::duration<Rep, Period> d) {
+    return lock_each(keys, {.mode = wait_mode::until, .deadline = deadline_in(d)});
+  }
+  template <std::ranges::input_range Keys, class Rep, class Period>
+    requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
+  multi_guard try_lock_all_for(const Keys& keys, std::chrono::duration<Rep, Period> d, lease l) {
+    return lock_each(keys, {.mode = wait_mode::until, .deadline = deadline_in(d), .lease = l.duration.count()});
+  }
+  template <class Rep, class Period>
+  multi_guard try_lock_all_for(std::initializer_list<Key> keys, std::chrono::duration<Rep, Period> d) {
+    return try_lock_all_for(std::vector<Key>(keys), d);
+  }
+  template <std::ranges::input_range Keys, class Clock, class Dur>
+    requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
+  multi_guard try_lock_all_until(const Keys& keys, std::chrono::time_point<Clock, Dur> t) {
+    return lock_each(keys, {.mode = wait_mode::until, .deadline = steady_deadline(t)});
+  }
+  template <class Clock, class Dur>
+  multi_guard try_lock_all_until(std::initializer_list<Key> keys, std::chrono::time_point<Clock, Dur> t) {
+    return try_lock_all_until(std::vector<Key>(keys), t);
+  }
 
   // Thread-safe. `co_await m.async_lock(key)` yields a guard, suspending the coroutine (never blocking
   // a thread) while the key is held; FIFO with every other waiter. With a wait time, the
@@ -314,6 +349,19 @@ class keyed_mutex {
       s.lock.lock();  // look the key up again: its entry may have gone meanwhile
       e = find_locked(s, h, key);
     }
+  }
+
+  // lock_all and try_lock_all_*: every key of `keys` with request r, in lock_all's order
+  // (detail::lock_in_order); a key not granted (r's deadline passed) releases the others.
+  // Guards are built in place, never moved: self-deadlock detection stays on for each key.
+  template <class Keys>
+  multi_guard lock_each(const Keys& keys, const detail::lock_request& r) {
+    return detail::lock_in_order<Key, guard>(keys, eq_, [this, &r](std::vector<guard>& out, const Key& k) {
+      const detail::grant g = acquire_grant(k, r);
+      if (g.token == 0) return false;
+      out.emplace_back(guard::pass_key{}, &table_, g);
+      return true;
+    });
   }
 
   // Deadlines on the table's clock (detail/clock.hpp: saturating, no_deadline = never).

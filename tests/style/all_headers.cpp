@@ -50,6 +50,8 @@ struct counter {
   handoff::keyed_mutex<> m;
   auto g = m.try_lock("k");
   auto all = m.lock_all({"a", "b"});
+  auto timed = m.try_lock_all_for({"a", "b"}, std::chrono::milliseconds(1));
+  auto leased = m.lock_all({"a", "b"}, handoff::lease{std::chrono::seconds(1)});
   m.lock_async("k", [](handoff::key_guard) {});
   handoff::redis::actor_system ra;
   ra.on("room:", [](handoff::redis::delivery& d) { d.set_state(std::string(d.body())); });
