@@ -19,6 +19,7 @@
 #include <handoff/redis/options.hpp>
 #include <handoff/redis/versioned_store.hpp>
 #include <handoff/run_deferred.hpp>
+#include <handoff/task.hpp>
 #include <handoff/testing.hpp>
 #include <handoff/thread_pool.hpp>
 #include <handoff/timer.hpp>
@@ -32,6 +33,8 @@ struct counter {
   long n = 0;
   void operator()(int d) { n += d; }
 };
+
+handoff::task<int> answer(handoff::actor<int>& a) { co_return co_await a.async_ask([](int& x) { return x; }); }
 
 // Instantiates the templates so that their bodies are checked too; never called.
 [[maybe_unused]] void instantiate() {
@@ -62,6 +65,7 @@ struct counter {
   (void)r.with_lock("k", [] { return 1; });
   auto aw = r.async_lock("k", std::chrono::milliseconds(5));
   handoff::redis::versioned_store v;
+  (void)handoff::sync_wait(answer(a));
   (void)v.update("k", [](const handoff::redis::versioned_value& cur) { return cur.value + "x"; });
 }
 
