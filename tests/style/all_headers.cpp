@@ -3,6 +3,7 @@
 // so that the headers no library source includes are checked too.
 #include <handoff/actor.hpp>
 #include <handoff/actor_options.hpp>
+#include <handoff/ask_timeout.hpp>
 #include <handoff/basic_actor.hpp>
 #include <handoff/executor.hpp>
 #include <handoff/key_guard.hpp>
@@ -43,6 +44,7 @@ handoff::task<int> answer(handoff::actor<int>& a) { co_return co_await a.async_a
   a.post([](int& x, handoff::actor<int>& self) { self.post([&x](int&) { ++x; }); });
   a.defer([](int& x) { ++x; });
   (void)a.ask([](int& x) { return x; });
+  (void)a.ask_for([](int& x) { return x; }, std::chrono::milliseconds(1));
   handoff::basic_actor<int, counter> b;
   b.send(1);
   b.defer(2);
