@@ -207,6 +207,10 @@ class keyed_mutex {
   multi_guard try_lock_all_for(std::initializer_list<Key> keys, std::chrono::duration<Rep, Period> d) {
     return try_lock_all_for(std::vector<Key>(keys), d);
   }
+  template <class Rep, class Period>
+  multi_guard try_lock_all_for(std::initializer_list<Key> keys, std::chrono::duration<Rep, Period> d, lease l) {
+    return try_lock_all_for(std::vector<Key>(keys), d, l);
+  }
   template <std::ranges::input_range Keys, class Clock, class Dur>
     requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
   multi_guard try_lock_all_until(const Keys& keys, std::chrono::time_point<Clock, Dur> t) {

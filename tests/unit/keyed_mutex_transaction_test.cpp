@@ -168,6 +168,11 @@ TEST_F(KeyedMutex, TryLockAllForWithALeaseGrantsEachKeyWithIt) {
   EXPECT_EQ(all[0].lease_duration(), 10s);
   EXPECT_EQ(all[1].lease_duration(), 10s);
   all.unlock();
+  handoff::multi_guard short_lease = m.try_lock_all_for({"b", "c"}, 1s, lease{20ms});
+  ASSERT_TRUE(short_lease.owns_lock());
+  EXPECT_TRUE(eventually([&] { return short_lease[0].expired() && short_lease[1].expired(); }));
+  EXPECT_TRUE(free_elsewhere(m, std::string("c")));
+  short_lease.unlock();
   EXPECT_EQ(m.size(), 0u);
 }
 
