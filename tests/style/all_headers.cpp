@@ -3,6 +3,7 @@
 // so that the headers no library source includes are checked too.
 #include <handoff/actor.hpp>
 #include <handoff/actor_options.hpp>
+#include <handoff/ask_deadline.hpp>
 #include <handoff/ask_timeout.hpp>
 #include <handoff/basic_actor.hpp>
 #include <handoff/executor.hpp>
@@ -36,6 +37,9 @@ struct counter {
 };
 
 handoff::task<int> answer(handoff::actor<int>& a) { co_return co_await a.async_ask([](int& x) { return x; }); }
+handoff::task<int> answer_within(handoff::actor<int>& a, handoff::timer_service& timers) {
+  co_return co_await handoff::async_ask_for(a, [](int& x) { return x; }, std::chrono::milliseconds(1), timers);
+}
 
 // Instantiates the templates so that their bodies are checked too; never called.
 [[maybe_unused]] void instantiate() {
@@ -68,6 +72,8 @@ handoff::task<int> answer(handoff::actor<int>& a) { co_return co_await a.async_a
   auto aw = r.async_lock("k", std::chrono::milliseconds(5));
   handoff::redis::versioned_store v;
   (void)handoff::sync_wait(answer(a));
+  handoff::timer_service timers;
+  (void)handoff::sync_wait(answer_within(a, timers));
   (void)v.update("k", [](const handoff::redis::versioned_value& cur) { return cur.value + "x"; });
 }
 

@@ -1,8 +1,12 @@
-// handoff::actor<State>::ask_for and ask_until: one test per point of their contract in
-// actor.hpp (answer in time, expiry, the late answer dropped, exceptions, calls from
+// handoff::actor<State>::ask_for and ask_until (actor.hpp), and the coroutine form
+// handoff::async_ask_for / async_ask_until (ask_deadline.hpp): one test per point of their
+// contracts (answer in time, expiry, the late answer dropped, exceptions, calls from
 // inside a handler).
 #include <handoff/actor.hpp>
+#include <handoff/ask_deadline.hpp>
 #include <handoff/ask_timeout.hpp>
+#include <handoff/task.hpp>
+#include <handoff/timer_service.hpp>
 
 #include <gtest/gtest.h>
 
@@ -186,6 +190,108 @@ TEST(AskDeadline, FromAHandlerOfTheSameActorThrowsAsAskDoes) {
     }
   });
   EXPECT_EQ(code, std::errc::resource_deadlock_would_occur);
+}
+
+// --- async_ask_for: the coroutine form -------------------------------------------------------
+
+handoff::task<int> balance_within(handoff::actor<account>& a, std::chrono::milliseconds d,
+                                  handoff::timer_service& timers) {
+  co_return co_await handoff::async_ask_for(
+      a, [](account& s) { return s.balance; }, d, timers);
+}
+
+TEST(AsyncAskDeadline, AnswersInTimeAndCancelsItsTimer) {
+  test_timeout limit{30s};
+  handoff::timer_service timers;
+  timers.start();
+  handoff::actor<account> a{account{4, {}}};
+  EXPECT_EQ(handoff::sync_wait(balance_within(a, 10s, timers)), 4);
+  EXPECT_EQ(timers.stats().pending, 0u);
+  EXPECT_EQ(timers.stats().cancelled, 1u);
+}
+
+TEST(AsyncAskDeadline, ResumesWithAskTimeoutAtTheDeadlineAndDropsTheLateAnswer) {
+  test_timeout limit{30s};
+  handoff::timer_service timers;
+  timers.start();
+  handoff::actor<account> a;
+  auto payload = std::make_shared<int>(1);
+  std::weak_ptr<int> watch = payload;
+  // The handler is a named local, not a temporary inside the co_await expression: GCC 12
+  // destroys such a temporary's init-captures twice (async_ask too).
+  auto late = [&]() -> handoff::task<std::shared_ptr<int>> {
+    auto f = [p = std::move(payload)](account& s) {
+      s.log.push_back("late");
+      return p;
+    };
+    co_return co_await handoff::async_ask_for(a, std::move(f), 20ms, timers);
+  };
+  {
+    busy_actor busy(a);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW(handoff::sync_wait(late()), ask_timeout);
+    EXPECT_GE(std::chrono::steady_clock::now() - start, 20ms);
+    EXPECT_THROW(handoff::sync_wait(balance_within(a, 0ms, timers)), ask_timeout);  // already due
+  }  // the late messages run now, on the busy handler's thread
+  EXPECT_EQ(a.ask([](account& s) { return s.log; }).get(), std::vector<std::string>{"late"});
+  EXPECT_TRUE(watch.expired());  // the dropped result went with the request's state
+}
+
+TEST(AsyncAskDeadline, AnswersWhenTheBusyActorIsFreedBeforeTheDeadline) {
+  test_timeout limit{30s};
+  handoff::timer_service timers;
+  timers.start();
+  handoff::actor<account> a{account{8, {}}};
+  busy_actor busy(a);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(10ms);
+    busy.release();
+  });
+  EXPECT_EQ(handoff::sync_wait(balance_within(a, 20s, timers)), 8);
+  releaser.join();
+}
+
+TEST(AsyncAskDeadline, RethrowsTheHandlersExceptionAndWaitsForEverWithNoDeadline) {
+  test_timeout limit{30s};
+  handoff::timer_service timers;
+  timers.start();
+  handoff::actor<account> a;
+  auto throws = [&]() -> handoff::task<int> {
+    co_return co_await handoff::async_ask_until(
+        a, [](account&) -> int { throw std::out_of_range("in time"); }, std::chrono::steady_clock::time_point::max(),
+        timers);
+  };
+  EXPECT_THROW(handoff::sync_wait(throws()), std::out_of_range);
+  EXPECT_EQ(timers.stats().scheduled, 0u);  // no deadline: no timer
+}
+
+// Starts at once and frees itself: a coroutine a handler can start and leave.
+struct detached {
+  struct promise_type {
+    detached get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
+
+TEST(AsyncAskDeadline, FromInsideAHandlerAnIdleTargetAnswersAfterTheHandler) {
+  test_timeout limit{30s};
+  handoff::timer_service timers;
+  timers.start();
+  handoff::actor<account> a;
+  handoff::actor<account> b{account{3, {}}};
+  std::promise<std::pair<int, std::thread::id>> seen;
+  auto ask_b = [&]() -> detached {
+    const int v = co_await handoff::async_ask_for(
+        b, [](account& s) { return s.balance; }, 10s, timers);
+    seen.set_value({v, std::this_thread::get_id()});
+  };
+  a.post([&](account&) { ask_b(); });  // b runs after this handler, on this thread
+  const auto [value, thread] = seen.get_future().get();
+  EXPECT_EQ(value, 3);
+  EXPECT_EQ(thread, std::this_thread::get_id());
 }
 
 }  // namespace
