@@ -36,9 +36,12 @@ struct counter {
   void operator()(int d) { n += d; }
 };
 
-handoff::task<int> answer(handoff::actor<int>& a) { co_return co_await a.async_ask([](int& x) { return x; }); }
+handoff::task<int> answer(handoff::actor<int>& a) {
+  co_return co_await a.async_ask([](int& x) { return x; });
+}
 handoff::task<int> answer_within(handoff::actor<int>& a, handoff::timer_service& timers) {
-  co_return co_await handoff::async_ask_for(a, [](int& x) { return x; }, std::chrono::milliseconds(1), timers);
+  co_return co_await handoff::async_ask_for(
+      a, [](int& x) { return x; }, std::chrono::milliseconds(1), timers);
 }
 
 // Instantiates the templates so that their bodies are checked too; never called.
