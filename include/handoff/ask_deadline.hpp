@@ -150,11 +150,11 @@ class [[nodiscard]] deadline_ask_awaiter {
     }
 
    private:
-    void offer(std::optional<typename race::stored> v, std::exception_ptr e) noexcept {
+    void offer(std::optional<typename race::stored> v, const std::exception_ptr& e) noexcept {
       std::shared_ptr<race> r = std::move(r_);
       if (!r->claim(race::answered)) return;  // too late: dropped with the state
       r->value = std::move(v);
-      r->error = std::move(e);
+      r->error = e;
       r->arrive();
     }
     std::shared_ptr<race> r_;  // null once it offered (or moved from)

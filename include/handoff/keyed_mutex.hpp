@@ -370,11 +370,11 @@ class keyed_mutex {
 
   // Deadlines on the table's clock (detail/clock.hpp: saturating, no_deadline = never).
   template <class Rep, class Period>
-  std::int64_t deadline_in(std::chrono::duration<Rep, Period> d) const noexcept {
+  [[nodiscard]] std::int64_t deadline_in(std::chrono::duration<Rep, Period> d) const noexcept {
     return detail::deadline_after(table_.now(), d);
   }
   template <class Clock, class Dur>
-  std::int64_t steady_deadline(std::chrono::time_point<Clock, Dur> t) const noexcept {
+  [[nodiscard]] std::int64_t steady_deadline(std::chrono::time_point<Clock, Dur> t) const noexcept {
     return detail::deadline_at(table_.now(), t);
   }
 

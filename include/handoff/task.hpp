@@ -34,9 +34,9 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <type_traits>
 #include <utility>
-#include <variant>
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/run_queue.hpp"
@@ -54,8 +54,11 @@ namespace detail {
 struct task_promise_base {
   std::coroutine_handle<> continuation = std::noop_coroutine();
 
+  // Members, not static: the compiler calls them on the promise (and awaiter) object.
+  // NOLINTNEXTLINE(readability-convert-member-functions-to-static)
   std::suspend_always initial_suspend() noexcept { return {}; }
   struct final_awaiter {
+    // NOLINTNEXTLINE(readability-convert-member-functions-to-static)
     [[nodiscard]] bool await_ready() const noexcept { return false; }
     template <class P>
     std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
@@ -63,33 +66,37 @@ struct task_promise_base {
     }
     void await_resume() const noexcept {}
   };
+  // NOLINTNEXTLINE(readability-convert-member-functions-to-static)
   final_awaiter final_suspend() noexcept { return {}; }
 };
 
-// The outcome, one of: nothing yet, the value (a pointer for a reference), the exception.
+// The outcome: the value (a pointer for a reference), or the exception. Written by the
+// task's coroutine, read by its awaiter after the task finished.
 template <class T>
 struct task_promise : task_promise_base {
   using stored = std::conditional_t<std::is_reference_v<T>, std::add_pointer_t<T>, T>;
-  std::variant<std::monostate, stored, std::exception_ptr> outcome;
+  std::optional<stored> value;
+  std::exception_ptr error;
 
   handoff::task<T> get_return_object() noexcept;
-  void unhandled_exception() noexcept { outcome.template emplace<2>(std::current_exception()); }
+  void unhandled_exception() noexcept { error = std::current_exception(); }
+  // A throw from building the value goes to unhandled_exception, as any throw in the body.
   template <class V>
     requires(std::is_convertible_v<V&&, T>)
-  void return_value(V&& v) noexcept(std::is_nothrow_constructible_v<stored, V&&>) {
+  void return_value(V&& v) {
     if constexpr (std::is_reference_v<T>) {
-      outcome.template emplace<1>(std::addressof(static_cast<T>(v)));
+      value.emplace(std::addressof(static_cast<T>(v)));
     } else {
-      outcome.template emplace<1>(std::forward<V>(v));
+      value.emplace(std::forward<V>(v));
     }
   }
   T& lvalue() {
-    if (outcome.index() == 2) std::rethrow_exception(std::get<2>(outcome));
-    HANDOFF_ASSERT(outcome.index() == 1);  // read only once the task finished
+    if (error) std::rethrow_exception(error);
+    HANDOFF_ASSERT(value.has_value());  // read only once the task finished
     if constexpr (std::is_reference_v<T>) {
-      return *std::get<1>(outcome);
+      return **value;
     } else {
-      return std::get<1>(outcome);
+      return *value;
     }
   }
   T rvalue() {
