@@ -99,10 +99,18 @@ TEST(Task, NestedTasksReturnValuesAndPropagateExceptions) {
   EXPECT_EQ(sync_wait(awaits_an_lvalue_twice_through_the_result()), 43);
 }
 
+// Symmetric transfer runs in constant stack only where the compiler makes the resumption
+// a tail call: optimized builds. GCC at -O0 or with a sanitizer does not, and 100,000
+// frames would overflow the stack (or ThreadSanitizer's 65,536-frame stack depot) there.
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+constexpr int deep_chain = 100'000;
+#else
+constexpr int deep_chain = 1'000;
+#endif
+
 TEST(Task, DeepChainOfSynchronousTasksDoesNotGrowTheStack) {
   test_timeout limit{60s};
-  // Symmetric transfer: each finished task resumes its awaiter as a tail call.
-  EXPECT_EQ(sync_wait(sum_of_nested(100'000)), 100'000);
+  EXPECT_EQ(sync_wait(sum_of_nested(deep_chain)), deep_chain);
 }
 
 struct counted {
