@@ -5,6 +5,7 @@
 //   a.post([](Account& s) { s.deposit(5); });        // fire and forget
 //   std::future<int> f = a.ask([](Account& s) { return s.balance(); });
 //   int b = co_await a.async_ask([](Account& s) { return s.balance(); });
+//   int c = a.ask_for([](Account& s) { return s.balance(); }, 50ms);  // or ask_timeout
 //   a.post([](Account& s, handoff::actor<Account>& self) { ... });  // a handler may take its actor
 //   a.defer([](Account& s) { s.audit(); });          // never runs on this thread now
 //   bool sent = a.try_post([](Account& s) { ... });  // false: a bounded mailbox is full
@@ -37,6 +38,7 @@
 #include <chrono>
 #include <concepts>
 #include <coroutine>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <future>
@@ -50,9 +52,11 @@
 #include <variant>
 
 #include "handoff/actor_options.hpp"
+#include "handoff/ask_timeout.hpp"
 #include "handoff/detail/actor_base.hpp"
 #include "handoff/detail/actor_turn.hpp"
 #include "handoff/detail/ask_awaiter.hpp"
+#include "handoff/detail/clock.hpp"
 #include "handoff/run_deferred.hpp"
 
 namespace handoff {
@@ -239,6 +243,26 @@ class actor : private detail::actor_base {
     return answer;
   }
 
+  // Thread-safe. ask(f), then blocks until the answer or the deadline (`d` from now, or
+  // `t` on any clock): returns f's result (a reference stays one) or rethrows f's
+  // exception; throws ask_timeout (ask_timeout.hpp) if the answer is not there by then.
+  // f was accepted either way and runs exactly once; a late result or exception is
+  // destroyed unread with the request's shared state. An idle actor answers inline, as
+  // for ask(), so the deadline only bounds the wait for a busy one (from inside a
+  // handler too: a handler waiting on an actor whose handler waits on it gets
+  // ask_timeout instead of a deadlock). A deadline already passed still sends f. Waits
+  // saturate: duration::max() waits for ever. Allocates and throws as ask() does.
+  template <class F, class Rep, class Period>
+    requires(is_handler<std::decay_t<F>>)
+  result_of<std::decay_t<F>> ask_for(F&& f, std::chrono::duration<Rep, Period> d) {
+    return answer_by(ask(std::forward<F>(f)), detail::deadline_after(detail::now_ns(), d));
+  }
+  template <class F, class Clock, class Dur>
+    requires(is_handler<std::decay_t<F>>)
+  result_of<std::decay_t<F>> ask_until(F&& f, std::chrono::time_point<Clock, Dur> t) {
+    return answer_by(ask(std::forward<F>(f)), detail::deadline_at(detail::now_ns(), t));
+  }
+
   // Thread-safe, approximate: the messages accepted and not yet finished, the one running
   // included, plus those its owner has run and not yet accounted for (an owner subtracts
   // once per round). 0 means idle at the moment of the load; a snapshot for health checks
@@ -268,6 +292,16 @@ class actor : private detail::actor_base {
   [[nodiscard]] auto async_ask(F&& f) { return detail::ask_awaiter<actor, std::decay_t<F>>(*this, std::forward<F>(f)); }
 
  private:
+  // ask_for's wait: the answer of `answer` by `deadline` (detail/clock.hpp), else ask_timeout.
+  template <class R>
+  static R answer_by(std::future<R> answer, std::int64_t deadline) {
+    if (deadline != detail::no_deadline && answer.wait_until(std::chrono::steady_clock::time_point(
+                                               std::chrono::nanoseconds(deadline))) != std::future_status::ready) {
+      throw ask_timeout();
+    }
+    return answer.get();
+  }
+
   // Building the node may throw: build it before counting (see actor_base::submit).
   template <class F>
   static constexpr bool build_first = !std::is_nothrow_constructible_v<std::decay_t<F>, F&&>;

@@ -7,6 +7,7 @@
 //   auto t = m.try_lock_for("room:7", 50ms);             // t.owns_lock() says if it got it
 //   auto l = m.lock("order:9", handoff::lease{2s});      // released by the lease timer after 2 s
 //   auto all = m.lock_all({"a", "b", "c"});              // sorted, deduplicated: no deadlock
+//   auto some = m.try_lock_all_for({"a", "b"}, 50ms);    // all keys by the deadline, or none
 //   auto g2 = co_await m.async_lock("player:42");        // suspends, never blocks a thread
 //   m.lock_async("player:42", [](handoff::key_guard g) { ... });
 //
@@ -81,7 +82,6 @@
 #include <functional>
 #include <initializer_list>
 #include <iterator>
-#include <optional>
 #include <ranges>
 #include <stdexcept>
 #include <string>
@@ -91,11 +91,10 @@
 
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/keyed_awaiter.hpp"
+#include "handoff/detail/keyed_callback.hpp"
 #include "handoff/detail/keyed_entry.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/longest_waits.hpp"
-#include "handoff/detail/node_pool.hpp"
-#include "handoff/detail/report.hpp"
 #include "handoff/key_guard.hpp"
 #include "handoff/keyed_mutex_options.hpp"
 #include "handoff/lease.hpp"
@@ -170,19 +169,57 @@ class keyed_mutex {
     requires(std::invocable<F&>)
   decltype(auto) with_lock(const Key& key, F&& f) { return detail::run_locked(lock(key), f); }
 
-  // Thread-safe. Locks several keys without deadlock against any other lock_all (or
-  // single-key lock in the same order): the keys are sorted with operator< (required) and
-  // deduplicated, then locked one by one. If a lock throws, the keys already taken are
-  // released.
+  // Thread-safe. Locks several keys without deadlock against any other lock_all or
+  // try_lock_all_for (or single-key lock in the same order): the keys are sorted with
+  // operator< (required) and deduplicated, then locked one by one, each waiting as lock()
+  // does. If a lock throws, the keys already taken are released. Blocks; allocates the
+  // sorted copy of the keys and the guards' vector. Same errors as lock().
+  // With a lease, each key is granted with its own lease, which starts at that key's
+  // grant: when one runs out, that key alone passes to its next waiter; owns_lock() on the
+  // result turns false (that guard's expired() true) while the other keys stay held until
+  // unlock or their own lease. Check owns_lock() (or each guard's check()) before acting.
   template <std::ranges::input_range Keys>
     requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
-  multi_guard lock_all(const Keys& keys) {
-    // Built in place, never moved: self-deadlock detection stays on for each key.
-    return detail::lock_in_order<Key, guard>(keys, eq_, [this](std::vector<guard>& out, const Key& k) {
-      out.emplace_back(guard::pass_key{}, &table_, acquire_grant(k, {}));
-    });
-  }
+  multi_guard lock_all(const Keys& keys) { return lock_each(keys, wait_forever); }
   multi_guard lock_all(std::initializer_list<Key> keys) { return lock_all(std::vector<Key>(keys)); }
+  template <std::ranges::input_range Keys>
+    requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
+  multi_guard lock_all(const Keys& keys, lease l) { return lock_each(keys, {.lease = l.duration.count()}); }
+  multi_guard lock_all(std::initializer_list<Key> keys, lease l) { return lock_all(std::vector<Key>(keys), l); }
+
+  // Thread-safe. lock_all with one wait time for all the keys: all of them by the deadline
+  // (`d` from now, or `t`), or none. Takes the keys in lock_all's order, each waiting in
+  // its FIFO queue until the common deadline; if one is not granted by then, releases
+  // those already taken (in reverse order) and returns an empty multi_guard (owns_lock()
+  // false, size() 0). A deadline already passed tries each key without waiting. With a
+  // lease: each key's, as for lock_all. Same errors as lock(); a throw leaves nothing held.
+  template <std::ranges::input_range Keys, class Rep, class Period>
+    requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
+  multi_guard try_lock_all_for(const Keys& keys, std::chrono::duration<Rep, Period> d) {
+    return lock_each(keys, {.mode = wait_mode::until, .deadline = deadline_in(d)});
+  }
+  template <std::ranges::input_range Keys, class Rep, class Period>
+    requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
+  multi_guard try_lock_all_for(const Keys& keys, std::chrono::duration<Rep, Period> d, lease l) {
+    return lock_each(keys, {.mode = wait_mode::until, .deadline = deadline_in(d), .lease = l.duration.count()});
+  }
+  template <class Rep, class Period>
+  multi_guard try_lock_all_for(std::initializer_list<Key> keys, std::chrono::duration<Rep, Period> d) {
+    return try_lock_all_for(std::vector<Key>(keys), d);
+  }
+  template <class Rep, class Period>
+  multi_guard try_lock_all_for(std::initializer_list<Key> keys, std::chrono::duration<Rep, Period> d, lease l) {
+    return try_lock_all_for(std::vector<Key>(keys), d, l);
+  }
+  template <std::ranges::input_range Keys, class Clock, class Dur>
+    requires(std::convertible_to<std::ranges::range_reference_t<Keys>, const Key&>)
+  multi_guard try_lock_all_until(const Keys& keys, std::chrono::time_point<Clock, Dur> t) {
+    return lock_each(keys, {.mode = wait_mode::until, .deadline = steady_deadline(t)});
+  }
+  template <class Clock, class Dur>
+  multi_guard try_lock_all_until(std::initializer_list<Key> keys, std::chrono::time_point<Clock, Dur> t) {
+    return try_lock_all_until(std::vector<Key>(keys), t);
+  }
 
   // Thread-safe. `co_await m.async_lock(key)` yields a guard, suspending the coroutine (never blocking
   // a thread) while the key is held; FIFO with every other waiter. With a wait time, the
@@ -203,30 +240,7 @@ class keyed_mutex {
   // reported to stderr (the guard is released). Never blocks.
   template <class F>
     requires(std::invocable<std::decay_t<F>&, guard>)
-  void lock_async(const Key& key, F&& f) {
-    const std::size_t h = detail::mix_hash(hash_(key));  // first: a throw leaves nothing to free
-    auto* w = detail::new_node<callback_waiter<std::decay_t<F>>>(std::forward<F>(f));
-    detail::lock_shard& s = table_.shard_for(h);
-    detail::lock_entry* e;
-    try {
-      e = lock_entry_of(s, h, key);
-    } catch (...) {
-      detail::delete_node(w);
-      throw;
-    }
-    if (const detail::grant g = table_.acquire_or_enqueue(s, e, w, detail::no_deadline); g.token != 0) {
-      table_.grant_at_once(w, g);  // free: run f here, as a grant would
-      if (detail::tls.top == nullptr) {
-        // At top level: run it as a later grant runs, as a task under a sentinel frame, so
-        // that f counts as inside a handler (a post to a full bounded actor throws at once
-        // instead of waiting for room while f holds the key) and what f makes runnable
-        // runs after it. schedule() at top level runs it before returning.
-        detail::complete_waiter(w);
-      } else {
-        callback_waiter<std::decay_t<F>>::run(w);  // inside a handler already: run it now
-      }
-    }
-  }
+  void lock_async(const Key& key, F&& f) { callback::start(*this, key, std::forward<F>(f)); }
 
   // Thread-safe. Keys with live state: held, waited for, or still referred to by a guard
   // whose lease expired. 0 when no guard or waiter is alive. Takes each shard's lock in
@@ -341,51 +355,37 @@ class keyed_mutex {
     }
   }
 
+  // lock_all and try_lock_all_*: every key of `keys` with request r, in lock_all's order
+  // (detail::lock_in_order); a key not granted (r's deadline passed) releases the others.
+  // Guards are built in place, never moved: self-deadlock detection stays on for each key.
+  template <class Keys>
+  multi_guard lock_each(const Keys& keys, const detail::lock_request& r) {
+    return detail::lock_in_order<Key, guard>(keys, eq_, [this, &r](std::vector<guard>& out, const Key& k) {
+      const detail::grant g = acquire_grant(k, r);
+      if (g.token == 0) return false;
+      out.emplace_back(guard::pass_key{}, &table_, g);
+      return true;
+    });
+  }
+
   // Deadlines on the table's clock (detail/clock.hpp: saturating, no_deadline = never).
   template <class Rep, class Period>
-  std::int64_t deadline_in(std::chrono::duration<Rep, Period> d) const noexcept {
+  [[nodiscard]] std::int64_t deadline_in(std::chrono::duration<Rep, Period> d) const noexcept {
     return detail::deadline_after(table_.now(), d);
   }
   template <class Clock, class Dur>
-  std::int64_t steady_deadline(std::chrono::time_point<Clock, Dur> t) const noexcept {
+  [[nodiscard]] std::int64_t steady_deadline(std::chrono::time_point<Clock, Dur> t) const noexcept {
     return detail::deadline_at(table_.now(), t);
   }
 
   // co_await async_lock(key): detail/keyed_awaiter.hpp.
   using lock_awaiter = detail::keyed_lock_awaiter<keyed_mutex>;
   friend lock_awaiter;
-  // A guard of a grant, for the awaiter (only keyed_mutex may make one).
+  // lock_async's callback waiter: detail/keyed_callback.hpp.
+  using callback = detail::keyed_callback<keyed_mutex>;
+  friend callback;
+  // A guard of a grant, for the awaiter and the callback (only keyed_mutex may make one).
   static guard make_guard(detail::lock_table* t, const detail::grant& g) noexcept { return guard({}, t, g); }
-
-  template <class Fn>
-  struct callback_waiter final : detail::waiter {
-    template <class A>
-      requires(!std::is_same_v<std::remove_cvref_t<A>, callback_waiter>)
-    // NOLINTNEXTLINE(bugprone-forwarding-reference-overload): constrained not to take callback_waiter
-    explicit callback_waiter(A&& a) : fn(std::in_place, std::forward<A>(a)) {
-      type = kind::callback;
-      complete = &run;
-      destroy = &free;
-    }
-    std::optional<Fn> fn;  // destroyed once called: what it captured (a guard) goes with it
-    static void run(detail::waiter* base) {
-      auto* self = static_cast<callback_waiter*>(base);
-      const detail::grant g = self->table->outcome(self);
-      invoke_callback(*self->fn, g.token != 0 ? guard({}, self->table, g) : guard());
-      self->fn.reset();  // not when the node goes: a holder may still keep it queued
-      detail::release_waiter(self);
-    }
-    static void free(detail::waiter* w) noexcept { detail::delete_node(static_cast<callback_waiter*>(w)); }
-  };
-
-  template <class Fn>
-  static void invoke_callback(Fn& f, guard g) noexcept {
-    try {
-      f(std::move(g));
-    } catch (...) {
-      detail::report_to_stderr(std::current_exception(), "a keyed_mutex::lock_async callback");
-    }
-  }
 
   [[no_unique_address]] Hash hash_;
   [[no_unique_address]] Eq eq_;

@@ -80,7 +80,9 @@ namespace detail {
 
 // lock_all for any keyed mutex: copies the keys as Key, sorts them with operator< and
 // removes duplicates (by `eq`), then calls add(guards, key) for each in that order;
-// `add` appends the key's guard, built in place. A throw releases the guards taken.
+// `add` appends the key's guard, built in place. A throw releases the guards taken. An
+// `add` that returns bool (the timed forms) returns false when it did not get its key:
+// the guards taken are then released, in reverse order, and the result is empty.
 template <class Key, class Guard, class Keys, class Eq, class Add>
 basic_multi_guard<Guard> lock_in_order(const Keys& keys, const Eq& eq, Add&& add) {
   static_assert(std::totally_ordered<Key>, "lock_all sorts the keys: Key needs operator<");
@@ -92,7 +94,14 @@ basic_multi_guard<Guard> lock_in_order(const Keys& keys, const Eq& eq, Add&& add
                sorted.end());
   std::vector<Guard> guards;
   guards.reserve(sorted.size());  // never reallocates: guards are built in place, never moved
-  for (const Key& k : sorted) add(guards, k);
+  for (const Key& k : sorted) {
+    if constexpr (std::is_void_v<std::invoke_result_t<Add&, std::vector<Guard>&, const Key&>>) {
+      add(guards, k);
+    } else if (!add(guards, k)) {
+      basic_multi_guard<Guard> taken(std::move(guards));  // its destructor releases them
+      return {};
+    }
+  }
   return basic_multi_guard<Guard>(std::move(guards));
 }
 
