@@ -20,6 +20,10 @@ using namespace std::chrono_literals;
 using handoff::test::counting_sink;
 using handoff::test::test_timeout;
 
+// 1 ns resolution: a timer is due at its deadline exactly, so a batch run `late` after it
+// sends it whatever `late` (with the default 1.05 ms, one under a step may not be due yet).
+constexpr handoff::timer_options exact{.resolution = std::chrono::nanoseconds(1)};
+
 // Sends one timer `late` after its deadline: the batch runs at deadline + late.
 void send_late(handoff::timer_service& timers, handoff::actor<int>& a, std::chrono::nanoseconds late) {
   const auto due = timers.now() + 1s;
@@ -29,7 +33,7 @@ void send_late(handoff::timer_service& timers, handoff::actor<int>& a, std::chro
 
 TEST(TimerLateness, StatsReportTheSendTimeMinusTheDeadline) {
   test_timeout timeout{10s};
-  handoff::timer_service timers;
+  handoff::timer_service timers(exact);
   handoff::actor<int> a{0};
   send_late(timers, a, 5ms);
   send_late(timers, a, 1ms);
@@ -44,7 +48,7 @@ TEST(TimerLateness, StatsReportTheSendTimeMinusTheDeadline) {
 
 TEST(TimerLateness, QuantilesStayWithinAQuarterOfTheTrueValue) {
   test_timeout timeout{10s};
-  handoff::timer_service timers;
+  handoff::timer_service timers(exact);
   handoff::actor<int> a{0};
   for (int i = 1; i <= 100; ++i) send_late(timers, a, i * 1ms);
   const handoff::timer_lateness l = timers.stats().lateness;
@@ -58,7 +62,7 @@ TEST(TimerLateness, QuantilesStayWithinAQuarterOfTheTrueValue) {
 
 TEST(TimerLateness, EachStatsCallStartsANewWindow) {
   test_timeout timeout{10s};
-  handoff::timer_service timers;
+  handoff::timer_service timers(exact);
   handoff::actor<int> a{0};
   send_late(timers, a, 40ms);
   EXPECT_EQ(timers.stats().lateness.max, 40ms);
@@ -76,7 +80,7 @@ TEST(TimerLateness, ARefusedSendIsMeasuredOnceWhenItIsAcceptedWithItsWholeDelay)
   o.capacity = 1;
   o.on_full = handoff::full_policy::fail;
   handoff::actor<int> a{o, 0};
-  handoff::timer_service timers;
+  handoff::timer_service timers(exact);
   const auto due = timers.now() + 1s;
   auto t = timers.at(due, a, [](int& n) { ++n; });
   std::promise<void> release;
@@ -100,7 +104,7 @@ TEST(TimerLateness, ARefusedSendIsMeasuredOnceWhenItIsAcceptedWithItsWholeDelay)
 TEST(TimerLateness, TheServicesOwnSinkHearsEachSend) {
   test_timeout timeout{10s};
   counting_sink sink;
-  handoff::timer_service timers({.metrics = &sink});
+  handoff::timer_service timers({.resolution = std::chrono::nanoseconds(1), .metrics = &sink});
   handoff::actor<int> a{0};
   send_late(timers, a, 7ms);
   send_late(timers, a, 3ms);
@@ -112,7 +116,7 @@ TEST(TimerLateness, TheProcessWideSinkHearsAServiceWithoutItsOwn) {
   counting_sink sink;
   handoff::set_metrics_sink(&sink);
   {
-    handoff::timer_service timers;
+    handoff::timer_service timers(exact);
     handoff::actor<int> a{0};
     send_late(timers, a, 9ms);
   }

@@ -119,11 +119,11 @@ TEST(TimerScope, ABasicActorSendsItselfAMessageLaterThroughSelf) {
   handoff::timer_scope scope(timers);
   std::vector<int> got;
   handoff::basic_actor<ping, pinger> p(pinger{&got});
-  p.send(ping{1});
   const auto base = timers.now();
+  p.send(ping{1});  // runs here: the handler schedules ping 2 for 10 ms from now
   EXPECT_EQ(timers.run_due(base + 5ms), 0U);
-  EXPECT_EQ(timers.run_due(base + 20ms), 1U);
-  EXPECT_EQ(timers.run_due(base + 40ms), 1U);
+  EXPECT_EQ(timers.run_due(base + 50ms), 1U);  // ping 2 runs and schedules ping 3
+  EXPECT_EQ(timers.run_due(base + 100ms), 1U);
   EXPECT_EQ(got, (std::vector<int>{1, 2, 3}));
   EXPECT_EQ(timers.stats().pending, 0U);
 }
