@@ -67,6 +67,9 @@ constexpr long loot_per_kill = 5;
 // Long enough that a healthy room operation (microseconds) never outlives it, even under
 // a sanitizer on a loaded machine. If one did, fencing would still keep the data right.
 constexpr auto room_lease = 1s;
+// The stalled handler's: long enough that the healthy split queues behind it before it runs
+// out, even when a sanitizer and a loaded machine make the pool slow to start the split.
+constexpr auto stalled_lease = 100ms;
 constexpr long start_gold = 100;
 constexpr int start_items = 20;
 constexpr int trades_per_thread = 1000;
@@ -296,7 +299,7 @@ class game_server {
   void submit_stalled_split(std::uint32_t room, std::latch& has_read, std::latch& resume, std::latch& finished,
                             stalled_result& out) {
     run_on(pool_, [this, room, &has_read, &resume, &finished, &out] {
-      auto g = room_locks_.lock(room_key(room), handoff::lease{30ms});
+      auto g = room_locks_.lock(room_key(room), handoff::lease{stalled_lease});
       std::optional<room_record> r = rooms_.read_for_update(room, g.token());
       expect(r.has_value(), "the first holder reads the room");
       g.check();  // still ours here...
@@ -497,7 +500,7 @@ int main() {
   done.wait();
   const long bonuses = static_cast<long>(player_count) * ((request_count + 499) / 500);
 
-  // Phase 2: a stalled handler. It reads room 0 under a 30 ms lease and pauses; a healthy
+  // Phase 2: a stalled handler. It reads room 0 under a 100 ms lease and pauses; a healthy
   // split queues for the room, gets it when the lease runs out, and commits; then the
   // stalled handler wakes up and writes with its old token.
   server.drop_loot(0, 100);
