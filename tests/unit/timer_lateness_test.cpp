@@ -60,6 +60,21 @@ TEST(TimerLateness, QuantilesStayWithinAQuarterOfTheTrueValue) {
   EXPECT_EQ(l.max, 100ms);
 }
 
+TEST(TimerLateness, TwoCenturiesLateIsMeasuredExactlyWithoutOverflow) {
+  test_timeout timeout{10s};
+  handoff::timer_service timers(exact);
+  handoff::actor<int> a{0};
+  const auto due = std::chrono::steady_clock::time_point(1ns);  // long past: due at once
+  const auto run_at = timers.now() + std::chrono::years(200);   // near the top of int64 ns
+  timers.at(due, a, [](int& n) { ++n; }).detach();
+  ASSERT_EQ(timers.run_due(run_at), 1U);
+  const handoff::timer_lateness l = timers.stats().lateness;
+  EXPECT_EQ(l.count, 1U);
+  EXPECT_EQ(l.max, run_at - due);
+  EXPECT_EQ(l.p50, l.max);  // one value: its bucket's bound clamps to it
+  EXPECT_EQ(l.p99, l.max);
+}
+
 TEST(TimerLateness, EachStatsCallStartsANewWindow) {
   test_timeout timeout{10s};
   handoff::timer_service timers(exact);
