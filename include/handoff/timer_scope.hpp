@@ -22,7 +22,10 @@
 // Lifetime: the service must outlive every call that may find it: clear the default
 // (set_default_timer_service(nullptr)) or end the scope before destroying it. The timers
 // it scheduled follow the service's own rules (its destructor drops them; handles stay
-// valid).
+// valid). A default set before a send is seen by the handler the send runs, on any thread
+// (release/acquire). Not promised: which of the two services a call racing
+// set_default_timer_service finds; nor a scope on the threads a service or an executor
+// runs handlers on (those find the default, unless the program made a scope there).
 #pragma once
 
 #include <chrono>
