@@ -382,6 +382,7 @@ class game_server {
                             return p.gold >= price;
                           }).get();
     if (can_sell && can_pay) {
+      locked_done_.fetch_add(1);
       s.post([this, price](player& p, handoff::actor<player>& self) {
         touch(p, self);
         --p.items;
@@ -424,6 +425,8 @@ class game_server {
     });
   }
   [[nodiscard]] long escrow_settled() const { return escrow_settled_.load(); }
+  [[nodiscard]] long escrow_done() const { return escrow_done_.load(); }
+  [[nodiscard]] long locked_done() const { return locked_done_.load(); }
 
   // --- inspection (after the requests are done) -----------------------------------------
 
@@ -438,7 +441,10 @@ class game_server {
   const handoff::keyed_mutex<>& room_locks() const { return room_locks_; }
 
  private:
-  void settled(bool) { escrow_settled_.fetch_add(1); }
+  void settled(bool paid) {
+    if (paid) escrow_done_.fetch_add(1);
+    escrow_settled_.fetch_add(1);  // after: whoever sees every trade settled sees the counts
+  }
 
   // Destroyed in reverse order: the timers first (their batches run on the pool), then the
   // pool (it runs the work still queued, which uses the members above it), then the locks,
@@ -451,9 +457,19 @@ class game_server {
   handoff::keyed_mutex<> player_locks_;
   std::atomic<int> online_{0};
   std::atomic<long> escrow_settled_{0};
+  std::atomic<long> escrow_done_{0};
+  std::atomic<long> locked_done_{0};
   handoff::thread_pool pool_;
   handoff::timer_service timers_;
 };
+
+// Two different players of `room` (its members are room, room + room_count, ...).
+std::pair<std::uint32_t, std::uint32_t> two_players_of(std::uint32_t room, std::mt19937& r) {
+  constexpr std::uint32_t members = player_count / room_count;
+  const std::uint32_t a = r() % members;
+  const std::uint32_t b = (a + 1 + r() % (members - 1)) % members;
+  return {room + a * room_count, room + b * room_count};
+}
 
 // Waits (polling: the example has nothing to block on) until pred() holds or `limit` passes.
 template <class Pred>
@@ -526,7 +542,10 @@ int main() {
 
   // Phase 3: sessions. Every player logs in, the rooms tick, and two network threads trade
   // items for gold, one by locks, one by escrow messages; then the players go quiet and
-  // their idle timers close every session with a last save.
+  // their idle timers close every session with a last save. The two recipes never trade
+  // the same players: the locked one's checks hold only while every message that takes
+  // from a player holds that player's key, and escrow messages hold none. So room 0's
+  // players trade by locks and room 1's by escrow.
   const auto rooms_started = std::chrono::steady_clock::now();
   server.start_rooms();
   server.login_all();
@@ -534,16 +553,14 @@ int main() {
   std::thread locked_trades([&] {
     std::mt19937 r(7);
     for (int i = 0; i < trades_per_thread; ++i) {
-      const std::uint32_t seller = r() % player_count;
-      const std::uint32_t buyer = (seller + 1 + r() % (player_count - 1)) % player_count;
+      const auto [seller, buyer] = two_players_of(0, r);
       if (!server.trade_locked(seller, buyer, 1 + i % 7)) ++locked_busy;
     }
   });
   std::thread escrow_trades([&] {
     std::mt19937 r(11);
     for (int i = 0; i < trades_per_thread; ++i) {
-      const std::uint32_t seller = r() % player_count;
-      const std::uint32_t buyer = (seller + 1 + r() % (player_count - 1)) % player_count;
+      const auto [seller, buyer] = two_players_of(1, r);
       server.trade_escrow(seller, buyer, 1 + i % 7);
     }
   });
@@ -551,6 +568,7 @@ int main() {
   escrow_trades.join();
   expect(wait_for([&] { return server.escrow_settled() == trades_per_thread; }, 30s),
          "every escrow trade settled or was undone");
+  expect(server.locked_done() > 0 && server.escrow_done() > 0, "both recipes made trades");
   expect(wait_for([&] { return server.online() == 0; }, 30s), "every session was closed by its idle timer");
   const std::vector<std::uint64_t> ticks = server.stop_rooms();
   const auto rooms_ran = std::chrono::steady_clock::now() - rooms_started;
@@ -585,9 +603,11 @@ int main() {
   std::printf("game_server: %ld kills, %ld gold paid out, %ld loot left in rooms, stale write refused\n", kill_count,
               gold - bonuses - start_gold_all, server.rooms().total_loot());
   std::printf(
-      "game_server: %d trades (%ld locked ones found a player busy), room ticks %llu and %llu, %llu autosaves\n",
-      2 * trades_per_thread, locked_busy, static_cast<unsigned long long>(ticks[0]),
-      static_cast<unsigned long long>(ticks[1]), static_cast<unsigned long long>(server.saves().autosaves()));
+      "game_server: %ld trades by locks, %ld by escrow (of %d tries each; %ld found a player busy), room ticks %llu "
+      "and %llu, %llu autosaves\n",
+      server.locked_done(), server.escrow_done(), trades_per_thread, locked_busy,
+      static_cast<unsigned long long>(ticks[0]), static_cast<unsigned long long>(ticks[1]),
+      static_cast<unsigned long long>(server.saves().autosaves()));
   std::printf("game_server: timer lateness p50 %.2f ms, p99 %.2f ms, max %.2f ms over %llu sends\n",
               std::chrono::duration<double, std::milli>(timer_stats.lateness.p50).count(),
               std::chrono::duration<double, std::milli>(timer_stats.lateness.p99).count(),
