@@ -165,7 +165,7 @@ class timer_service {
 
  private:
   template <class Rep, class Period>
-  std::int64_t deadline_after(std::chrono::duration<Rep, Period> d) const noexcept {
+  [[nodiscard]] std::int64_t deadline_after(std::chrono::duration<Rep, Period> d) const noexcept {
     return detail::deadline_after(detail::timer_deadline_now(core_), d);
   }
   // A steady_clock time point converts without the clock: no read of it.

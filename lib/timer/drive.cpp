@@ -53,6 +53,7 @@ std::size_t timer_core::send_due(std::int64_t now) {
   drain_frame sentinel{nullptr, 0, tls.top};
   const bool framed = driver_ == nullptr && tls.top == nullptr;
   if (framed) tls.top = &sentinel;
+  metrics_sink* const sink = lateness_.sink();
   lock_.lock();
   wheel_.advance(wheel_.tick_at(now));
   firing_thread_ = std::this_thread::get_id();
@@ -70,9 +71,11 @@ std::size_t timer_core::send_due(std::int64_t now) {
         HANDOFF_ASSERT(e->in_flight < timer_entry::max_in_flight);  // see timer_entry::in_flight
         ++e->in_flight;                                             // the delivery ends it, run or destroyed
       }
+      const std::int64_t late = now - e->deadline;
       firing_ = e;
       lock_.unlock();
       const bool accepted = e->ops(this, e, gen, timer_op::send);  // queues a won actor: runs nothing
+      if (accepted) report_lateness(sink, late);
       lock_.lock();
       firing_ = nullptr;
       if (!accepted) {
@@ -86,6 +89,7 @@ std::size_t timer_core::send_due(std::int64_t now) {
         continue;
       }
       ++stats_.sent;
+      lateness_.record(late);
       ++sent;
       if (kind == timer_kind::once && (e->flags & delivers) == 0 && e->gen == gen) {
         e->flags &= static_cast<std::uint8_t>(~live);  // a basic_actor's message: over once sent
@@ -311,7 +315,7 @@ namespace handoff {
 namespace {
 detail::timer_core* make_core(const timer_options& o) {
   detail::test_driver* d = detail::tls.driver;
-  auto* c = new detail::timer_core(std::max<std::int64_t>(1, o.resolution.count()), d);
+  auto* c = new detail::timer_core(std::max<std::int64_t>(1, o.resolution.count()), d, o.metrics);
   try {
     detail::register_core(c);
   } catch (...) {

@@ -14,14 +14,14 @@
 
 namespace handoff::detail {
 
-timer_core::timer_core(std::int64_t resolution_ns, test_driver* driver)
+timer_core::timer_core(std::int64_t resolution_ns, test_driver* driver, metrics_sink* metrics)
     : wheel_([&] { return driver != nullptr ? driver->now() : now_ns(); }(),
              [&] {
                unsigned shift = 0;
                while (shift < 40 && (std::int64_t{1} << shift) < resolution_ns) ++shift;
                return shift;
              }()),
-      driver_(driver) {
+      lateness_(metrics), driver_(driver) {
   if (driver == nullptr) deadline_clock_start();
 }
 
@@ -182,6 +182,7 @@ timer_stats timer_core::stats() noexcept {
   std::lock_guard g(lock_);
   timer_stats s = stats_;
   s.pending = wheel_.size();
+  s.lateness = lateness_.take();
   // The entry pool and the table of targets are members: their own heap blocks beside.
   s.bytes = sizeof(timer_core) + pool_.bytes() + targets_.bytes();
   return s;

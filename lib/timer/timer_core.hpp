@@ -45,6 +45,7 @@
 #include "handoff/detail/timer_entry.hpp"
 #include "handoff/executor.hpp"
 #include "handoff/timer.hpp"
+#include "lateness.hpp"
 #include "target_table.hpp"
 #include "wheel.hpp"
 
@@ -63,7 +64,7 @@ class timer_core {
   static constexpr std::uint8_t delivers = timer_flag::delivers;
   static constexpr unsigned kind_shift = timer_flag::kind_shift;
 
-  timer_core(std::int64_t resolution_ns, test_driver* driver);
+  timer_core(std::int64_t resolution_ns, test_driver* driver, metrics_sink* metrics = nullptr);
   timer_core(const timer_core&) = delete;
   timer_core& operator=(const timer_core&) = delete;
   timer_core(timer_core&&) = delete;
@@ -179,6 +180,7 @@ class timer_core {
   timer_entry* firing_ = nullptr;                // the entry being sent, unlocked, by firing_thread_
   std::thread::id firing_thread_;
   timer_stats stats_;
+  lateness_recorder lateness_;  // its histogram guarded by lock_
   // Holders that keep the core from being deleted: hooks between pin_if_targets and the
   // end of forget, a run_due in progress, the service's thread while it runs.
   std::size_t pins_ = 0;
