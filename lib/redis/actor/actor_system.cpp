@@ -221,7 +221,10 @@ std::string actor_system::post_after(std::string_view key, std::string_view body
 
 std::string actor_system::post_at(std::string_view key, std::string_view body,
                                   std::chrono::system_clock::time_point when) {
-  return core_->post_delayed(key, body, when - std::chrono::system_clock::now());
+  // Compared before subtracting: an instant long past (time_point::min()) minus now would
+  // overflow into the far future.
+  const auto now = std::chrono::system_clock::now();
+  return core_->post_delayed(key, body, when <= now ? std::chrono::nanoseconds(0) : when - now);
 }
 
 bool actor_system::cancel_delayed(std::string_view key, std::string_view id) { return core_->cancel_delayed(key, id); }

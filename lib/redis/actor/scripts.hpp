@@ -14,6 +14,8 @@
 //   actor:dead     list of dead letters, in the mailbox's element format
 //   actor:state    hash {id, value}: the last message whose handling was committed with
 //                  its dequeue, and the state committed with it (remember_handled only)
+//   actor:held     list of delayed message ids due while the mailbox was full, in due
+//                  order (their records stay in actors:delayed:body); gone once they moved
 // An idle actor keeps no key (its state and dead letters aside).
 // One key per prefix, prefix + "actors:pending": a sorted set of the actor keys (raw bytes)
 // that have messages, scored by the server time in ms after which a sweeper looks at them
@@ -273,13 +275,20 @@ end
 // announced, as a post from a process without their handler announces them), lease ms,
 // then the families. First moves the delayed messages due (score <= now) to the tails of
 // their mailboxes (a post each; the token of an owner made so is the message's id, as for
-// a post); a message whose mailbox is full stays delayed, due again after the retry
-// delay. Then replies {the delayed messages it read, the actors it made the caller own,
-// then per such actor its key, its message's element and the state's id and value (empty
-// unless 's'), then the actor keys due for a sweep (score <= now)}. The other names of an
-// actor are its mailbox's with another kind at the end (layout.hpp).
+// a post). A message whose mailbox is full is held: its id goes to the actor's held list
+// (actor:held), and the list gets an entry in the delayed set ("!" + that id, its record
+// the message's), due after the retry delay. While the held list exists, every message of
+// that mailbox that comes due joins its tail, so that none passes an earlier one; when
+// the entry comes due, the list moves in order while the mailbox has room (what does not
+// fit waits another retry delay). Then replies {the delayed messages it read, the actors
+// it made the caller own, then per such actor its key, its message's element and the
+// state's id and value (empty unless 's'), then the actor keys due for a sweep (score <=
+// now)}. The other names of an actor are its mailbox's with another kind at the end
+// (layout.hpp).
 inline constexpr const char* due = R"lua(
 local now = now_ms()
+local bound = ARGV[3] ~= '' and tonumber(ARGV[3])
+local retry = now + tonumber(ARGV[4])
 local function ours(actor)
   for i = 7, #ARGV do
     if string.sub(actor, 1, #ARGV[i]) == ARGV[i] then return true end
@@ -287,34 +296,65 @@ local function ours(actor)
   return false
 end
 local owned = {}
+-- Posts message `id` to the tail of its mailbox; false (nothing changed) if it is full.
+local function move(id, mailbox, actor, element)
+  local len = redis.call('RPUSH', mailbox, element)
+  if bound and len > bound then
+    redis.call('RPOP', mailbox)
+    return false
+  end
+  if len == 1 then
+    local base = string.sub(mailbox, 1, -8)  -- without "mailbox"
+    -- NX: a stale owner (its mailbox emptied by hand) keeps the actor until its lease ends.
+    if ours(actor) and redis.call('SET', base .. 'owner', id, 'NX', 'PX', ARGV[6]) then
+      redis.call('ZADD', KEYS[1], now + tonumber(ARGV[6]), actor)
+      local s = {false, false}
+      if ARGV[5] ~= 'o' then
+        redis.call('HSET', base .. 'delivered', id, '1')
+        if ARGV[5] == 's' then s = redis.call('HMGET', base .. 'state', 'id', 'value') end
+      end
+      for _, x in ipairs({actor, element, s[1] or '', s[2] or ''}) do owned[#owned + 1] = x end
+    else
+      redis.call('ZADD', KEYS[1], '0', actor)
+    end
+  end
+  return true
+end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 if #ids > 0 then
-  local bodies = redis.call('HMGET', KEYS[3], unpack(ids))
+  local records = redis.call('HMGET', KEYS[3], unpack(ids))
   redis.call('ZREM', KEYS[2], unpack(ids))
-  redis.call('HDEL', KEYS[3], unpack(ids))
-  local bound = ARGV[3] ~= '' and tonumber(ARGV[3])
-  for i, v in ipairs(bodies) do
+  for i, v in ipairs(records) do
     if v then
       local mailbox, actor, element = delayed_parts(v)
-      local len = redis.call('RPUSH', mailbox, element)
-      if bound and len > bound then
-        redis.call('RPOP', mailbox)
-        redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ids[i])
-        redis.call('HSET', KEYS[3], ids[i], v)
-      elseif len == 1 then
-        local base = string.sub(mailbox, 1, -8)  -- without "mailbox"
-        -- NX: a stale owner (its mailbox emptied by hand) keeps the actor until its lease ends.
-        if ours(actor) and redis.call('SET', base .. 'owner', ids[i], 'NX', 'PX', ARGV[6]) then
-          redis.call('ZADD', KEYS[1], now + tonumber(ARGV[6]), actor)
-          local s = {false, false}
-          if ARGV[5] ~= 'o' then
-            redis.call('HSET', base .. 'delivered', ids[i], '1')
-            if ARGV[5] == 's' then s = redis.call('HMGET', base .. 'state', 'id', 'value') end
+      local held = string.sub(mailbox, 1, -8) .. 'held'
+      if string.sub(ids[i], 1, 1) == '!' then
+        -- A held list's turn: its messages in order, while the mailbox has room.
+        while true do
+          local id = redis.call('LINDEX', held, 0)
+          if not id then
+            redis.call('HDEL', KEYS[3], ids[i])
+            break
           end
-          for _, x in ipairs({actor, element, s[1] or '', s[2] or ''}) do owned[#owned + 1] = x end
-        else
-          redis.call('ZADD', KEYS[1], '0', actor)
+          local r = redis.call('HGET', KEYS[3], id)
+          if r then
+            local _, _, e = delayed_parts(r)
+            if not move(id, mailbox, actor, e) then
+              redis.call('ZADD', KEYS[2], retry, ids[i])
+              break
+            end
+            redis.call('HDEL', KEYS[3], id)
+          end
+          redis.call('LPOP', held)
         end
+      elseif redis.call('EXISTS', held) == 1 then
+        redis.call('RPUSH', held, ids[i])
+      elseif move(ids[i], mailbox, actor, element) then
+        redis.call('HDEL', KEYS[3], ids[i])
+      else
+        redis.call('RPUSH', held, ids[i])
+        redis.call('ZADD', KEYS[2], retry, '!' .. ids[i])
+        redis.call('HSET', KEYS[3], '!' .. ids[i], v)
       end
     end
   end
@@ -337,15 +377,17 @@ return 1
 )lua";
 
 // KEYS: delayed, delayed bodies. ARGV: id, actor key. 1 if the message was still delayed
-// (it is gone now), else 0: unknown id, another actor's, cancelled, or already moved to
-// its mailbox.
+// (it is gone now, from its held list too), else 0: unknown id, another actor's, a held
+// list's entry ("!"), cancelled, or already moved to its mailbox.
 inline constexpr const char* cancel_delayed = R"lua(
+if string.sub(ARGV[1], 1, 1) == '!' then return 0 end
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not v then return 0 end
-local _, actor = delayed_parts(v)
+local mailbox, actor = delayed_parts(v)
 if actor ~= ARGV[2] then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('LREM', string.sub(mailbox, 1, -8) .. 'held', 0, ARGV[1])
 return 1
 )lua";
 
