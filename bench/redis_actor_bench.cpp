@@ -62,6 +62,11 @@
 //   floor_two_scripts  no worker: the sender runs one script that RPUSHes its message and
 //                      one that LPOPs the key's head, and handles what it popped: the
 //                      least a script-based ownership protocol costs the server
+//   shard_list_prototype  a prototype of actors owned by shard (bench/redis_shard_prototype.hpp):
+//                      a list per shard (256), each process owns a quarter of the shards
+//                      with one owner thread that reads the shards with messages in one
+//                      round trip, runs them and acknowledges them with one script; senders
+//                      RPUSH (and ring the owner's bell on an idle shard)
 //   handoff_inprocess  4 threads of one process post to handoff::actor<int>s (no Redis)
 // Time: wall-clock from the moment all senders start to the moment the last message was
 // handled, divided by the messages: time per message, all processes together
@@ -98,6 +103,7 @@
 #include "bench_support.hpp"
 #include "delay_proxy.hpp"
 #include "redis_peers.hpp"
+#include "redis_shard_prototype.hpp"
 #include "redis_server.hpp"  // tests/support: a private redis-server on a free loopback port
 
 namespace {
@@ -501,6 +507,47 @@ void floor_two_scripts(benchmark::State& state, route r) {
   report(state, total);
 }
 
+// The prototype of actors owned by shard (bench/redis_shard_prototype.hpp): every process
+// owns a quarter of the shards with one owner thread, and its sender posts.
+void shard_list_prototype(benchmark::State& state, route r) {
+  namespace sp = handoff::bench::shard_prototype;
+  const std::int64_t total = std::int64_t{r.per_sender} * senders;
+  for (auto _ : state) {
+    run_processes(state, r.port, total, [&](int p) {
+      sender_process([&] {
+        auto sender = std::make_shared<context_ptr>(connect(r.port));
+        auto owner = std::make_shared<context_ptr>(connect(r.port));
+        auto taken = std::make_shared<std::atomic<bool>>(false);
+        auto thread = std::make_shared<std::thread>([owner, p, taken] {
+          try {
+            sp::owner_loop(
+                owner->get(), p, senders, [](std::string_view, std::string_view b) { handle(b.data(), b.size()); },
+                [taken] {
+                  taken->store(true);
+                  return alive();
+                },
+                actor_defaults.sweep_interval);
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "redis_actor_bench shard owner: %s\n", e.what());
+            area()->failed.store(1);
+          }
+        });
+        while (!taken->load()) std::this_thread::sleep_for(std::chrono::microseconds(100));  // leases set
+        return [thread, sender, owner, p, r] {
+          const std::int64_t start = now_ns();
+          for (int i = 0; i < r.per_sender; ++i) {
+            pace(r, start, i);
+            sp::post(sender->get(), senders, key_name((i + p) % r.keys), body(std::int64_t{p} * r.per_sender + i));
+          }
+          while (alive()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          thread->join();
+        };
+      });
+    });
+  }
+  report(state, total);
+}
+
 void handoff_inprocess(benchmark::State& state, route r) {
   const std::int64_t total = std::int64_t{r.per_sender} * senders;
   for (auto _ : state) {
@@ -715,12 +762,15 @@ int main(int argc, char** argv) {
         add_crash_safe(w + suffix, p, keys, 2000);
         add(w + suffix + "/worker_blpop", worker_blpop, {p, keys, 2000, 0});
         add(w + suffix + "/floor_two_scripts", floor_two_scripts, {p, keys, 2000, 0});
+        add(w + suffix + "/shard_list_prototype", shard_list_prototype, {p, keys, 2000, 0});
       }
       add(w + "/handoff_inprocess", handoff_inprocess, {port, keys, 2000, 0});
       add(w + "_paced/handoff_redis" + b, handoff_redis, {port, keys, 500, 1000, batch});
       add(w + "_paced/worker_blpop", worker_blpop, {port, keys, 500, 1000});
+      add(w + "_paced/shard_list_prototype", shard_list_prototype, {port, keys, 500, 1000});
       add_crash_safe(w + "_rtt0.5ms", proxy.port(), keys, 400);
       add(w + "_rtt0.5ms/worker_blpop", worker_blpop, {proxy.port(), keys, 400, 0});
+      add(w + "_rtt0.5ms/shard_list_prototype", shard_list_prototype, {proxy.port(), keys, 400, 0});
     }
     for (const int keys : {100, delayed_total}) {
       const std::string w = "redis_delayed_10k_" + std::to_string(keys) + "keys";

@@ -42,7 +42,8 @@
 //             per post, XREAD after the last id read, the script XDELs the batch's ids
 //   queue l   a list per shard: RPUSH per post, one LRANGE per shard the round touched
 //             (pipelined), the script LTRIMs the handled head of each
-//   then any of: s the post is a script that refuses a full shard (XLEN, XADD); a the read
+//   then any of: b (l only) the post that takes a shard's list from empty RPUSHes the
+//             shard to its owner's bell list, which the owner pops each round; s the post is a script that refuses a full shard (XLEN, XADD); a the read
 //             names all 256 shards (no wake says which); k the entry's one field is the
 //             key, its value the body; p its one field is "m", its value the key's length,
 //             a space, the key and the body; m the script reads the leases with one MGET
@@ -181,7 +182,7 @@ long prototype_commands(int port, const std::string& mode, int messages) {
 }
 
 // shard<K>_l<letters>_r<R>: a list per shard (above).
-long shard_list_commands(redisContext* c, int key_count, int round, bool read_all, int messages) {
+long shard_list_commands(redisContext* c, int key_count, int round, bool read_all, bool bell, int messages) {
   constexpr int shards = 256;
   const auto queue = [](int shard) { return "{s" + std::to_string(shard) + "}:q"; };
   const auto lease = [](int shard) { return "{s" + std::to_string(shard) + "}:lease"; };
@@ -204,9 +205,12 @@ long shard_list_commands(redisContext* c, int key_count, int round, bool read_al
     for (int j = i; j < i + round && j < messages; ++j) {
       const int k = j % key_count;
       const int s = k % shards;
-      (void)peers::command(c, {"RPUSH", queue(s), "id-" + std::to_string(j) + ' ' + key_name(k) + " message"});
+      const peers::reply_ptr n =
+          peers::command(c, {"RPUSH", queue(s), "id-" + std::to_string(j) + ' ' + key_name(k) + " message"});
+      if (bell && n->integer == 1) (void)peers::command(c, {"RPUSH", "bell", std::to_string(s)});
       touched[s] = true;
     }
+    if (bell) (void)peers::command(c, {"LPOP", "bell", "256"});  // as the owner's wake would
     std::vector<std::vector<std::string>> reads;
     std::vector<int> named;
     for (int s = 0; s < shards; ++s) {
@@ -281,7 +285,7 @@ long shard_commands(int port, const std::string& mode, int messages) {
   const bool packed = has('p');
   const bool mget = has('m');
   const bool no_ack = has('n');
-  if (queue[0] == 'l') return shard_list_commands(c.get(), key_count, round, read_all, messages);
+  if (queue[0] == 'l') return shard_list_commands(c.get(), key_count, round, read_all, has('b'), messages);
   if (queue[0] != 'g' && queue[0] != 'x') throw std::runtime_error("bad queue " + queue);
   const auto stream = [](int shard) { return "{s" + std::to_string(shard) + "}:q"; };
   const auto lease = [](int shard) { return "{s" + std::to_string(shard) + "}:lease"; };
