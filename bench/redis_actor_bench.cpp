@@ -103,8 +103,8 @@
 #include "bench_support.hpp"
 #include "delay_proxy.hpp"
 #include "redis_peers.hpp"
-#include "redis_shard_prototype.hpp"
 #include "redis_server.hpp"  // tests/support: a private redis-server on a free loopback port
+#include "redis_shard_prototype.hpp"
 
 namespace {
 

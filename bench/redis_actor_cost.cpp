@@ -43,11 +43,12 @@
 //   queue l   a list per shard: RPUSH per post, one LRANGE per shard the round touched
 //             (pipelined), the script LTRIMs the handled head of each
 //   then any of: b (l only) the post that takes a shard's list from empty RPUSHes the
-//             shard to its owner's bell list, which the owner pops each round; s the post is a script that refuses a full shard (XLEN, XADD); a the read
-//             names all 256 shards (no wake says which); k the entry's one field is the
-//             key, its value the body; p its one field is "m", its value the key's length,
-//             a space, the key and the body; m the script reads the leases with one MGET
-//             instead of a GET per shard; n no acknowledgement (XADD and the read alone)
+//             shard to its owner's bell list, which the owner pops each round; s the post
+//             is a script that refuses a full shard (XLEN, XADD); a the read names all
+//             256 shards (no wake says which); k the entry's one field is the key, its
+//             value the body; p its one field is "m", its value the key's length, a space,
+//             the key and the body; m the script reads the leases with one MGET instead of
+//             a GET per shard; n no acknowledgement (XADD and the read alone)
 //   renew256  per "message", one period of an owner of all 256 shards: one script
 //             renewing each lease that still holds the epoch (GET, PEXPIRE)
 //   poll256   per "message", one idle poll of the 256 shards' lists (LLEN, pipelined)
@@ -188,16 +189,16 @@ long shard_list_commands(redisContext* c, int key_count, int round, bool read_al
   const auto lease = [](int shard) { return "{s" + std::to_string(shard) + "}:lease"; };
   // KEYS: per shard its list and its lease. ARGV: the epoch, then per shard how many
   // entries at the head were handled. The leases are read with one MGET.
-  const std::string ack = peers::text(
-      peers::command(c, {"SCRIPT", "LOAD",
-                         "local leases = {} for i = 2, #KEYS, 2 do leases[#leases + 1] = KEYS[i] end "
-                         "local epochs = redis.call('MGET', unpack(leases)) local done = 0 "
-                         "for i = 1, #KEYS, 2 do "
-                         "  if epochs[(i + 1) / 2] == ARGV[1] then "
-                         "    redis.call('LTRIM', KEYS[i], ARGV[(i + 1) / 2 + 1], '-1') done = done + 1 "
-                         "  end "
-                         "end return done"})
-          .get());
+  const std::string ack =
+      peers::text(peers::command(c, {"SCRIPT", "LOAD",
+                                     "local leases = {} for i = 2, #KEYS, 2 do leases[#leases + 1] = KEYS[i] end "
+                                     "local epochs = redis.call('MGET', unpack(leases)) local done = 0 "
+                                     "for i = 1, #KEYS, 2 do "
+                                     "  if epochs[(i + 1) / 2] == ARGV[1] then "
+                                     "    redis.call('LTRIM', KEYS[i], ARGV[(i + 1) / 2 + 1], '-1') done = done + 1 "
+                                     "  end "
+                                     "end return done"})
+                      .get());
   for (int s = 0; s < shards; ++s) (void)peers::command(c, {"SET", lease(s), "7"});
   long handled = 0;
   for (int i = 0; i < messages; i += round) {
@@ -241,10 +242,11 @@ long shard_list_commands(redisContext* c, int key_count, int round, bool read_al
 long shard_period_commands(redisContext* c, const std::string& mode, int periods) {
   constexpr int shards = 256;
   const std::string renew = peers::text(
-      peers::command(c, {"SCRIPT", "LOAD",
-                         "local n = 0 for i = 1, #KEYS do "
-                         "  if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('PEXPIRE', KEYS[i], ARGV[2]) n = n + 1 end "
-                         "end return n"})
+      peers::command(
+          c, {"SCRIPT", "LOAD",
+              "local n = 0 for i = 1, #KEYS do "
+              "  if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('PEXPIRE', KEYS[i], ARGV[2]) n = n + 1 end "
+              "end return n"})
           .get());
   std::vector<std::string> call{"EVALSHA", renew, std::to_string(shards)};
   std::vector<std::vector<std::string>> polls;
@@ -303,18 +305,18 @@ long shard_commands(int port, const std::string& mode, int messages) {
                                    "  local n = tonumber(ARGV[at]) "
                                    "  local ids = {unpack(ARGV, at + 1, at + n)} "
                                    "  at = at + n + 1 "
-                                   "  if " + fenced + " then " +
-                                   (group ? "redis.call('XACK', KEYS[i], 'g', unpack(ids)) " : "") +
+                                   "  if " +
+                                   fenced + " then " + (group ? "redis.call('XACK', KEYS[i], 'g', unpack(ids)) " : "") +
                                    "    redis.call('XDEL', KEYS[i], unpack(ids)) done = done + n "
                                    "  end "
                                    "end return done"})
           .get());
   // KEYS: the shard's stream. ARGV: the bound, the key, the body.
-  const std::string post = peers::text(
-      peers::command(c.get(), {"SCRIPT", "LOAD",
-                               "if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return false end "
-                               "return redis.call('XADD', KEYS[1], '*', 'k', ARGV[2], 'm', ARGV[3])"})
-          .get());
+  const std::string post =
+      peers::text(peers::command(c.get(), {"SCRIPT", "LOAD",
+                                           "if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return false end "
+                                           "return redis.call('XADD', KEYS[1], '*', 'k', ARGV[2], 'm', ARGV[3])"})
+                      .get());
   for (int s = 0; s < shards; ++s) {
     (void)peers::command(c.get(), {"SET", lease(s), "7"});
     if (group) (void)peers::command(c.get(), {"XGROUP", "CREATE", stream(s), "g", "$", "MKSTREAM"});
@@ -330,7 +332,8 @@ long shard_commands(int port, const std::string& mode, int messages) {
       if (scripted_post) {
         (void)peers::command(c.get(), {"EVALSHA", post, "1", stream(s), "100000", key_name(k), body});
       } else if (packed) {
-        (void)peers::command(c.get(), {"XADD", stream(s), "*", "m", std::to_string(key_name(k).size()) + ' ' + key_name(k) + body});
+        (void)peers::command(
+            c.get(), {"XADD", stream(s), "*", "m", std::to_string(key_name(k).size()) + ' ' + key_name(k) + body});
       } else if (key_field) {
         (void)peers::command(c.get(), {"XADD", stream(s), "*", key_name(k), body});
       } else {
@@ -338,8 +341,8 @@ long shard_commands(int port, const std::string& mode, int messages) {
       }
       touched[s] = true;
     }
-    std::vector<std::string> read = group ? std::vector<std::string>{"XREADGROUP", "GROUP", "g", "owner"}
-                                          : std::vector<std::string>{"XREAD"};
+    std::vector<std::string> read =
+        group ? std::vector<std::string>{"XREADGROUP", "GROUP", "g", "owner"} : std::vector<std::string>{"XREAD"};
     read.insert(read.end(), {"COUNT", "1024", "STREAMS"});
     std::vector<int> named;
     for (int s = 0; s < shards; ++s) {

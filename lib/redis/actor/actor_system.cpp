@@ -11,6 +11,7 @@
 #include "../common/ids.hpp"
 #include "../common/lease_ms.hpp"
 #include "actor_core.hpp"
+#include "delayed_scripts.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/report.hpp"
