@@ -43,7 +43,10 @@
 //   queue l   a list per shard: RPUSH per post, one LRANGE per shard the round touched
 //             (pipelined), the script LTRIMs the handled head of each
 //   then any of: b (l only) the post that takes a shard's list from empty RPUSHes the
-//             shard to its owner's bell list, which the owner pops each round; s the post
+//             shard to its owner's bell list, which the owner pops each round; h (l only)
+//             the acknowledgement keeps a marker at the head of each shard it visited (all
+//             but the last handled element trimmed, that one overwritten by LSET), so that
+//             posts to a shard whose owner lingers never find it empty; s the post
 //             is a script that refuses a full shard (XLEN, XADD); a the read names all
 //             256 shards (no wake says which); k the entry's one field is the key, its
 //             value the body; p its one field is "m", its value the key's length, a space,
@@ -183,21 +186,24 @@ long prototype_commands(int port, const std::string& mode, int messages) {
 }
 
 // shard<K>_l<letters>_r<R>: a list per shard (above).
-long shard_list_commands(redisContext* c, int key_count, int round, bool read_all, bool bell, int messages) {
+long shard_list_commands(redisContext* c, int key_count, int round, bool read_all, bool bell, bool marker,
+                         int messages) {
   constexpr int shards = 256;
   const auto queue = [](int shard) { return "{s" + std::to_string(shard) + "}:q"; };
   const auto lease = [](int shard) { return "{s" + std::to_string(shard) + "}:lease"; };
   // KEYS: per shard its list and its lease. ARGV: the epoch, then per shard how many
   // entries at the head were handled. The leases are read with one MGET.
+  // h: the acknowledgement keeps the last handled element, overwritten with the marker "~".
+  const std::string trim = marker ? "redis.call('LTRIM', KEYS[i], ARGV[(i + 1) / 2 + 1] - 1, '-1') "
+                                    "redis.call('LSET', KEYS[i], 0, '~') "
+                                  : "redis.call('LTRIM', KEYS[i], ARGV[(i + 1) / 2 + 1], '-1') ";
   const std::string ack =
       peers::text(peers::command(c, {"SCRIPT", "LOAD",
                                      "local leases = {} for i = 2, #KEYS, 2 do leases[#leases + 1] = KEYS[i] end "
                                      "local epochs = redis.call('MGET', unpack(leases)) local done = 0 "
                                      "for i = 1, #KEYS, 2 do "
-                                     "  if epochs[(i + 1) / 2] == ARGV[1] then "
-                                     "    redis.call('LTRIM', KEYS[i], ARGV[(i + 1) / 2 + 1], '-1') done = done + 1 "
-                                     "  end "
-                                     "end return done"})
+                                     "  if epochs[(i + 1) / 2] == ARGV[1] then " +
+                                         trim + "done = done + 1 end end return done"})
                       .get());
   for (int s = 0; s < shards; ++s) (void)peers::command(c, {"SET", lease(s), "7"});
   long handled = 0;
@@ -227,7 +233,9 @@ long shard_list_commands(redisContext* c, int key_count, int round, bool read_al
       if (got[x]->elements == 0) continue;
       keys_of_call.insert(keys_of_call.end(), {queue(named[x]), lease(named[x])});
       call.push_back(std::to_string(got[x]->elements));
-      handled += static_cast<long>(got[x]->elements);  // the handlers
+      std::size_t run = got[x]->elements;
+      if (marker && peers::text(got[x]->element[0]) == "~") --run;  // the marker, trimmed with the rest
+      handled += static_cast<long>(run);                            // the handlers
     }
     call[2] = std::to_string(keys_of_call.size());
     call.insert(call.begin() + 3, keys_of_call.begin(), keys_of_call.end());
@@ -287,7 +295,7 @@ long shard_commands(int port, const std::string& mode, int messages) {
   const bool packed = has('p');
   const bool mget = has('m');
   const bool no_ack = has('n');
-  if (queue[0] == 'l') return shard_list_commands(c.get(), key_count, round, read_all, has('b'), messages);
+  if (queue[0] == 'l') return shard_list_commands(c.get(), key_count, round, read_all, has('b'), has('h'), messages);
   if (queue[0] != 'g' && queue[0] != 'x') throw std::runtime_error("bad queue " + queue);
   const auto stream = [](int shard) { return "{s" + std::to_string(shard) + "}:q"; };
   const auto lease = [](int shard) { return "{s" + std::to_string(shard) + "}:lease"; };
