@@ -9,25 +9,35 @@
 //   post     RPUSH to the key's shard; the post whose append takes the list from empty
 //            to one element also RPUSHes the shard's number to its owner's bell (the
 //            owner may be waiting): one command in the common case, two on an idle shard.
-//   owner    reads the shards that had messages in its last round (one LRANGE each,
-//            pipelined: one round trip), runs the handlers in list order (the prototype
-//            on its own thread: per-key order is list order), then acknowledges the round
-//            with one script that checks every shard's lease against its epoch (one MGET)
-//            and LTRIMs the handled head of each. With nothing read it waits on its bell
-//            (BLPOP), reading what rang; without a bell for `poll`, it reads all its shards.
-// Left out (the library's work, not the server's per message): the per-key in-process
-// actors on an executor (here every handler runs on the owner's thread), the lease's
-// renewal and takeover, delivery counts (kept at a takeover), dead letters, state.
+//   owner    reads the shards that had messages in its last round or still have some
+//            (one LRANGE each after what it read before, pipelined: one round trip),
+//            hands each message to `handle` in list order (the benchmark runs it on the
+//            owner's thread, or defers it to the key's in-process actor on a pool), then
+//            acknowledges the round with one script that checks every shard's lease
+//            against its epoch (one MGET) and LTRIMs the handled prefix of each. Each
+//            round also pops its bell (LPOP, in the reads' round trip): the shards that
+//            rang are read in the next round. With nothing to read it waits on its bell
+//            (BLPOP); without a bell for `poll`, it reads all its shards.
+// Left out (the library's work): the lease's renewal and takeover, delivery counts (kept
+// at a takeover), dead letters, state, the record of entries handled past a slow key's
+// (here they are trimmed once the slow one is: a crash would re-run them), freeing idle
+// per-key actors.
 //
 // Every function throws std::runtime_error on a failed command or an unexpected reply.
 #pragma once
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "redis_peers.hpp"
@@ -78,9 +88,14 @@ return done
 )lua";
 
 // The owner `me` of `owners`: takes its shards (s % owners == me) and drains them until
-// alive() is false. handle(key, body) runs each message.
+// alive() is false. handle(key, body, done) runs each message, here or elsewhere, and
+// stores true in *done once it ran (release: the acknowledgement reads it). The
+// acknowledgement trims each shard's handled prefix; entries read and not yet handled
+// (at most `max_unhandled`) stay in the list, so a slow key holds back the trim of its
+// shard's later entries, not their handling.
 template <class Handle, class Alive>
-void owner_loop(redisContext* c, int me, int owners, Handle handle, Alive alive, std::chrono::milliseconds poll) {
+void owner_loop(redisContext* c, int me, int owners, Handle handle, Alive alive, std::chrono::milliseconds poll,
+                std::size_t max_unhandled = 4096) {
   const std::string epoch = "epoch-" + std::to_string(me);
   const std::string ack = peers::text(peers::command(c, {"SCRIPT", "LOAD", ack_script}).get());
   std::vector<int> mine;
@@ -89,6 +104,9 @@ void owner_loop(redisContext* c, int me, int owners, Handle handle, Alive alive,
     mine.push_back(s);
     (void)peers::command(c, {"SET", lease_name(s), epoch});
   }
+  // Per shard, the entries read and not trimmed yet, in list order (owner thread only).
+  std::vector<std::deque<std::shared_ptr<std::atomic<bool>>>> window(shards);
+  std::size_t unhandled = 0;  // entries read whose handler has not finished, as last counted
   const std::string wait_s = std::to_string(static_cast<double>(poll.count()) / 1000.0);
   std::vector<int> reading = mine;  // the shards to read this round: all of them first
   while (alive()) {
@@ -109,32 +127,65 @@ void owner_loop(redisContext* c, int me, int owners, Handle handle, Alive alive,
         if (rang[static_cast<std::size_t>(s)]) reading.push_back(s);
       }
     }
+    const bool room = unhandled < max_unhandled;
     std::vector<std::vector<std::string>> reads;
-    reads.reserve(reading.size());
-    for (const int s : reading) reads.push_back({"LRANGE", queue_name(s), "0", "1023"});
-    const std::vector<peers::reply_ptr> got = peers::pipeline(c, reads);
-    std::vector<int> next;
-    std::vector<std::string> call{"EVALSHA", ack, "0", epoch};
-    std::vector<std::string> keys;
+    if (room) {
+      reads.reserve(reading.size());
+      for (const int s : reading) {
+        const std::size_t from = window[static_cast<std::size_t>(s)].size();
+        reads.push_back({"LRANGE", queue_name(s), std::to_string(from), std::to_string(from + 1023)});
+      }
+    }
+    // And the bell, in the same round trip: shards that filled while this owner lingered
+    // on others (read in the next round).
+    reads.push_back({"LPOP", bell_name(me), "256"});
+    std::vector<peers::reply_ptr> got = peers::pipeline(c, reads);
+    const peers::reply_ptr rang = std::move(got.back());
+    got.pop_back();
+    bool read_any = false;
     for (std::size_t x = 0; x < got.size(); ++x) {
       const redisReply& list = *got[x];
-      if (list.type != REDIS_REPLY_ARRAY || list.elements == 0) continue;
+      if (list.type != REDIS_REPLY_ARRAY) continue;
+      auto& w = window[static_cast<std::size_t>(reading[x])];
       for (std::size_t e = 0; e < list.elements; ++e) {
         const std::string_view element(list.element[e]->str, list.element[e]->len);
         const std::size_t space = element.find(' ');
         if (space == std::string_view::npos) throw std::runtime_error("shard prototype: bad element");
-        handle(element.substr(0, space), element.substr(space + 1));
+        w.push_back(std::make_shared<std::atomic<bool>>(false));
+        handle(element.substr(0, space), element.substr(space + 1), w.back());
+        read_any = true;
       }
-      next.push_back(reading[x]);
-      keys.insert(keys.end(), {queue_name(reading[x]), lease_name(reading[x])});
-      call.push_back(std::to_string(list.elements));
     }
-    if (!next.empty()) {
+    // The acknowledgement: each shard's handled prefix.
+    std::vector<int> next;
+    std::vector<std::string> call{"EVALSHA", ack, "0", epoch};
+    std::vector<std::string> keys;
+    unhandled = 0;
+    for (const int s : reading) {
+      auto& w = window[static_cast<std::size_t>(s)];
+      std::size_t n = 0;
+      while (n < w.size() && w[n]->load(std::memory_order_acquire)) ++n;  // pairs with handle's release store
+      if (n > 0) {
+        keys.insert(keys.end(), {queue_name(s), lease_name(s)});
+        call.push_back(std::to_string(n));
+        w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(n));
+      }
+      for (const auto& d : w) unhandled += d->load(std::memory_order_acquire) ? 0 : 1;
+      // Linger on the shards that had messages (more may have come) or still have some.
+      if (n > 0 || !w.empty()) next.push_back(s);
+    }
+    for (std::size_t i = 0; rang->type == REDIS_REPLY_ARRAY && i < rang->elements; ++i) {
+      const int s = std::stoi(peers::text(rang->element[i]));
+      if (std::find(next.begin(), next.end(), s) == next.end()) next.push_back(s);
+    }
+    if (!keys.empty()) {
       call[2] = std::to_string(keys.size());
       call.insert(call.begin() + 3, keys.begin(), keys.end());
       (void)peers::command(c, call);
+    } else if (!read_any && !next.empty()) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // only handlers running: let them
     }
-    reading = std::move(next);  // linger on the shards that had messages: more may have come
+    reading = std::move(next);
   }
 }
 
