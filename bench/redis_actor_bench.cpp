@@ -70,7 +70,8 @@
 //                      _actors: each key's handler runs on its in-process actor, deferred to
 //                      a pool of two threads per process (the owner thread only reads and
 //                      acknowledges); ractor_64keys_paced_slowkey: the same, paced, with the
-//                      first handler of one key sleeping 1 s (latency of the other keys)
+//                      first handler of one key sleeping 1 s (latency of the other keys).
+//                      Counter per_visit: the messages a shard read found, on average
 //   handoff_inprocess  4 threads of one process post to handoff::actor<int>s (no Redis)
 // Time: wall-clock from the moment all senders start to the moment the last message was
 // handled, divided by the messages: time per message, all processes together
@@ -129,7 +130,8 @@ struct shared_area {
   std::atomic<int> ready{0};             // senders set up
   std::atomic<int> go{0};                // 1: post; 2: all handled, exit
   std::atomic<int> failed{0};
-  std::atomic<std::int64_t> stray{0};  // handled messages whose id is out of range
+  std::atomic<std::int64_t> stray{0};         // handled messages whose id is out of range
+  std::atomic<std::int64_t> shard_visits[2];  // the shard prototype's reads that found messages, and those messages
   std::int64_t latency_ns[max_messages];
   std::atomic<std::int32_t> seen[max_messages];  // times message id was handled
 };
@@ -521,6 +523,7 @@ void floor_two_scripts(benchmark::State& state, route r) {
 void run_shard_prototype(benchmark::State& state, route r, bool actors, bool slow_key) {
   namespace sp = handoff::bench::shard_prototype;
   const std::int64_t total = std::int64_t{r.per_sender} * senders;
+  for (auto& v : area()->shard_visits) v = 0;
   for (auto _ : state) {
     run_processes(state, r.port, total, [&](int p) {
       sender_process([&] {
@@ -559,7 +562,7 @@ void run_shard_prototype(benchmark::State& state, route r, bool actors, bool slo
                   taken->store(true);
                   return alive();
                 },
-                actor_defaults.sweep_interval);
+                actor_defaults.sweep_interval, area()->shard_visits);
             by_key.clear();  // before the pool: their work has run
           } catch (const std::exception& e) {
             std::fprintf(stderr, "redis_actor_bench shard owner: %s\n", e.what());
@@ -580,6 +583,11 @@ void run_shard_prototype(benchmark::State& state, route r, bool actors, bool slo
     });
   }
   report(state, total);
+  // Messages a shard read found, on average: where the rows stand in tools/redis_cost.sh's
+  // shard<K>_l_r<R> modes (R 16 at 64 keys: about one).
+  const std::int64_t reads = area()->shard_visits[0].load();
+  if (reads > 0)
+    state.counters["per_visit"] = static_cast<double>(area()->shard_visits[1].load()) / static_cast<double>(reads);
 }
 
 void shard_list_prototype(benchmark::State& state, route r) { run_shard_prototype(state, r, false, false); }

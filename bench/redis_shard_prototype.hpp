@@ -93,9 +93,11 @@ return done
 // acknowledgement trims each shard's handled prefix; entries read and not yet handled
 // (at most `max_unhandled`) stay in the list, so a slow key holds back the trim of its
 // shard's later entries, not their handling.
+// With `visits` (two counters, may be shared across processes): adds the shard reads that
+// found messages to visits[0] and the messages they found to visits[1].
 template <class Handle, class Alive>
 void owner_loop(redisContext* c, int me, int owners, Handle handle, Alive alive, std::chrono::milliseconds poll,
-                std::size_t max_unhandled = 4096) {
+                std::atomic<std::int64_t>* visits = nullptr, std::size_t max_unhandled = 4096) {
   const std::string epoch = "epoch-" + std::to_string(me);
   const std::string ack = peers::text(peers::command(c, {"SCRIPT", "LOAD", ack_script}).get());
   std::vector<int> mine;
@@ -147,6 +149,10 @@ void owner_loop(redisContext* c, int me, int owners, Handle handle, Alive alive,
       const redisReply& list = *got[x];
       if (list.type != REDIS_REPLY_ARRAY) continue;
       auto& w = window[static_cast<std::size_t>(reading[x])];
+      if (visits != nullptr && list.elements > 0) {
+        visits[0].fetch_add(1, std::memory_order_relaxed);  // a statistic, read after the run
+        visits[1].fetch_add(static_cast<std::int64_t>(list.elements), std::memory_order_relaxed);
+      }
       for (std::size_t e = 0; e < list.elements; ++e) {
         const std::string_view element(list.element[e]->str, list.element[e]->len);
         const std::size_t space = element.find(' ');
