@@ -16,6 +16,7 @@ using handoff::test::timeout_each_test;
 const ::testing::TestInfo& this_test() { return *::testing::UnitTest::GetInstance()->current_test_info(); }
 
 TEST(TestTimeout, AHungTestAbortsTheBinaryNamingTheTest) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the binary's watchdog thread: re-execute, not fork
   EXPECT_DEATH(
       {
         timeout_each_test watchdog(1s);
