@@ -114,6 +114,8 @@ SPEEDUP_TARGETS = {
 # (workload prefix, counter) -> (max value for handoff impls, description)
 COUNTER_TARGETS = {
     ("mem_idle", "bytes_per_actor"): (99.0, "idle actor: tens of bytes (< 100)"),
+    ("mem_mixed_lifetimes", "heap_growth_bytes"): (20000 * 64 + 4 * 1024 * 1024,
+                                                    "20,000 long-queued messages: <= 64 B each + 4 MiB"),
     ("km_1m_keys", "size_after"): (0.0, "size() == 0 after"),
     ("km_1m_keys", "rss_growth_kb"): (256.0, "RSS growth <= 256 KB"),
     ("km_mem_live_100k", "size_after"): (0.0, "size() == 0 after release"),
