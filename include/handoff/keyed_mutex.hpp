@@ -93,6 +93,7 @@
 #include "handoff/detail/keyed_awaiter.hpp"
 #include "handoff/detail/keyed_callback.hpp"
 #include "handoff/detail/keyed_entry.hpp"
+#include "handoff/detail/keyed_thin.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/longest_waits.hpp"
 #include "handoff/key_guard.hpp"
@@ -278,12 +279,12 @@ class keyed_mutex {
 
   using entry = detail::keyed_entry<Key>;
   // With s (the shard of hash h) locked: key's entry, or nullptr. A throw from Eq
-  // propagates with s unlocked.
+  // propagates with s unlocked (and deflated if it has no entry).
   detail::lock_entry* find_locked(detail::lock_shard& s, std::size_t h, const Key& key) {
     try {
       return entry::find(s, h, key, eq_);
     } catch (...) {
-      s.lock.unlock();
+      unlock_after_throw(s);
       throw;
     }
   }
@@ -293,9 +294,13 @@ class keyed_mutex {
     try {
       return entry::create(s, h, key);
     } catch (...) {
-      s.lock.unlock();
+      unlock_after_throw(s);
       throw;
     }
+  }
+  static void unlock_after_throw(detail::lock_shard& s) noexcept {
+    detail::lock_table::deflate_if_empty(s);
+    s.lock.unlock();
   }
   // The lookup every async request starts with: locks s (the shard of hash h) and returns
   // key's entry, created if absent, with s still locked. Under a test scheduler the
@@ -303,36 +308,52 @@ class keyed_mutex {
   // is looked up again after it. Throws as the two above, and as schedule_point (with s
   // unlocked, nothing held).
   detail::lock_entry* lock_entry_of(detail::lock_shard& s, std::size_t h, const Key& key) {
-    s.lock.lock();
+    detail::lock_inflated<Key>(s);
     detail::lock_entry* e = find_locked(s, h, key);
     if (e == nullptr) e = create_locked(s, h, key);
     if (!table_.driven()) [[likely]]
       return e;
     table_.schedule_point(s, e);
-    s.lock.lock();  // its entry may have gone meanwhile
+    detail::lock_inflated<Key>(s);  // its entry may have gone meanwhile
     e = find_locked(s, h, key);
     return e != nullptr ? e : create_locked(s, h, key);
   }
 
-  // Every blocking and try request. The uncontended lock of a key whose entry is in
-  // place, inline: one shard lock around the lookup and the entry's CAS (try_acquire_fast).
-  // Anything else goes on out of line (acquire_grant).
-  [[gnu::always_inline]] guard acquire(const Key& key, const detail::lock_request& r) {
-    if (r.lease != 0) return guard({}, &table_, acquire_grant(key, r));
+  // Every blocking and try request. A key that fits a record (detail/thin_key.hpp), with no
+  // lease and no test scheduler, takes the thin path inline: one CAS on its stripe's word.
+  // A key that does not: one shard lock around the lookup and the entry's CAS
+  // (try_acquire_fast). Anything else goes on out of line.
+  [[gnu::always_inline]] detail::grant grant_of(const Key& key, const detail::lock_request& r) {
+    if (r.lease != 0) return acquire_grant(key, r);
     const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
-    s.lock.lock();
+    if constexpr (detail::thin_capable<Key>) {
+      if (detail::thin_fits(key) && !table_.driven()) [[likely]] {
+        detail::thin_record* rec = detail::pop_thin_record();
+        std::uintptr_t w;
+        detail::grant g;
+        if (detail::try_lock_thin(s, key, h, rec, w, g)) [[likely]]
+          return g;
+        g = detail::lock_thin_contended<Key>(s, h, rec, w, r.mode != wait_mode::none);
+        if (g.record != nullptr) return g;
+        return acquire_locked(key, r, h, s, find_locked(s, h, key));  // s locked, inflated
+      }
+    }
+    detail::lock_inflated<Key>(s);
     detail::lock_entry* e = find_locked(s, h, key);
     detail::grant g;
     if (e != nullptr && !table_.driven() && detail::lock_table::try_acquire_fast(s, e, g)) [[likely]]
-      return guard({}, &table_, g);
-    return guard({}, &table_, acquire_locked(key, r, h, s, e));
+      return g;
+    return acquire_locked(key, r, h, s, e);
+  }
+  [[gnu::always_inline]] guard acquire(const Key& key, const detail::lock_request& r) {
+    return guard({}, &table_, grant_of(key, r));
   }
   [[gnu::noinline]] detail::grant acquire_grant(const Key& key, const detail::lock_request& r) {
     if (r.lease != 0) table_.start_timer();
     const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
-    s.lock.lock();
+    detail::lock_inflated<Key>(s);
     return acquire_locked(key, r, h, s, find_locked(s, h, key));
   }
   // With s locked and e key's entry in it (nullptr: none yet): the request, from the top.
@@ -350,7 +371,7 @@ class keyed_mutex {
         g = table_.acquire(s, e, r);
         if (!g.retry) return g;
       }
-      s.lock.lock();  // look the key up again: its entry may have gone meanwhile
+      detail::lock_inflated<Key>(s);  // look the key up again: its entry may have gone meanwhile
       e = find_locked(s, h, key);
     }
   }
@@ -361,7 +382,7 @@ class keyed_mutex {
   template <class Keys>
   multi_guard lock_each(const Keys& keys, const detail::lock_request& r) {
     return detail::lock_in_order<Key, guard>(keys, eq_, [this, &r](std::vector<guard>& out, const Key& k) {
-      const detail::grant g = acquire_grant(k, r);
+      const detail::grant g = grant_of(k, r);
       if (g.token == 0) return false;
       out.emplace_back(guard::pass_key{}, &table_, g);
       return true;
