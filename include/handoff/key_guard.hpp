@@ -56,24 +56,24 @@ class [[nodiscard]] key_guard {
     return *this;
   }
   // Unlocks (see unlock()).
-  ~key_guard() { unlock(); }
+  [[gnu::always_inline]] ~key_guard() { unlock(); }
 
   // True while this guard holds its key: acquired, not unlocked, lease not expired.
-  [[nodiscard]] bool owns_lock() const noexcept { return held_ != 0 && !expired(); }
+  [[nodiscard, gnu::always_inline]] bool owns_lock() const noexcept { return held_ != 0 && (lease_ == 0 || !expired()); }
   explicit operator bool() const noexcept { return owns_lock(); }
 
   // Releases the key: the next waiter gets it (a coroutine or callback waiter may run on
   // this thread before unlock() returns). A no-op when the guard holds nothing: after
   // unlock(), after a move, or when the lease expired. Never throws.
-  void unlock() noexcept {
+  [[gnu::always_inline]] void unlock() noexcept {
     if (held_ == 0) return;
     if (lease_ != 0) return unlock_leased();
     const std::uintptr_t p = std::exchange(held_, 0);
     if ((p & thin_tag) != 0) [[likely]] {
       auto* r = reinterpret_cast<detail::thin_record*>(p & ~thin_tag);
       if (!detail::release_thin(r)) release_inflated(r);
-    } else {
-      release_held(reinterpret_cast<detail::lock_entry*>(p));
+    } else if (auto* e = reinterpret_cast<detail::lock_entry*>(p); !detail::release_uncontended(e)) {
+      release_held(e);
     }
   }
 
@@ -116,6 +116,9 @@ class [[nodiscard]] key_guard {
         held_(g.record != nullptr ? reinterpret_cast<std::uintptr_t>(g.record) | thin_tag
                                   : reinterpret_cast<std::uintptr_t>(g.entry)),
         token_(g.token), lease_(g.lease) {}
+  // Internal: a thin hold (the uncontended lock's guard).
+  key_guard(pass_key /*only keyed_mutex*/, detail::lock_table* t, detail::thin_record* r, std::uint64_t token) noexcept
+      : table_(t), held_(reinterpret_cast<std::uintptr_t>(r) | thin_tag), token_(token) {}
 
  private:
   // held_'s low bit: a thin record (64-byte aligned) rather than an entry.

@@ -11,12 +11,14 @@
 //   auto g2 = co_await m.async_lock("player:42");        // suspends, never blocks a thread
 //   m.lock_async("player:42", [](handoff::key_guard g) { ... });
 //
-// Each key's state is an entry that follows the actor's hand-off rule with a count and a
-// waiter queue of its own: the request that finds the key free holds it at once (under the
-// table's shard lock, with the lookup); later requests queue in arrival order and the
-// holder's unlock hands the key to the first live one, or, with nobody queued, releases it
-// with one CAS and no lock. See detail/lock_table.hpp for the protocol and
-// docs/keyed_mutex.md for a guide.
+// An uncontended key has no state in any table: its lock is one CAS on its stripe's word
+// (256 one-line stripes) pointing to a record of the locking thread, its unlock one CAS
+// back (detail/thin_record.hpp). A key that is contended, leased, waited for by a
+// coroutine or a callback, or too big for a record (detail/thin_key.hpp) is an entry
+// in its stripe's table instead, which follows the actor's hand-off rule: a count and a
+// FIFO waiter queue of its own (detail/lock_table.hpp). The stripe's thin holder becomes
+// such an entry when the stripe inflates, and the stripe deflates once its table is empty.
+// docs/keyed_mutex.md is the guide.
 //
 // Guarantees:
 //  - Mutual exclusion per key, and everything a holder wrote before unlocking is visible
@@ -34,9 +36,9 @@
 //  - Leases: when one runs out the key passes to the next waiter (or is freed) a moment
 //    after the old guard's expired() turns true; its check() throws, unlock() is a no-op.
 //  - Memory: size() counts keys with a holder, a waiter or an expired guard, and is 0 when
-//    no guard or waiter is alive. An unlocked key's entry may stay in the table, idle, for
-//    the next lock of that key: at most 16 per shard, 4,096 per mutex (about 1 MB with
-//    short keys), reclaimed by locks of new keys. The rest is freed at the key's unlock.
+//    no guard or waiter is alive. A thin key keeps nothing once unlocked; an entry of a key
+//    that cannot be thin may stay idle for its next lock: at most 16 per stripe, 4,096 per
+//    mutex, reclaimed by locks of new keys. Records (64 bytes) are kept per thread.
 //
 // Not promised: fairness across keys; FIFO between a try_lock and waiters (try_lock fails
 // whenever the key is held; under fifo it never jumps the queue, under eventual it takes a
@@ -67,10 +69,7 @@
 // metrics_sink (metrics.hpp), on the slow paths only: never on the uncontended lock/unlock.
 //
 // Keys: Hash, Eq and Key's copy constructor may throw; the exception propagates out of the
-// locking call with nothing held, nothing queued and no state left for the key. An entry
-// stays idle in the table (or as its thread's last freed entry, kept for reuse) only when
-// its key is small (a string of at most 256 bytes of capacity, or a trivially
-// destructible key of at most 256 bytes): a big key's memory goes back at its unlock.
+// locking call with nothing held, nothing queued and no state left for the key.
 #pragma once
 
 #include <algorithm>
@@ -278,29 +277,24 @@ class keyed_mutex {
   static constexpr detail::lock_request never_wait{.mode = wait_mode::none};
 
   using entry = detail::keyed_entry<Key>;
-  // With s (the shard of hash h) locked: key's entry, or nullptr. A throw from Eq
-  // propagates with s unlocked (and deflated if it has no entry).
+  // With s (the shard of hash h) locked: key's entry, or nullptr; create_locked: a new
+  // entry of key (keyed_entry::create). A throw from Eq, the key's copy or the allocation
+  // propagates with s unlocked (deflated if it has no entry) and nothing created.
+  template <class F>
+  static auto under(detail::lock_shard& s, F f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (...) {
+      detail::lock_table::deflate_if_empty(s);
+      s.lock.unlock();
+      throw;
+    }
+  }
   detail::lock_entry* find_locked(detail::lock_shard& s, std::size_t h, const Key& key) {
-    try {
-      return entry::find(s, h, key, eq_);
-    } catch (...) {
-      unlock_after_throw(s);
-      throw;
-    }
+    return under(s, [&] { return entry::find(s, h, key, eq_); });
   }
-  // With s locked: a new entry of key (keyed_entry::create). A throw from the key's copy
-  // or the allocation propagates with s unlocked and nothing created.
   detail::lock_entry* create_locked(detail::lock_shard& s, std::size_t h, const Key& key) {
-    try {
-      return entry::create(s, h, key);
-    } catch (...) {
-      unlock_after_throw(s);
-      throw;
-    }
-  }
-  static void unlock_after_throw(detail::lock_shard& s) noexcept {
-    detail::lock_table::deflate_if_empty(s);
-    s.lock.unlock();
+    return under(s, [&] { return entry::create(s, h, key); });
   }
   // The lookup every async request starts with: locks s (the shard of hash h) and returns
   // key's entry, created if absent, with s still locked. Under a test scheduler the
@@ -320,25 +314,42 @@ class keyed_mutex {
   }
 
   // Every blocking and try request. A key that fits a record (detail/thin_key.hpp), with no
-  // lease and no test scheduler, takes the thin path inline: one CAS on its stripe's word.
-  // A key that does not: one shard lock around the lookup and the entry's CAS
-  // (try_acquire_fast). Anything else goes on out of line.
-  [[gnu::always_inline]] detail::grant grant_of(const Key& key, const detail::lock_request& r) {
+  // lease and no test scheduler, takes the thin path inline: one CAS on its stripe's word
+  // (false: the table's path, out of line but for a key type that is never thin).
+  [[gnu::always_inline]] bool thin_grant(const Key& key, const detail::lock_request& r, detail::grant& g) {
+    if constexpr (detail::thin_capable<Key>) {
+      if (r.lease == 0 && detail::thin_fits(key) && !table_.driven()) [[likely]] {
+        const std::size_t h = detail::mix_hash(hash_(key));
+        detail::lock_shard& s = table_.shard_for(h);
+        detail::thin_record* rec = detail::pop_thin_record();
+        std::uintptr_t w;
+        if (!detail::try_lock_thin(s, key, h, rec, w, g)) [[unlikely]]
+          g = acquire_contended(key, r, h, s, rec, w);
+        return true;
+      }
+    }
+    return false;
+  }
+  [[gnu::always_inline]] guard acquire(const Key& key, const detail::lock_request& r) {
+    detail::grant g;
+    if (thin_grant(key, r, g)) [[likely]]
+      return guard({}, &table_, g);
+    if constexpr (detail::thin_capable<Key>) return acquire_entry(key, r);
+    return guard({}, &table_, acquire_entry_inline(key, r));
+  }
+  [[gnu::noinline]] guard acquire_entry(const Key& key, const detail::lock_request& r) {
+    return guard({}, &table_, acquire_entry_inline(key, r));
+  }
+  detail::grant grant_of(const Key& key, const detail::lock_request& r) {  // lock_all's
+    detail::grant g;
+    return thin_grant(key, r, g) ? g : acquire_entry_inline(key, r);
+  }
+  // A key without the thin path: one shard lock around the lookup and the entry's CAS
+  // (try_acquire_fast); inline for a key type that never takes the thin path.
+  [[gnu::always_inline]] detail::grant acquire_entry_inline(const Key& key, const detail::lock_request& r) {
     if (r.lease != 0) return acquire_grant(key, r);
     const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
-    if constexpr (detail::thin_capable<Key>) {
-      if (detail::thin_fits(key) && !table_.driven()) [[likely]] {
-        detail::thin_record* rec = detail::pop_thin_record();
-        std::uintptr_t w;
-        detail::grant g;
-        if (detail::try_lock_thin(s, key, h, rec, w, g)) [[likely]]
-          return g;
-        g = detail::lock_thin_contended<Key>(s, h, rec, w, r.mode != wait_mode::none);
-        if (g.record != nullptr) return g;
-        return acquire_locked(key, r, h, s, find_locked(s, h, key));  // s locked, inflated
-      }
-    }
     detail::lock_inflated<Key>(s);
     detail::lock_entry* e = find_locked(s, h, key);
     detail::grant g;
@@ -346,8 +357,12 @@ class keyed_mutex {
       return g;
     return acquire_locked(key, r, h, s, e);
   }
-  [[gnu::always_inline]] guard acquire(const Key& key, const detail::lock_request& r) {
-    return guard({}, &table_, grant_of(key, r));
+  // A thin lock that found its stripe's word held (w): lock_thin_contended, then the table.
+  [[gnu::noinline]] detail::grant acquire_contended(const Key& key, const detail::lock_request& r, std::size_t h,
+                                                   detail::lock_shard& s, detail::thin_record* rec, std::uintptr_t w) {
+    const detail::grant g = detail::lock_thin_contended<Key>(s, h, rec, w, r.mode != wait_mode::none);
+    if (g.record != nullptr) return g;
+    return acquire_locked(key, r, h, s, find_locked(s, h, key));  // s locked, inflated
   }
   [[gnu::noinline]] detail::grant acquire_grant(const Key& key, const detail::lock_request& r) {
     if (r.lease != 0) table_.start_timer();

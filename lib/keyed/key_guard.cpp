@@ -9,7 +9,7 @@
 
 namespace handoff {
 
-void key_guard::release_held(detail::lock_entry* e) noexcept { table_->release(e); }
+void key_guard::release_held(detail::lock_entry* e) noexcept { table_->release_contended(e); }
 
 void key_guard::release_inflated(detail::thin_record* r) noexcept { table_->release_thin_inflated(r); }
 

@@ -16,6 +16,7 @@ namespace {
 struct global_records {
   std::mutex m;
   thin_record* head = nullptr;  // guarded by m
+  std::size_t allocated = 0;    // guarded by m
 };
 global_records& global() noexcept {
   static global_records g;  // constructed at the first record: never destroyed before use ends
@@ -31,7 +32,6 @@ constexpr std::size_t slab_records = 64;
 void give_back_cache() noexcept {
   thin_record_cache& c = thin_records;
   c.dead = true;
-  if (c.head == nullptr) return;
   global_records& g = global();
   std::lock_guard lock(g.m);
   while (thin_record* r = c.head) {
@@ -39,7 +39,7 @@ void give_back_cache() noexcept {
     r->next = g.head;
     g.head = r;
   }
-  c.count = 0;
+  c.count = thin_cache_max;  // every later push spills (see `dead`)
 }
 
 }  // namespace
@@ -55,6 +55,7 @@ thin_record* refill_thin_records() {
   for (std::uint32_t i = 0; i < refill_batch; ++i) {
     if (g.head == nullptr) {
       auto* slab = new thin_record[slab_records];  // type-stable: never deleted
+      g.allocated += slab_records;
       for (std::size_t j = 0; j < slab_records; ++j) {
         slab[j].next = g.head;
         g.head = &slab[j];
@@ -73,13 +74,19 @@ thin_record* refill_thin_records() {
   return r;
 }
 
+std::size_t thin_records_allocated() noexcept {
+  global_records& g = global();
+  std::lock_guard lock(g.m);
+  return g.allocated;
+}
+
 void spill_thin_records(thin_record* r) noexcept {
   thin_record_cache& c = thin_records;
   global_records& g = global();
   std::lock_guard lock(g.m);
   r->next = g.head;
   g.head = r;
-  while (c.count > thin_cache_max / 2) {
+  while (!c.dead && c.count > thin_cache_max / 2) {
     thin_record* x = c.head;
     c.head = x->next;
     --c.count;

@@ -38,7 +38,7 @@ template <class Key>
 
 // Locks s for its table: inflated first, so that every key of s is in the table.
 template <class Key>
-void lock_inflated(lock_shard& s) {
+[[gnu::always_inline]] inline void lock_inflated(lock_shard& s) {
   s.lock.lock();
   if (s.word.load(std::memory_order_relaxed) != thin_inflated) [[unlikely]]
     inflate_locked<Key>(s);

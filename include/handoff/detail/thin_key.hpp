@@ -62,8 +62,7 @@ template <class Key>
   if constexpr (std::is_same_v<Key, std::string>) {
     r->len = static_cast<std::uint8_t>(key.size());
     copy_thin_bytes(r->key, key.data(), key.size());
-  } else {
-    r->len = sizeof(Key);
+  } else {  // len unused: sizeof(Key)
     std::memcpy(r->key, &key, sizeof(Key));
   }
 }
