@@ -10,8 +10,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "handoff/detail/lock_entry.hpp"
@@ -59,7 +59,9 @@ class [[nodiscard]] key_guard {
   [[gnu::always_inline]] ~key_guard() { unlock(); }
 
   // True while this guard holds its key: acquired, not unlocked, lease not expired.
-  [[nodiscard, gnu::always_inline]] bool owns_lock() const noexcept { return held_ != 0 && (lease_ == 0 || !expired()); }
+  [[nodiscard, gnu::always_inline]] bool owns_lock() const noexcept {
+    return held_ != 0 && (lease_ == 0 || !expired());
+  }
   explicit operator bool() const noexcept { return owns_lock(); }
 
   // Releases the key: the next waiter gets it (a coroutine or callback waiter may run on
@@ -111,13 +113,14 @@ class [[nodiscard]] key_guard {
     pass_key() = default;
   };
   // Internal: a guard of a grant; keyed_mutex builds them, in place where it can.
-  key_guard(pass_key /*only keyed_mutex*/, detail::lock_table* t, const detail::grant& g) noexcept
-      : table_(t),
-        held_(g.record != nullptr ? reinterpret_cast<std::uintptr_t>(g.record) | thin_tag
-                                  : reinterpret_cast<std::uintptr_t>(g.entry)),
+  [[gnu::always_inline]] key_guard(pass_key /*only keyed_mutex*/, detail::lock_table* t,
+                                   const detail::grant& g) noexcept
+      : table_(t), held_(g.record != nullptr ? reinterpret_cast<std::uintptr_t>(g.record) | thin_tag
+                                             : reinterpret_cast<std::uintptr_t>(g.entry)),
         token_(g.token), lease_(g.lease) {}
   // Internal: a thin hold (the uncontended lock's guard).
-  key_guard(pass_key /*only keyed_mutex*/, detail::lock_table* t, detail::thin_record* r, std::uint64_t token) noexcept
+  [[gnu::always_inline]] key_guard(pass_key /*only keyed_mutex*/, detail::lock_table* t, detail::thin_record* r,
+                                   std::uint64_t token) noexcept
       : table_(t), held_(reinterpret_cast<std::uintptr_t>(r) | thin_tag), token_(token) {}
 
  private:

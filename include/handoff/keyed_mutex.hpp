@@ -91,7 +91,7 @@
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/keyed_awaiter.hpp"
 #include "handoff/detail/keyed_callback.hpp"
-#include "handoff/detail/keyed_entry.hpp"
+#include "handoff/detail/keyed_lookup.hpp"
 #include "handoff/detail/keyed_thin.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/longest_waits.hpp"
@@ -133,7 +133,7 @@ class keyed_mutex {
   // a blocking lock (not reentrant); std::bad_alloc; std::system_error if the lease timer
   // thread cannot start. Allocates the key's state when the key has none (operator new,
   // or this thread's recycled entry), and a pooled waiter node when it must wait.
-  guard lock(const Key& key) { return acquire(key, wait_forever); }
+  [[gnu::always_inline]] guard lock(const Key& key) { return acquire(key, wait_forever); }
   guard lock(const Key& key, lease l) { return acquire(key, {.lease = l.duration.count()}); }
 
   // Thread-safe, never blocks or waits in a queue: acquires only if nobody holds the key
@@ -277,40 +277,10 @@ class keyed_mutex {
   static constexpr detail::lock_request never_wait{.mode = wait_mode::none};
 
   using entry = detail::keyed_entry<Key>;
-  // With s (the shard of hash h) locked: key's entry, or nullptr; create_locked: a new
-  // entry of key (keyed_entry::create). A throw from Eq, the key's copy or the allocation
-  // propagates with s unlocked (deflated if it has no entry) and nothing created.
-  template <class F>
-  static auto under(detail::lock_shard& s, F f) -> decltype(f()) {
-    try {
-      return f();
-    } catch (...) {
-      detail::lock_table::deflate_if_empty(s);
-      s.lock.unlock();
-      throw;
-    }
-  }
-  detail::lock_entry* find_locked(detail::lock_shard& s, std::size_t h, const Key& key) {
-    return under(s, [&] { return entry::find(s, h, key, eq_); });
-  }
-  detail::lock_entry* create_locked(detail::lock_shard& s, std::size_t h, const Key& key) {
-    return under(s, [&] { return entry::create(s, h, key); });
-  }
-  // The lookup every async request starts with: locks s (the shard of hash h) and returns
-  // key's entry, created if absent, with s still locked. Under a test scheduler the
-  // request is first a scheduling point, as a blocking one is (acquire_locked), and the key
-  // is looked up again after it. Throws as the two above, and as schedule_point (with s
-  // unlocked, nothing held).
+  // The table path (detail/keyed_lookup.hpp); lock_entry_of: the async requests' lookup.
+  detail::keyed_lookup<Key, Eq> lookup() noexcept { return {table_, eq_}; }
   detail::lock_entry* lock_entry_of(detail::lock_shard& s, std::size_t h, const Key& key) {
-    detail::lock_inflated<Key>(s);
-    detail::lock_entry* e = find_locked(s, h, key);
-    if (e == nullptr) e = create_locked(s, h, key);
-    if (!table_.driven()) [[likely]]
-      return e;
-    table_.schedule_point(s, e);
-    detail::lock_inflated<Key>(s);  // its entry may have gone meanwhile
-    e = find_locked(s, h, key);
-    return e != nullptr ? e : create_locked(s, h, key);
+    return lookup().lock_entry_of(s, h, key);
   }
 
   // Every blocking and try request. A key that fits a record (detail/thin_key.hpp), with no
@@ -324,7 +294,7 @@ class keyed_mutex {
         detail::thin_record* rec = detail::pop_thin_record();
         std::uintptr_t w;
         if (!detail::try_lock_thin(s, key, h, rec, w, g)) [[unlikely]]
-          g = acquire_contended(key, r, h, s, rec, w);
+          g = lookup().acquire_contended(key, r, h, s, rec, w);
         return true;
       }
     }
@@ -344,51 +314,18 @@ class keyed_mutex {
     detail::grant g;
     return thin_grant(key, r, g) ? g : acquire_entry_inline(key, r);
   }
-  // A key without the thin path: one shard lock around the lookup and the entry's CAS
-  // (try_acquire_fast); inline for a key type that never takes the thin path.
+  // A key without the thin path, inline for a key type that never takes it.
   [[gnu::always_inline]] detail::grant acquire_entry_inline(const Key& key, const detail::lock_request& r) {
     if (r.lease != 0) return acquire_grant(key, r);
     const std::size_t h = detail::mix_hash(hash_(key));
-    detail::lock_shard& s = table_.shard_for(h);
-    detail::lock_inflated<Key>(s);
-    detail::lock_entry* e = find_locked(s, h, key);
-    detail::grant g;
-    if (e != nullptr && !table_.driven() && detail::lock_table::try_acquire_fast(s, e, g)) [[likely]]
-      return g;
-    return acquire_locked(key, r, h, s, e);
-  }
-  // A thin lock that found its stripe's word held (w): lock_thin_contended, then the table.
-  [[gnu::noinline]] detail::grant acquire_contended(const Key& key, const detail::lock_request& r, std::size_t h,
-                                                   detail::lock_shard& s, detail::thin_record* rec, std::uintptr_t w) {
-    const detail::grant g = detail::lock_thin_contended<Key>(s, h, rec, w, r.mode != wait_mode::none);
-    if (g.record != nullptr) return g;
-    return acquire_locked(key, r, h, s, find_locked(s, h, key));  // s locked, inflated
+    return lookup().acquire(key, r, h, table_.shard_for(h));
   }
   [[gnu::noinline]] detail::grant acquire_grant(const Key& key, const detail::lock_request& r) {
     if (r.lease != 0) table_.start_timer();
     const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
     detail::lock_inflated<Key>(s);
-    return acquire_locked(key, r, h, s, find_locked(s, h, key));
-  }
-  // With s locked and e key's entry in it (nullptr: none yet): the request, from the top.
-  [[gnu::noinline]] detail::grant acquire_locked(const Key& key, const detail::lock_request& r, std::size_t h,
-                                                 detail::lock_shard& s, detail::lock_entry* e) {
-    bool scheduled = !table_.driven();  // under a test scheduler: a scheduling point first
-    for (;;) {
-      if (e == nullptr) e = create_locked(s, h, key);
-      if (!scheduled) {
-        scheduled = true;
-        table_.schedule_point(s, e);
-      } else {
-        detail::grant g;
-        if (r.lease == 0 && detail::lock_table::try_acquire_fast(s, e, g)) return g;
-        g = table_.acquire(s, e, r);
-        if (!g.retry) return g;
-      }
-      detail::lock_inflated<Key>(s);  // look the key up again: its entry may have gone meanwhile
-      e = find_locked(s, h, key);
-    }
+    return lookup().acquire_locked(key, r, h, s, lookup().find_locked(s, h, key));
   }
 
   // lock_all and try_lock_all_*: every key of `keys` with request r, in lock_all's order

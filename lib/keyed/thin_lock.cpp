@@ -27,7 +27,7 @@ std::uintptr_t lock_table::seize(lock_shard& s) noexcept {
 
 void lock_table::adopt(lock_entry* e, thin_record* r) noexcept {
   [[maybe_unused]] const bool took = e->own.try_take();
-  HANDOFF_ASSERT(took);  // just created: free
+  HANDOFF_ASSERT(took);                                 // just created: free
   e->token = r->token.load(std::memory_order_relaxed);  // seize() acquired it
   e->holder_thread.store(r->thread.load(std::memory_order_seq_cst), std::memory_order_relaxed);
   r->entry = e;  // read by the holder's unlock, under s's lock
@@ -40,6 +40,7 @@ void lock_table::release_thin_inflated(thin_record* r) noexcept {
     lock_entry* e = r->entry;
     s.lock.unlock();
     if (e != nullptr) {
+      r->entry = nullptr;  // free records have none (fill_thin_record leaves it)
       release(e);
       break;
     }

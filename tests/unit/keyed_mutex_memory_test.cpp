@@ -71,7 +71,9 @@ TEST_F(KeyedMutex, LocksAndReleasesAHundredThousandDistinctKeysAndSizeCountsOnly
 }
 
 // A key too long to be thin (more than 23 bytes): it takes the table's entries.
-std::string long_key(const char* prefix, int i) { return std::string(prefix) + std::to_string(i) + std::string(24, '.'); }
+std::string long_key(const char* prefix, int i) {
+  return std::string(prefix) + std::to_string(i) + std::string(24, '.');
+}
 
 // An unlocked (long) key's entry stays in its table, idle, and the next lock of the key
 // finds it instead of creating one; size() counts only keys with a holder or a waiter.

@@ -26,8 +26,7 @@ template <class Key>
     auto* holder = reinterpret_cast<thin_record*>(w);
     try {
       lock_table::adopt(
-          keyed_entry<Key>::create(s, holder->hash.load(std::memory_order_relaxed), thin_key_of<Key>(*holder)),
-          holder);
+          keyed_entry<Key>::create(s, holder->hash.load(std::memory_order_relaxed), thin_key_of<Key>(*holder)), holder);
     } catch (...) {
       s.word.store(w, std::memory_order_release);  // the holder's again; pairs with its unlock CAS
       s.lock.unlock();

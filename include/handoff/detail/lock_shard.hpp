@@ -19,7 +19,7 @@ namespace handoff::detail {
 // the identity). Any result is fine, 0 included.
 // Folding the high half in first makes every input bit reach the multiply; the shift after
 // it brings the product's well-mixed high bits down to the slot bits (the low ones).
-inline std::size_t mix_hash(std::size_t h) noexcept {
+[[gnu::always_inline]] inline std::size_t mix_hash(std::size_t h) noexcept {
   h ^= h >> 32;
   h *= 0x9E3779B97F4A7C15ull;  // 2^64 / golden ratio (Fibonacci hashing)
   return h ^ (h >> 29);        // shard bits are the top 8, slot bits the bottom: both mixed
@@ -78,7 +78,7 @@ struct alignas(cache_line_bytes) lock_shard {
   // CAS until it publishes its token), else `lock`.
   std::uint64_t token_floor = 0;
   union {
-    table_slot* heap;                        // the table, past inline_slots
+    table_slot* heap;                       // the table, past inline_slots
     table_slot inline_table[inline_slots];  // the table, up to inline_slots
   };
 

@@ -120,7 +120,7 @@ class lock_table {
   lock_table(lock_table&&) = delete;
   lock_table& operator=(lock_table&&) = delete;
 
-  lock_shard& shard_for(std::size_t h) noexcept { return shards_[h >> (64 - shard_bits)]; }
+  [[gnu::always_inline]] lock_shard& shard_for(std::size_t h) noexcept { return shards_[h >> (64 - shard_bits)]; }
   [[nodiscard]] std::size_t size() const noexcept;
   // Entries in the table, idle ones included (at most shard_count() * lock_shard::kept_idle
   // of them idle), summed shard by shard under each shard's lock.
@@ -176,7 +176,7 @@ class lock_table {
 
   // Thin keys (detail/thin_record.hpp; lib/keyed/thin_lock.cpp). take_thin_token: the
   // thin holder of s's word, right after its CAS: the grant's token, published in r.
-  static std::uint64_t take_thin_token(lock_shard& s, thin_record* r) noexcept {
+  [[gnu::always_inline]] static std::uint64_t take_thin_token(lock_shard& s, thin_record* r) noexcept {
     const std::uint64_t token = ++s.token_floor;
     r->token.store(token, std::memory_order_release);  // pairs with seize()'s acquire
     return token;

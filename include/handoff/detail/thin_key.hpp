@@ -17,13 +17,13 @@ namespace handoff::detail {
 
 // Whether some keys of the type may take the thin path.
 template <class Key>
-inline constexpr bool thin_capable =
-    std::is_same_v<Key, std::string> ||
-    (std::is_trivially_copyable_v<Key> && std::is_default_constructible_v<Key> && sizeof(Key) <= max_thin_key);
+inline constexpr bool thin_capable = std::is_same_v<Key, std::string> ||
+                                     (std::is_trivially_copyable_v<Key> && std::is_default_constructible_v<Key> &&
+                                      sizeof(Key) <= max_thin_key);
 
 // Whether this key takes the thin path.
 template <class Key>
-[[nodiscard]] bool thin_fits(const Key& key) noexcept {
+[[nodiscard, gnu::always_inline]] inline bool thin_fits(const Key& key) noexcept {
   if constexpr (std::is_same_v<Key, std::string>) {
     return key.size() <= max_thin_key;
   } else {
@@ -58,7 +58,6 @@ template <class Key>
   r->token.store(0, std::memory_order_relaxed);
   r->thread.store(thread, std::memory_order_relaxed);
   r->word = word;
-  r->entry = nullptr;
   if constexpr (std::is_same_v<Key, std::string>) {
     r->len = static_cast<std::uint8_t>(key.size());
     copy_thin_bytes(r->key, key.data(), key.size());

@@ -50,16 +50,19 @@ struct alignas(64) thin_record {
   // The locking thread (lock_table::this_thread_id()), for deadlock detection; 0 once the
   // guard moved. Written by the holder, read by contenders and the inflater.
   std::atomic<std::uintptr_t> thread{0};
-  // The stripe's word this record was published in; set before the CAS, read by the holder.
-  std::atomic<std::uintptr_t>* word = nullptr;
   union {
+    // Held: the stripe's word this record was published in; set before the CAS, read by
+    // the holder.
+    std::atomic<std::uintptr_t>* word;
     thin_record* next;  // in a free list: its owner's only
-    lock_entry* entry;  // held: the entry the inflater made of it (the stripe's lock), or null
   };
+  // Held: the entry the inflater made of it (under the stripe's lock), or null. Null
+  // whenever the record is free: the unlock that found it set clears it.
+  lock_entry* entry = nullptr;
   std::uint8_t len = 0;  // key bytes; written before the publishing CAS
   char key[23] = {};     // the key's bytes (a std::string's characters, or an integer's)
 
-  thin_record() noexcept : next(nullptr) {}
+  thin_record() noexcept : word(nullptr) {}
 };
 static_assert(sizeof(thin_record) == 64, "a record is one cache line");
 inline constexpr std::size_t max_thin_key = sizeof(thin_record::key);
