@@ -72,8 +72,9 @@ class [[nodiscard]] key_guard {
     if (lease_ != 0) return unlock_leased();
     const std::uintptr_t p = std::exchange(held_, 0);
     if ((p & thin_tag) != 0) [[likely]] {
-      auto* r = reinterpret_cast<detail::thin_record*>(p & ~thin_tag);
+      auto* r = reinterpret_cast<detail::thin_record*>(p & ~thin_tag);  // NOLINT(performance-no-int-to-ptr): tagged
       if (!detail::release_thin(r)) release_inflated(r);
+      // NOLINTNEXTLINE(performance-no-int-to-ptr): untagged: an entry
     } else if (auto* e = reinterpret_cast<detail::lock_entry*>(p); !detail::release_uncontended(e)) {
       release_held(e);
     }
@@ -127,7 +128,9 @@ class [[nodiscard]] key_guard {
   // held_'s low bit: a thin record (64-byte aligned) rather than an entry.
   static constexpr std::uintptr_t thin_tag = 1;
   // The held entry (held_ without thin_tag).
-  [[nodiscard]] detail::lock_entry* entry() const noexcept { return reinterpret_cast<detail::lock_entry*>(held_); }
+  [[nodiscard]] detail::lock_entry* entry() const noexcept {
+    return reinterpret_cast<detail::lock_entry*>(held_);  // NOLINT(performance-no-int-to-ptr): untagged: an entry
+  }
   // unlock() of an entry's hold without a lease: hands the entry back to the table.
   void release_held(detail::lock_entry* e) noexcept;
   // unlock() of a thin hold whose stripe inflated meanwhile: through the table.

@@ -14,11 +14,13 @@ void key_guard::release_held(detail::lock_entry* e) noexcept { table_->release_c
 void key_guard::release_inflated(detail::thin_record* r) noexcept { table_->release_thin_inflated(r); }
 
 void key_guard::forget_thin() noexcept {
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): tagged: a record
   table_->forget_thin_holder(reinterpret_cast<detail::thin_record*>(held_ & ~thin_tag));
 }
 
 void key_guard::unlock_leased() noexcept {
-  auto* e = reinterpret_cast<detail::lock_entry*>(std::exchange(held_, 0));
+  auto* e =
+      reinterpret_cast<detail::lock_entry*>(std::exchange(held_, 0));  // NOLINT(performance-no-int-to-ptr): an entry
   if (table_->disarm_lease(e, token_)) return table_->release(e);
   expired_ = true;  // the timer released the key; only our reference is left
   table_->drop_ref(e);

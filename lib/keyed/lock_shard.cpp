@@ -6,6 +6,9 @@
 
 namespace handoff::detail {
 
+// `mask` says which member of the table's union is live.
+// NOLINTBEGIN(cppcoreguidelines-pro-type-union-access)
+
 void lock_shard::resize(std::size_t capacity) {
   table_slot* const from = slots();  // read before inline_table overwrites `heap`
   const std::size_t from_mask = mask;
@@ -40,5 +43,7 @@ void lock_shard::shrink() noexcept {
 lock_shard::~lock_shard() {
   if (mask + 1 > inline_slots) delete[] heap;
 }
+
+// NOLINTEND(cppcoreguidelines-pro-type-union-access)
 
 }  // namespace handoff::detail

@@ -17,7 +17,7 @@ std::uintptr_t lock_table::seize(lock_shard& s) noexcept {
   }
   HANDOFF_ASSERT(w != thin_inflated);  // the caller checked, under s's lock
   if (w != 0) {
-    const auto* holder = reinterpret_cast<const thin_record*>(w);
+    const auto* holder = reinterpret_cast<const thin_record*>(w);  // NOLINT(performance-no-int-to-ptr): a record
     // The holder publishes its token a few instructions after its CAS. acquire; pairs with
     // take_thin_token's release (the token counter's increment comes with it).
     for (unsigned spins = 0; holder->token.load(std::memory_order_acquire) == 0; ++spins) backoff(spins);

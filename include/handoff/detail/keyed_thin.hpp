@@ -23,7 +23,7 @@ template <class Key>
   const std::uintptr_t w = lock_table::seize(s);
   if (w == 0) return;
   if constexpr (thin_capable<Key>) {
-    auto* holder = reinterpret_cast<thin_record*>(w);
+    auto* holder = reinterpret_cast<thin_record*>(w);  // NOLINT(performance-no-int-to-ptr): a record in the word
     try {
       lock_table::adopt(
           keyed_entry<Key>::create(s, holder->hash.load(std::memory_order_relaxed), thin_key_of<Key>(*holder)), holder);
@@ -76,6 +76,7 @@ template <class Key>
     }
     if (w != thin_inflated && may_spin && spins < spins_before_yield) {
       // Relaxed: hints only (the record may be reused meanwhile); the table decides.
+      // NOLINTNEXTLINE(performance-no-int-to-ptr): a record in the word
       const auto* holder = reinterpret_cast<const thin_record*>(w);
       if (holder->hash.load(std::memory_order_relaxed) == h && holder->thread.load(std::memory_order_relaxed) != me) {
         backoff(spins++);

@@ -84,6 +84,7 @@ struct alignas(cache_line_bytes) lock_shard {
 
   [[nodiscard]] std::uint32_t size() const noexcept { return entries; }
   [[nodiscard]] table_slot* slots() const noexcept {
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-union-access): mask says which member is live
     return mask + 1 > inline_slots ? heap : const_cast<table_slot*>(inline_table);
   }
 
@@ -139,7 +140,7 @@ struct alignas(cache_line_bytes) lock_shard {
     }
   }
 
-  lock_shard() noexcept : inline_table{} {}
+  lock_shard() noexcept : inline_table{} {}  // NOLINT(cppcoreguidelines-pro-type-member-init): the union's live member
   lock_shard(const lock_shard&) = delete;
   lock_shard& operator=(const lock_shard&) = delete;
   lock_shard(lock_shard&&) = delete;

@@ -57,7 +57,7 @@ template <class Key>
   r->hash.store(h, std::memory_order_relaxed);
   r->token.store(0, std::memory_order_relaxed);
   r->thread.store(thread, std::memory_order_relaxed);
-  r->word = word;
+  r->word = word;  // NOLINT(cppcoreguidelines-pro-type-union-access): held, `word` is live
   if constexpr (std::is_same_v<Key, std::string>) {
     r->len = static_cast<std::uint8_t>(key.size());
     copy_thin_bytes(r->key, key.data(), key.size());

@@ -62,7 +62,7 @@ struct alignas(64) thin_record {
   std::uint8_t len = 0;  // key bytes; written before the publishing CAS
   char key[23] = {};     // the key's bytes (a std::string's characters, or an integer's)
 
-  thin_record() noexcept : word(nullptr) {}
+  thin_record() noexcept : word(nullptr) {}  // NOLINT(cppcoreguidelines-pro-type-member-init): the union's live member
 };
 static_assert(sizeof(thin_record) == 64, "a record is one cache line");
 inline constexpr std::size_t max_thin_key = sizeof(thin_record::key);
@@ -95,7 +95,7 @@ inline constexpr std::uint32_t thin_cache_max = 64;
   thin_record* r = c.head;
   if (r == nullptr) [[unlikely]]
     return refill_thin_records();
-  c.head = r->next;
+  c.head = r->next;  // NOLINT(cppcoreguidelines-pro-type-union-access): free, `next` is live
   --c.count;
   return r;
 }
@@ -104,7 +104,7 @@ inline constexpr std::uint32_t thin_cache_max = 64;
   thin_record_cache& c = thin_records;
   if (c.count >= thin_cache_max) [[unlikely]]
     return spill_thin_records(r);
-  r->next = c.head;
+  r->next = c.head;  // NOLINT(cppcoreguidelines-pro-type-union-access): free from now on
   c.head = r;
   ++c.count;
 }
@@ -114,6 +114,7 @@ inline constexpr std::uint32_t thin_cache_max = 64;
 // release; pairs with the next owner's CAS.
 [[gnu::always_inline]] inline bool release_thin(thin_record* r) noexcept {
   std::uintptr_t w = reinterpret_cast<std::uintptr_t>(r);
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-union-access): held, `word` is live
   if (!r->word->compare_exchange_strong(w, 0, std::memory_order_release, std::memory_order_relaxed)) return false;
   push_thin_record(r);
   return true;
