@@ -25,7 +25,7 @@ void lock_shard::resize(std::size_t capacity) {
     for (std::size_t i = 0; i <= from_mask; ++i) {
       if (from[i].entry != nullptr) place(inline_table, capacity - 1, from[i].entry);
     }
-    delete[] from;
+    if (from_heap) delete[] from;  // always: only a heap table shrinks
   }
   mask = static_cast<std::uint32_t>(capacity - 1);
 }

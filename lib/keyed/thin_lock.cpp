@@ -45,7 +45,7 @@ void lock_table::release_thin_inflated(thin_record* r) noexcept {
       break;
     }
     // An inflation put the word back (the key's copy threw): ours again.
-    std::uintptr_t w = reinterpret_cast<std::uintptr_t>(r);
+    auto w = reinterpret_cast<std::uintptr_t>(r);
     if (s.word.compare_exchange_strong(w, 0, std::memory_order_release, std::memory_order_relaxed)) break;
   }
   push_thin_record(r);
