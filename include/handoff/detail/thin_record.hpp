@@ -113,7 +113,7 @@ inline constexpr std::uint32_t thin_cache_max = 64;
 // the stripe was inflated meanwhile (lock_table::release_thin_inflated does the rest).
 // release; pairs with the next owner's CAS.
 [[gnu::always_inline]] inline bool release_thin(thin_record* r) noexcept {
-  std::uintptr_t w = reinterpret_cast<std::uintptr_t>(r);
+  auto w = reinterpret_cast<std::uintptr_t>(r);
   // NOLINTNEXTLINE(cppcoreguidelines-pro-type-union-access): held, `word` is live
   if (!r->word->compare_exchange_strong(w, 0, std::memory_order_release, std::memory_order_relaxed)) return false;
   push_thin_record(r);
