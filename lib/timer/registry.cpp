@@ -63,4 +63,12 @@ void skip_generations_of_every_core(std::uint64_t n) noexcept {
   for (timer_core* c : r.cores) c->skip_generations(n);
 }
 
+std::size_t shards_of_every_core() noexcept {
+  registry& r = the_registry();
+  std::lock_guard g(r.m);
+  std::size_t n = 0;
+  for (const timer_core* c : r.cores) n += c->shards();
+  return n;
+}
+
 }  // namespace handoff::detail

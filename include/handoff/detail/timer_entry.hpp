@@ -4,7 +4,7 @@
 // A timer_entry is one pending or running timer: 96 bytes from a pool of the service,
 // linked into a slot of the timing wheel (lib/timer/wheel.hpp) while pending and into its
 // target's list (lib/timer/target_table.hpp) until it is over. Its fields
-// are touched only under the service's lock (lib/timer/timer_core.hpp), except the
+// are touched only under its shard's lock (lib/timer/timer_shard.hpp), except the
 // payload, which the thread that owns it touches without the lock:
 //  - while the entry is firing, the driving thread (it sends the payload);
 //  - while a delivery of it runs, the actor's handler (it runs the payload in place);
