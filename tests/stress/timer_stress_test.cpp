@@ -1,5 +1,6 @@
 // Stress: three threads schedule, cancel, re-arm (into the past and the future), detach
-// and destroy target actors on one timer service while its thread fires; each round ends
+// and destroy target actors on one timer service while its thread fires, and pass handles
+// to each other (a timer of one thread's shard cancelled by another); each round ends
 // by destroying the service while the threads go on cancelling and re-arming their
 // handles and destroying actors. For HANDOFF_STRESS_SECONDS seconds (default 2). Asserts
 // that a timer whose cancel() returned true never runs, that a one-shot runs at most once,
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -65,14 +67,23 @@ struct slot {
   std::uint64_t epoch = 0;
 };
 
+// Handles passed between the threads: a timer scheduled in one thread's shard is
+// cancelled or re-armed by another.
+struct exchange {
+  std::mutex m;
+  std::vector<handoff::timer> handles;  // guarded by m
+  record unchecked;                     // their ticks run with a periodic epoch: no checks
+};
+
 struct worker {
   std::vector<std::unique_ptr<handoff::actor<int>>> actors;
   std::vector<slot> slots{slots_per_thread};
   std::vector<record> records{slots_per_thread};
   std::mt19937_64 rng;
   counts* c;
+  exchange* x;
 
-  worker(std::uint64_t seed, counts* cs) : rng(seed), c(cs) {
+  worker(std::uint64_t seed, counts* cs, exchange* ex) : rng(seed), c(cs), x(ex) {
     for (std::size_t i = 0; i < actors_per_thread; ++i) actors.push_back(std::make_unique<handoff::actor<int>>(0));
   }
 
@@ -98,6 +109,17 @@ struct worker {
       case 3:
         actors[(r >> 16) % actors_per_thread] = std::make_unique<handoff::actor<int>>(0);
         break;
+      case 4: {
+        handoff::timer t;
+        {
+          std::lock_guard g(x->m);
+          if (x->handles.empty()) break;
+          t = std::move(x->handles.back());
+          x->handles.pop_back();
+        }
+        if ((r >> 16) % 2 == 0) (void)t.rearm(-1ms);  // then cancelled here, leaving the scope
+        break;
+      }
       default:
         cancel(i);
         break;
@@ -113,6 +135,11 @@ struct worker {
     const std::uint64_t epoch = rec.epoch | (periodic ? 1 : 0);
     slots[i].epoch = epoch;
     const auto d = std::chrono::microseconds((r >> 32) % 4000);
+    if ((r >> 28) % 4 == 0) {
+      handoff::timer t = s.after(d, a, tick{&x->unchecked, 1, c});
+      std::lock_guard g(x->m);
+      if (x->handles.size() < 256) x->handles.push_back(std::move(t));
+    }
     slots[i].h = periodic ? s.every(1ms + d, a, tick{&rec, epoch, c}) : s.after(d, a, tick{&rec, epoch, c});
   }
 };
@@ -120,8 +147,9 @@ struct worker {
 TEST(TimerStress, CancelRearmFireAndDestructionFromThreeThreadsKeepEveryTimersPromise) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
   counts c;
+  exchange x;
   std::vector<std::unique_ptr<worker>> workers;
-  for (int t = 0; t < threads; ++t) workers.push_back(std::make_unique<worker>(1000 + t, &c));
+  for (int t = 0; t < threads; ++t) workers.push_back(std::make_unique<worker>(1000 + t, &c, &x));
   std::optional<handoff::timer_service> service;
   std::atomic<bool> more{true};
   std::barrier sync(threads + 1);
@@ -162,6 +190,7 @@ TEST(TimerStress, CancelRearmFireAndDestructionFromThreeThreadsKeepEveryTimersPr
   more.store(false);
   sync.arrive_and_wait();
   for (std::thread& th : pool) th.join();
+  x.handles.clear();
 
   EXPECT_EQ(c.ran_after_cancel.load(), 0U);
   EXPECT_EQ(c.ran_twice.load(), 0U);
