@@ -209,7 +209,8 @@ void timer_core::drive_until_stopped(std::uint64_t epoch, executor_ref ex) noexc
 }
 
 void timer_core::close() noexcept {
-  unregister_core(this);  // a hook that pinned it already goes on: its pin keeps the core
+  // Registered until nothing is pending: an actor destroyed meanwhile (on another thread,
+  // while the service's thread still sends) is forgotten here like anywhere else.
   stop();
   if (driver_ != nullptr) timers_detach(*driver_, this);
   // From a handler the service runs, that run_due holds the drive mutex below us on this
@@ -224,7 +225,8 @@ void timer_core::close() noexcept {
   for (unsigned i = 0; i < max_shards; ++i) {
     if (timer_shard* s = shards_[i].load(std::memory_order_acquire)) s->destroy_dropped(dropped[i]);
   }
-  release();  // the service's hold
+  unregister_core(this);  // a hook that pinned it goes on: its pin keeps the core
+  release();              // the service's hold
 }
 
 // --- the test scheduler's side ---

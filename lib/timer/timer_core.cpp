@@ -1,5 +1,5 @@
 // The timer service's core: its shards, what holds it, the actor-destruction hook's
-// calls, and the calls of handoff/detail/timer_entry.hpp (lib/timer/timer_core.hpp).
+// calls (lib/timer/timer_core.hpp).
 #include "timer_core.hpp"
 
 #include <atomic>
@@ -88,18 +88,7 @@ void timer_core::skip_generations(std::uint64_t n) noexcept {
   for_each_shard([&](timer_shard& s) { s.skip_generations(n); });
 }
 
-// --- the calls of handoff/detail/timer_entry.hpp ---
-timer_entry* timer_schedule(timer_core* c, const timer_request& r) { return c->schedule(r); }
-bool timer_cancel(timer_core*, timer_entry* e) noexcept { return timer_shard::of(e)->cancel(e); }
-bool timer_rearm(timer_core*, timer_entry* e, std::int64_t deadline) noexcept {
-  return timer_shard::of(e)->rearm(e, deadline);
-}
-bool timer_active(timer_core*, timer_entry* e) noexcept { return timer_shard::of(e)->active(e); }
-void timer_detach(timer_core*, timer_entry* e) noexcept { timer_shard::of(e)->detach(e); }
+// A call of handoff/detail/timer_entry.hpp: here, beside what it inlines.
 std::int64_t timer_deadline_now(const timer_core* c) noexcept { return c->deadline_now(); }
-bool timer_delivery_begin(timer_core*, timer_entry* e, std::uint64_t gen) noexcept {
-  return timer_shard::of(e)->delivery_begin(e, gen);
-}
-void timer_delivery_end(timer_core*, timer_entry* e, bool ran) noexcept { timer_shard::of(e)->delivery_end(e, ran); }
 
 }  // namespace handoff::detail

@@ -370,4 +370,17 @@ void timer_shard::skip_generations(std::uint64_t n) noexcept {
   pool_.for_each_entry([n](timer_entry* e) { e->gen += n; });
 }
 
+// --- the calls of handoff/detail/timer_entry.hpp: here, so that each inlines its shard's call ---
+timer_entry* timer_schedule(timer_core* c, const timer_request& r) { return c->schedule(r); }
+bool timer_cancel(timer_core*, timer_entry* e) noexcept { return timer_shard::of(e)->cancel(e); }
+bool timer_rearm(timer_core*, timer_entry* e, std::int64_t deadline) noexcept {
+  return timer_shard::of(e)->rearm(e, deadline);
+}
+bool timer_active(timer_core*, timer_entry* e) noexcept { return timer_shard::of(e)->active(e); }
+void timer_detach(timer_core*, timer_entry* e) noexcept { timer_shard::of(e)->detach(e); }
+bool timer_delivery_begin(timer_core*, timer_entry* e, std::uint64_t gen) noexcept {
+  return timer_shard::of(e)->delivery_begin(e, gen);
+}
+void timer_delivery_end(timer_core*, timer_entry* e, bool ran) noexcept { timer_shard::of(e)->delivery_end(e, ran); }
+
 }  // namespace handoff::detail
