@@ -33,10 +33,15 @@ std::int64_t timer_core::deadline_now() const noexcept {
   return driver_ != nullptr ? driver_->now() : detail::deadline_now();
 }
 
-unsigned timer_core::number_this_thread() noexcept {
-  // Relaxed: a number only; once per thread in the process, not per service.
-  static std::atomic<unsigned> next{0};
-  return next.fetch_add(1, std::memory_order_relaxed) % max_shards;
+timer_entry* timer_core::schedule_first(const timer_request& r) {
+  if (this_thread_index == max_shards) {
+    // Relaxed: a number only; once per thread in the process, not per service.
+    static std::atomic<unsigned> next{0};
+    this_thread_index = next.fetch_add(1, std::memory_order_relaxed) % max_shards;
+  }
+  timer_shard* s = shard_here();
+  if (s == nullptr) s = add_shard(this_thread_index);
+  return s->schedule(r);
 }
 
 timer_shard* timer_core::add_shard(unsigned i) {

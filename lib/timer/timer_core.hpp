@@ -56,9 +56,14 @@ class timer_core {
   // with deadlines to send.
   [[nodiscard]] std::int64_t deadline_now() const noexcept;
 
-  // The calls of handoff/detail/timer_entry.hpp: schedule into this thread's shard (may
-  // make it: throws std::bad_alloc), the rest in the entry's.
-  timer_entry* schedule(const timer_request& r) { return shard_here().schedule(r); }
+  // The calls of handoff/detail/timer_entry.hpp schedule into this thread's shard, the
+  // rest go to the entry's. shard_here: nullptr until this thread's first schedule here,
+  // which goes through schedule_first (numbers the thread, makes its shard: throws
+  // std::bad_alloc).
+  [[nodiscard]] timer_shard* shard_here() const noexcept {
+    return shards_[this_thread_index].load(std::memory_order_acquire);  // pairs with add_shard's store
+  }
+  [[gnu::noinline]] timer_entry* schedule_first(const timer_request& r);
 
   // Driving (lib/timer/drive.cpp). send_due: sends what is due in every shard; an actor a
   // send wins is queued on this thread's run queue, not drained. run_due_pinned:
@@ -95,19 +100,9 @@ class timer_core {
   [[nodiscard]] std::size_t shards() const noexcept;
 
  private:
-  timer_shard& shard_here() {
-    timer_shard* s = shards_[this_thread_index()].load(std::memory_order_acquire);  // pairs with add_shard's store
-    if (s == nullptr) [[unlikely]]
-      s = add_shard(this_thread_index());
-    return *s;
-  }
-  static unsigned this_thread_index() noexcept {
-    thread_local unsigned index = max_shards;  // max_shards: not numbered yet
-    if (index == max_shards) [[unlikely]]
-      index = number_this_thread();
-    return index;
-  }
-  static unsigned number_this_thread() noexcept;
+  // The thread's shard index; max_shards (a slot that stays empty) until it is numbered.
+  // Inline, with its constant initializer: every file reads it without a wrapper call.
+  static inline thread_local unsigned this_thread_index = max_shards;
   timer_shard* add_shard(unsigned i);
   template <class F>
   void for_each_shard(F f) noexcept {
@@ -132,8 +127,8 @@ class timer_core {
   unsigned shift_;       // log2 of the resolution in ns
   test_driver* driver_;  // the scheduler whose clock this is; nullptr: steady_clock
   // Made by the first schedule of a thread of that index, under config_m_; deleted by the
-  // destructor.
-  std::array<std::atomic<timer_shard*>, max_shards> shards_{};
+  // destructor. One more slot, always empty: where an unnumbered thread looks.
+  std::array<std::atomic<timer_shard*>, max_shards + 1> shards_{};
   std::atomic<std::size_t> holds_{1};              // the service's; acq_rel drops: the last sees every write
   std::atomic<std::thread::id> driving_thread_{};  // the thread in send_due, under drive_mutex_
 

@@ -371,7 +371,11 @@ void timer_shard::skip_generations(std::uint64_t n) noexcept {
 }
 
 // --- the calls of handoff/detail/timer_entry.hpp: here, so that each inlines its shard's call ---
-timer_entry* timer_schedule(timer_core* c, const timer_request& r) { return c->schedule(r); }
+timer_entry* timer_schedule(timer_core* c, const timer_request& r) {
+  if (timer_shard* s = c->shard_here()) [[likely]]
+    return s->schedule(r);
+  return c->schedule_first(r);  // both tail calls: no register saved on the way
+}
 bool timer_cancel(timer_core*, timer_entry* e) noexcept { return timer_shard::of(e)->cancel(e); }
 bool timer_rearm(timer_core*, timer_entry* e, std::int64_t deadline) noexcept {
   return timer_shard::of(e)->rearm(e, deadline);
