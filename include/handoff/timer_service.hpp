@@ -132,8 +132,8 @@ class timer_service {
   // period from now). O(1): this thread's shard's spin lock, the clock, and moving f into the entry (a
   // callable up to 24 bytes, 8-aligned, whose move cannot throw, is stored inline; a
   // larger one is moved to the heap, one allocation). Throws std::bad_alloc when the
-  // pool or the table of targets must grow and memory is out, or what moving f throws;
-  // then nothing is scheduled.
+  // pool or the table of targets must grow, or this thread's shard is made (its first
+  // schedule here), and memory is out, or what moving f throws; then nothing is scheduled.
   template <class State, class F, class Rep, class Period>
     requires(actor<State>::template is_handler<std::decay_t<F>>)
   [[nodiscard]] timer after(std::chrono::duration<Rep, Period> d, actor<State>& a, F&& f) {

@@ -91,9 +91,10 @@ struct timer_request {
   void (*emplace)(timer_entry* e, void* source) noexcept;  // moves the payload in, under the lock
   void* source;
 };
-// Allocates from the pool (throws std::bad_alloc only when the pool or the service's table
-// of targets must grow: more timers pending, or more actors with timers, than ever), links the
-// entry and returns it with a handle's reference.
+// Allocates from the pool of this thread's shard (throws std::bad_alloc only when that
+// shard's pool or table of targets must grow: more timers pending, or more actors with
+// timers, than ever there; or at this thread's first schedule, which makes the shard),
+// links the entry and returns it with a handle's reference.
 timer_entry* timer_schedule(timer_core* c, const timer_request& r);
 bool timer_cancel(timer_core* c, timer_entry* e) noexcept;  // also drops the handle's reference
 bool timer_rearm(timer_core* c, timer_entry* e, std::int64_t deadline) noexcept;
