@@ -275,7 +275,8 @@ class timer_service {
         &On::ops,
         target,
         nullptr,
-        nullptr};
+        nullptr,
+        inline_payload<stored> && !std::is_trivially_copyable_v<stored>};
     if constexpr (inline_payload<stored>) {
       stored f(std::forward<T>(value));  // built outside the lock: its constructor may throw
       r.emplace = [](detail::timer_entry* e, void* src) noexcept {

@@ -32,6 +32,13 @@ timer_entry* timer_shard::schedule(const timer_request& r) {
     throw;
   }
   timer_entry* e = pool_.take();
+  if (r.user_move) [[unlikely]] {
+    // The payload's move constructor is user code: run it with the lock dropped. The
+    // entry is ours alone meanwhile: out of the pool, in no list, no handle.
+    lock_.unlock();
+    r.emplace(e, r.source);
+    lock_.lock();
+  }
   // next is set by the link below; in_flight is 0 in a pooled entry (recycle).
   HANDOFF_ASSERT(e->in_flight == 0);
   e->deadline = r.deadline;
@@ -40,7 +47,7 @@ timer_entry* timer_shard::schedule(const timer_request& r) {
   e->target = r.target;
   e->flags = static_cast<std::uint8_t>(live | handle | payload | r.flags);
   targets_.add(pool_, e);
-  r.emplace(e, r.source);
+  if (!r.user_move) r.emplace(e, r.source);  // a copy of bytes
   ++stats_.scheduled;
   const bool w = link(e);
   lock_.unlock();

@@ -109,4 +109,32 @@ TEST(TimerShards, DestroyingTheServiceDropsTheTimersOfEveryShard) {
   EXPECT_FALSE(t1.rearm(1ms));
 }
 
+// A callable whose move constructor reads the service's counts, which takes every shard's
+// lock: under the lock it would spin forever.
+struct reads_stats_when_moved {
+  handoff::timer_service* s;
+  int* moves;
+  reads_stats_when_moved(handoff::timer_service* svc, int* m) noexcept : s(svc), moves(m) {}
+  reads_stats_when_moved(reads_stats_when_moved&& o) noexcept : s(o.s), moves(o.moves) {
+    (void)s->stats();
+    ++*moves;
+  }
+  reads_stats_when_moved(const reads_stats_when_moved&) = delete;
+  reads_stats_when_moved& operator=(const reads_stats_when_moved&) = delete;
+  reads_stats_when_moved& operator=(reads_stats_when_moved&&) = delete;
+  ~reads_stats_when_moved() = default;
+  void operator()(int& n) const { ++n; }
+};
+
+TEST(TimerShards, APayloadsMoveConstructorRunsWithNoLockHeld) {
+  test_timeout timeout{10s};
+  handoff::actor<int> a(0);
+  handoff::timer_service s;
+  int moves = 0;
+  auto t = s.after(1ms, a, reads_stats_when_moved{&s, &moves});
+  EXPECT_GE(moves, 1);
+  EXPECT_EQ(s.run_due(s.now() + 10ms), 1U);
+  EXPECT_EQ(value_of(a), 1);
+}
+
 }  // namespace

@@ -88,8 +88,12 @@ struct timer_request {
   std::uint8_t flags;
   timer_ops ops;
   void* target;
-  void (*emplace)(timer_entry* e, void* source) noexcept;  // moves the payload in, under the lock
+  // Moves the payload in: under the lock if the move is a copy of bytes (trivially
+  // copyable, or a pointer to a boxed payload), else before the entry is linked, with the
+  // lock dropped (a move constructor is user code).
+  void (*emplace)(timer_entry* e, void* source) noexcept;
   void* source;
+  bool user_move;  // the move runs a move constructor
 };
 // Allocates from the pool of this thread's shard (throws std::bad_alloc only when that
 // shard's pool or table of targets must grow: more timers pending, or more actors with
