@@ -275,15 +275,18 @@ class timer_service {
         &On::ops,
         target,
         nullptr,
-        nullptr,
-        inline_payload<stored> && !std::is_trivially_copyable_v<stored>};
+        nullptr};
     if constexpr (inline_payload<stored>) {
       stored f(std::forward<T>(value));  // built outside the lock: its constructor may throw
       r.emplace = [](detail::timer_entry* e, void* src) noexcept {
         ::new (static_cast<void*>(e->payload)) stored(std::move(*static_cast<stored*>(src)));
       };
       r.source = &f;
-      return timer(core_, detail::timer_schedule(core_, r));
+      if constexpr (!std::is_trivially_move_constructible_v<stored>) {
+        return timer(core_, detail::timer_schedule_moving(core_, r));  // its move is user code
+      } else {
+        return timer(core_, detail::timer_schedule(core_, r));
+      }
     } else {
       auto* boxed = new stored(std::forward<T>(value));
       r.emplace = [](detail::timer_entry* e, void* src) noexcept {

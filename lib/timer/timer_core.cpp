@@ -33,7 +33,7 @@ std::int64_t timer_core::deadline_now() const noexcept {
   return driver_ != nullptr ? driver_->now() : detail::deadline_now();
 }
 
-timer_entry* timer_core::schedule_first(const timer_request& r) {
+timer_entry* timer_core::schedule_first(const timer_request& r, bool moving) {
   if (this_thread_index == max_shards) {
     // Relaxed: a number only; once per thread in the process, not per service.
     static std::atomic<unsigned> next{0};
@@ -41,7 +41,7 @@ timer_entry* timer_core::schedule_first(const timer_request& r) {
   }
   timer_shard* s = shard_here();
   if (s == nullptr) s = add_shard(this_thread_index);
-  return s->schedule(r);
+  return moving ? s->schedule<true>(r) : s->schedule<false>(r);
 }
 
 timer_shard* timer_core::add_shard(unsigned i) {

@@ -63,7 +63,7 @@ class timer_core {
   [[nodiscard]] timer_shard* shard_here() const noexcept {
     return shards_[this_thread_index].load(std::memory_order_acquire);  // pairs with add_shard's store
   }
-  [[gnu::noinline]] timer_entry* schedule_first(const timer_request& r);
+  [[gnu::noinline]] timer_entry* schedule_first(const timer_request& r, bool moving);
 
   // Driving (lib/timer/drive.cpp). send_due: sends what is due in every shard; an actor a
   // send wins is queued on this thread's run queue, not drained. run_due_pinned:

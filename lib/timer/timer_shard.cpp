@@ -22,6 +22,7 @@ timer_shard::timer_shard(timer_core* core, std::int64_t epoch, unsigned shift, s
 void timer_shard::wake() noexcept { core_->wake(); }
 void timer_shard::release_core() noexcept { core_->release(); }
 
+template <bool moving>
 timer_entry* timer_shard::schedule(const timer_request& r) {
   lock_.lock();
   try {
@@ -32,7 +33,7 @@ timer_entry* timer_shard::schedule(const timer_request& r) {
     throw;
   }
   timer_entry* e = pool_.take();
-  if (r.user_move) [[unlikely]] {
+  if constexpr (moving) {
     // The payload's move constructor is user code: run it with the lock dropped. The
     // entry is ours alone meanwhile: out of the pool, in no list, no handle.
     lock_.unlock();
@@ -47,13 +48,15 @@ timer_entry* timer_shard::schedule(const timer_request& r) {
   e->target = r.target;
   e->flags = static_cast<std::uint8_t>(live | handle | payload | r.flags);
   targets_.add(pool_, e);
-  if (!r.user_move) r.emplace(e, r.source);  // a copy of bytes
+  if constexpr (!moving) r.emplace(e, r.source);  // a copy of bytes
   ++stats_.scheduled;
   const bool w = link(e);
   lock_.unlock();
   if (w) wake();
   return e;
 }
+template timer_entry* timer_shard::schedule<false>(const timer_request& r);
+template timer_entry* timer_shard::schedule<true>(const timer_request& r);
 
 bool timer_shard::cancel(timer_entry* e) noexcept {
   lock_.lock();
@@ -380,8 +383,13 @@ void timer_shard::skip_generations(std::uint64_t n) noexcept {
 // --- the calls of handoff/detail/timer_entry.hpp: here, so that each inlines its shard's call ---
 timer_entry* timer_schedule(timer_core* c, const timer_request& r) {
   if (timer_shard* s = c->shard_here()) [[likely]]
-    return s->schedule(r);
-  return c->schedule_first(r);  // both tail calls: no register saved on the way
+    return s->schedule<false>(r);
+  return c->schedule_first(r, false);  // both tail calls: no register saved on the way
+}
+timer_entry* timer_schedule_moving(timer_core* c, const timer_request& r) {
+  if (timer_shard* s = c->shard_here()) [[likely]]
+    return s->schedule<true>(r);
+  return c->schedule_first(r, true);
 }
 bool timer_cancel(timer_core*, timer_entry* e) noexcept { return timer_shard::of(e)->cancel(e); }
 bool timer_rearm(timer_core*, timer_entry* e, std::int64_t deadline) noexcept {

@@ -72,7 +72,8 @@ class timer_shard {
     return static_cast<timer_shard*>(entry_pool::owner_of(e));
   }
 
-  // The calls of handoff/detail/timer_entry.hpp.
+  // The calls of handoff/detail/timer_entry.hpp. schedule<true>: timer_schedule_moving.
+  template <bool moving>
   timer_entry* schedule(const timer_request& r);
   bool cancel(timer_entry* e) noexcept;
   bool rearm(timer_entry* e, std::int64_t deadline) noexcept;

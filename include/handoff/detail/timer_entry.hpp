@@ -88,19 +88,19 @@ struct timer_request {
   std::uint8_t flags;
   timer_ops ops;
   void* target;
-  // Moves the payload in: under the lock if the move is a copy of bytes (trivially
-  // copyable, or a pointer to a boxed payload), else before the entry is linked, with the
-  // lock dropped (a move constructor is user code).
+  // Moves the payload in: under the lock (timer_schedule: a copy of bytes, a trivial move
+  // constructor or a pointer to a boxed payload), or before the entry is linked with the
+  // lock dropped (timer_schedule_moving: a move constructor is user code).
   void (*emplace)(timer_entry* e, void* source) noexcept;
   void* source;
-  bool user_move;  // the move runs a move constructor
 };
 // Allocates from the pool of this thread's shard (throws std::bad_alloc only when that
 // shard's pool or table of targets must grow: more timers pending, or more actors with
 // timers, than ever there; or at this thread's first schedule, which makes the shard),
 // links the entry and returns it with a handle's reference.
 timer_entry* timer_schedule(timer_core* c, const timer_request& r);
-bool timer_cancel(timer_core* c, timer_entry* e) noexcept;  // also drops the handle's reference
+timer_entry* timer_schedule_moving(timer_core* c, const timer_request& r);  // the same: see emplace
+bool timer_cancel(timer_core* c, timer_entry* e) noexcept;                  // also drops the handle's reference
 bool timer_rearm(timer_core* c, timer_entry* e, std::int64_t deadline) noexcept;
 bool timer_active(timer_core* c, timer_entry* e) noexcept;
 void timer_detach(timer_core* c, timer_entry* e) noexcept;
