@@ -22,7 +22,7 @@ timer_shard::timer_shard(timer_core* core, std::int64_t epoch, unsigned shift, s
 void timer_shard::wake() noexcept { core_->wake(); }
 void timer_shard::release_core() noexcept { core_->release(); }
 
-template <bool moving>
+template <bool Moving>
 timer_entry* timer_shard::schedule(const timer_request& r) {
   lock_.lock();
   try {
@@ -33,7 +33,7 @@ timer_entry* timer_shard::schedule(const timer_request& r) {
     throw;
   }
   timer_entry* e = pool_.take();
-  if constexpr (moving) {
+  if constexpr (Moving) {
     // The payload's move constructor is user code: run it with the lock dropped. The
     // entry is ours alone meanwhile: out of the pool, in no list, no handle.
     lock_.unlock();
@@ -48,7 +48,7 @@ timer_entry* timer_shard::schedule(const timer_request& r) {
   e->target = r.target;
   e->flags = static_cast<std::uint8_t>(live | handle | payload | r.flags);
   targets_.add(pool_, e);
-  if constexpr (!moving) r.emplace(e, r.source);  // a copy of bytes
+  if constexpr (!Moving) r.emplace(e, r.source);  // a copy of bytes
   ++stats_.scheduled;
   const bool w = link(e);
   lock_.unlock();

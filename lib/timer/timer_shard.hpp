@@ -73,7 +73,7 @@ class timer_shard {
   }
 
   // The calls of handoff/detail/timer_entry.hpp. schedule<true>: timer_schedule_moving.
-  template <bool moving>
+  template <bool Moving>
   timer_entry* schedule(const timer_request& r);
   bool cancel(timer_entry* e) noexcept;
   bool rearm(timer_entry* e, std::int64_t deadline) noexcept;
