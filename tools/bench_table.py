@@ -110,6 +110,11 @@ SPEEDUP_TARGETS = {
                             "workers; handoff_2workers_nohint is the same pool behind an executor that gives no "
                             "hint. The ideal is the core count"),
                            ("handoff_2workers_nohint", "handoff_2workers", None, "the idle hint's effect", "")],
+    "timer_schedule_cancel_threads": [("handoff_1thread", "handoff_2threads", 1.6, "2 threads >= 1.6x 1 thread",
+                                       "timer_schedule_cancel_threads: 200,000 schedule + cancel pairs per iteration "
+                                       "over 100,000 targets, split between 1 or 2 threads, each on its own targets "
+                                       "with its own ring of pending timers (10,000 in all) (bench/timer_bench.cpp); "
+                                       "each thread schedules into a shard of its own. The ideal is the core count")],
 }
 # (workload prefix, counter) -> (max value for handoff impls, description)
 COUNTER_TARGETS = {
@@ -123,8 +128,12 @@ COUNTER_TARGETS = {
     ("timer_1m_pending", "bytes_per_timer"): (96.5, "96-byte entries (64-bit generation and in-flight count): <= 80 bytes beyond a 16-byte message"),
     ("timer_fire_latency", "early"): (0.0, "never early"),
     ("timer_schedule_cancel_100k_targets", "ns_per_op"): (50.0, "schedule + cancel over 100,000 targets <= 50 ns"),
+    ("timer_rearm", "ns_per_op"): (30.0, "re-arm <= 30 ns"),
     ("timer_schedule_cancel_100k_targets", "allocs_per_op"): (0.0, "no allocation in the steady state"),
     ("timer_destroy_actor_1m_pending", "destroy_us"): (20.0, "destroying an actor with 1 timer, 1M pending: <= 20 us"),
+    ("timer_cancel_busy_handler", "cancel_p99_us"): (50.0, "cancel() while the target's handler runs 10 ms: p99 <= 50 us"),
+    ("timer_cancel_busy_handler", "late_p99_over_idle_us"): (1050.0, "other timers due meanwhile: p99 lateness <= the idle run's + 1.05 ms"),
+    ("timer_cancel_busy_handler", "early"): (0.0, "never early"),
     ("timer_burst_memory", "bytes_beyond_wheel"): (65536.0, "after 1M scheduled and cancelled, a periodic timer living: <= 64 KB beyond the wheel"),
     ("redis_delayed_10k", "early"): (0.0, "never early"),
     ("redis_delayed_10k", "last_ms"): (1000.0, "the last within 1 s of the due time"),

@@ -94,7 +94,8 @@ class timer {
   // already fired and its delivery has not started (that delivery then does nothing).
   // A periodic timer goes on with its period from there. False, changing nothing, if the
   // timer is over (a one-shot whose message started running, a cancelled one) or the
-  // handle is empty. O(1), never allocates, never blocks but on the service's spin lock.
+  // handle is empty. O(1), never allocates, never blocks but on the spin lock of the
+  // timer's shard of the service.
   template <class Rep, class Period>
   bool rearm(std::chrono::duration<Rep, Period> d) noexcept {
     if (core_ == nullptr) return false;

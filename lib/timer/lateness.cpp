@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <mutex>
 
 namespace handoff::detail {
 
@@ -25,6 +26,7 @@ std::uint64_t lateness_recorder::upper_bound_of(std::size_t bucket) noexcept {
 
 void lateness_recorder::record(std::int64_t late_ns) noexcept {
   const std::uint64_t ns = late_ns < 0 ? 0 : static_cast<std::uint64_t>(late_ns);
+  std::lock_guard g(lock_);
   ++counts_[bucket_of(ns)];
   ++count_;
   max_ = std::max(max_, ns);
@@ -32,6 +34,7 @@ void lateness_recorder::record(std::int64_t late_ns) noexcept {
 
 timer_lateness lateness_recorder::take() noexcept {
   timer_lateness out;
+  std::lock_guard g(lock_);
   out.count = count_;
   if (count_ == 0) return out;
   // The smallest bucket holding the rank; its upper bound, never above the maximum seen.

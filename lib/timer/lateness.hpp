@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "handoff/detail/spin_lock.hpp"
 #include "handoff/metrics.hpp"
 #include "handoff/timer.hpp"
 
@@ -23,9 +24,10 @@ class lateness_recorder {
   // The sink this batch reports to (the service's own, else the process-wide one): read
   // once per batch, so a service with no sink pays one load per batch, none per send.
   [[nodiscard]] metrics_sink* sink() const noexcept { return sink_or_global(own_); }
-  // One message accepted `late_ns` after its deadline. Under the service's lock.
+  // One message accepted `late_ns` after its deadline. Thread-safe (the recorder's lock;
+  // the driver may hold a shard's lock, which the recorder's never waits for).
   void record(std::int64_t late_ns) noexcept;
-  // The window since the last take(), and a new empty one. Under the service's lock.
+  // The window since the last take(), and a new empty one. Thread-safe.
   [[nodiscard]] timer_lateness take() noexcept;
 
   static std::size_t bucket_of(std::uint64_t ns) noexcept;
@@ -36,7 +38,8 @@ class lateness_recorder {
   static constexpr std::size_t bucket_count = 64 << sub_bits;
 
   metrics_sink* const own_;  // set at construction, read by any batch
-  // Guarded by the service's lock.
+  spin_lock lock_;
+  // Guarded by lock_.
   std::array<std::uint64_t, bucket_count> counts_{};
   std::uint64_t count_ = 0;
   std::uint64_t max_ = 0;
