@@ -217,7 +217,6 @@ int main(int argc, char** argv) {
   }
   const std::string_view m = argv[1];
   const long n = std::atol(argv[2]);
-  const std::vector<std::string>& keys = short_keys();
   long sink = 0;
   if (long k = keyed_modes(m, n); k >= 0) {
     sink = k;
