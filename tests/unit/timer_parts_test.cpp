@@ -126,6 +126,42 @@ TEST(TimerTargetTable, ListsEachTargetsEntriesThroughGrowthShrinkageAndBackwardS
   EXPECT_LE(table.bytes(), 64 * sizeof(target_table::slot)) << "the table did not shrink back";
 }
 
+TEST(TimerTargetTable, AResizeMovesAFewSlotsPerCallNotTheWholeTable) {
+  test_timeout timeout{10s};
+  int owner = 0;
+  entry_pool pool(&owner);
+  target_table table;
+  std::vector<int> actors(4096);
+  std::vector<timer_entry*> live;
+  auto add = [&](void* target) {
+    pool.reserve_one();
+    table.reserve_one();
+    timer_entry* e = pool.take();
+    e->target = target;
+    table.add(pool, e);
+    live.push_back(e);
+  };
+  bool saw_growth = false;
+  for (int& a : actors) {
+    const std::size_t before = table.bytes();
+    add(&a);
+    if (table.bytes() > before) {
+      saw_growth = true;
+      // The add that starts a doubling leaves most of the old slots to later calls.
+      EXPECT_TRUE(table.resizing()) << "a doubling moved every slot in one call";
+    }
+    ASSERT_NE(table.find(&actors[0]), nullptr);  // found in whichever array holds it
+  }
+  EXPECT_TRUE(saw_growth);
+  for (int& a : actors) ASSERT_EQ(entries_of(pool, table, &a).size(), 1U);
+  for (timer_entry* e : live) {
+    table.remove(pool, e);
+    pool.give(e);
+  }
+  EXPECT_EQ(table.size(), 0U);
+  EXPECT_FALSE(table.resizing());
+}
+
 TEST(TimerTargetTable, AScheduleAfterForgettingClearsTheMark) {
   test_timeout timeout{10s};
   int owner = 0;
