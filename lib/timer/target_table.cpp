@@ -20,7 +20,16 @@ target_table::slot* zeroed_slots(std::size_t n) {
 }  // namespace
 
 target_table::target_table()
-    : slots_(zeroed_slots(min_slots)), mask_(min_slots - 1), bits_(static_cast<unsigned>(std::countr_zero(min_slots))) {}
+    : slots_(zeroed_slots(min_slots)),
+      mask_(min_slots - 1),
+      bits_(static_cast<unsigned>(std::countr_zero(min_slots))),
+      grow_at_(min_slots / 2) {}
+
+void target_table::reserve_slow(const void* target) {
+  if (old_ != nullptr) step();
+  if ((used_ + 1) * 2 > mask_ + 1) resize(2 * (mask_ + 1));
+  if (old_ != nullptr) (void)find_old(target);
+}
 
 target_table::~target_table() {
   std::free(old_);
@@ -51,6 +60,7 @@ void target_table::moved_one() noexcept {
   if (--old_used_ == 0) {
     std::free(old_);
     old_ = nullptr;
+    grow_at_ = (mask_ + 1) / 2;
   }
 }
 
@@ -108,8 +118,10 @@ void target_table::resize(std::size_t n) {
   slot* fresh = zeroed_slots(n);  // may throw: nothing changed yet
   if (used_ == 0) {
     std::free(slots_);
+    grow_at_ = n / 2;
   } else {
     old_ = slots_;
+    grow_at_ = 0;  // every reserve_one steps until the move ends
   }
   old_used_ = used_;
   old_mask_ = mask_;

@@ -15,7 +15,8 @@
 // A resize is incremental, so that no schedule or cancel waits for a whole table's move:
 // the new array (zeroed by calloc, whose large blocks are fresh pages: no pass over them)
 // becomes the table, and the old one is kept beside it, read-only but for its slots moved
-// out, which become `moved` markers that a probe steps over. Each add and remove moves the
+// out, which become `moved` markers that a probe steps over. Each reserve_one (a schedule)
+// and each removal of a target moves the
 // next few old slots (step_slots), and a find that meets its target in the old array moves
 // that one first, so every slot a caller holds is in the new array. The move ends long
 // before the new array could need a resize of its own (see step_slots).
@@ -56,13 +57,21 @@ class target_table {
       return find_old(target);
     return nullptr;
   }
-  // Makes sure add() will not allocate (starts a resize: throws std::bad_alloc).
-  void reserve_one() {
-    if ((used_ + 1) * 2 > mask_ + 1) [[unlikely]]
-      resize(2 * (mask_ + 1));
+  // Makes sure add() of an entry aimed at `target` will not allocate (starts a resize:
+  // throws std::bad_alloc); while resizing, moves the next old slots and target's own, so
+  // that add() looks in the new array only (the old one only loses slots meanwhile).
+  void reserve_one(const void* target) {
+    if (used_ >= grow_at_) [[unlikely]]
+      reserve_slow(target);
+  }
+  // The same guarantee again after the caller let go of the lock since reserve_one(target)
+  // (another schedule may have started a resize meanwhile); room is left by then anyway.
+  void settle(const void* target) noexcept {
+    if (old_ != nullptr) [[unlikely]]
+      (void)find_old(target);
   }
   // Links e (its target set, in no list) at the head of its target's list, adding the
-  // slot if new. Precondition: reserve_one().
+  // slot if new. Precondition: reserve_one(e->target).
   void add(entry_pool& pool, timer_entry* e) noexcept {
     slot* s = find_or_add(e->target);
     const std::uint32_t i = entry_pool::index_of(e);
@@ -93,7 +102,7 @@ class target_table {
 
  private:
   static constexpr std::size_t min_slots = 64;
-  // Old slots moved per add or removal of a target while resizing. A doubling starts at
+  // Old slots moved per schedule (reserve_one) or removal of a target while resizing. A doubling starts at
   // n / 2 targets in n slots and ends within n / step_slots adds, before n more make the 2n
   // new slots half full; a halving starts below n / 8 and ends within n / step_slots calls,
   // before n / 8 more make the n / 2 new slots half full.
@@ -105,16 +114,11 @@ class target_table {
     return static_cast<std::size_t>(h >> (64 - bits));
   }
   slot* find_or_add(const void* target) noexcept {
-    if (old_ != nullptr) [[unlikely]]
-      step();
     for (std::size_t i = home(target, bits_);; i = (i + 1) & mask_) {
       slot& s = slots_[i];
       if (s.target == target) return &s;
       if (s.target == nullptr) {
-        if (old_ != nullptr) [[unlikely]] {
-          if (slot* o = find_old(target)) return o;
-        }
-        HANDOFF_ASSERT((used_ + 1) * 2 <= mask_ + 1);
+        HANDOFF_ASSERT(used_ < mask_);  // a schedule that let go of the lock may pass half full
         s.target = target;
         s.head = none;  // a fresh array's slots are all zero bits
         ++used_;
@@ -122,6 +126,7 @@ class target_table {
       }
     }
   }
+  void reserve_slow(const void* target);
   // Probes the old array; a hit moves to the new one, and that slot is returned.
   slot* find_old(const void* target) noexcept;
   // Moves the next step_slots old slots; frees the old array once none is left there.
@@ -136,6 +141,8 @@ class target_table {
   std::size_t mask_;
   unsigned bits_;         // log2(mask_ + 1)
   std::size_t used_ = 0;  // targets in both arrays
+  // reserve_one's one test: the count at which the array is half full, 0 while resizing.
+  std::size_t grow_at_;
   slot* old_ = nullptr;   // while resizing: the array being moved out, else nullptr
   std::size_t old_mask_ = 0;
   unsigned old_bits_ = 0;
