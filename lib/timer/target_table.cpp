@@ -20,9 +20,7 @@ target_table::slot* zeroed_slots(std::size_t n) {
 }  // namespace
 
 target_table::target_table()
-    : slots_(zeroed_slots(min_slots)),
-      mask_(min_slots - 1),
-      bits_(static_cast<unsigned>(std::countr_zero(min_slots))),
+    : slots_(zeroed_slots(min_slots)), mask_(min_slots - 1), bits_(static_cast<unsigned>(std::countr_zero(min_slots))),
       grow_at_(min_slots / 2) {}
 
 void target_table::reserve_slow(const void* target) {

@@ -15,11 +15,11 @@
 // A resize is incremental, so that no schedule or cancel waits for a whole table's move:
 // the new array (zeroed by calloc, whose large blocks are fresh pages: no pass over them)
 // becomes the table, and the old one is kept beside it, read-only but for its slots moved
-// out, which become `moved` markers that a probe steps over. Each reserve_one (a schedule)
-// and each removal of a target moves the
-// next few old slots (step_slots), and a find that meets its target in the old array moves
-// that one first, so every slot a caller holds is in the new array. The move ends long
-// before the new array could need a resize of its own (see step_slots).
+// out, which become `moved` markers that a probe steps over. Each schedule (reserve_one)
+// and each removal of a target moves the next few old slots (step_slots); reserve_one also
+// moves the scheduled target's own slot, and a find that meets its target in the old
+// array moves that one, so every slot a caller holds is in the new array. The move ends
+// long before the new array could need a resize of its own (see step_slots).
 #pragma once
 
 #include <cstddef>
@@ -96,7 +96,9 @@ class target_table {
     e->target_prev = none;
   }
   [[nodiscard]] std::size_t size() const noexcept { return used_; }
-  [[nodiscard]] std::size_t bytes() const noexcept { return (mask_ + 1 + (old_ != nullptr ? old_mask_ + 1 : 0)) * sizeof(slot); }
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    return (mask_ + 1 + (old_ != nullptr ? old_mask_ + 1 : 0)) * sizeof(slot);
+  }
   // For tests: whether a resize is still moving slots.
   [[nodiscard]] bool resizing() const noexcept { return old_ != nullptr; }
 
@@ -137,17 +139,17 @@ class target_table {
   void erase(slot* s) noexcept;
   void resize(std::size_t n);
 
-  slot* slots_;           // a power of two of them, mask_ + 1
+  slot* slots_;  // a power of two of them, mask_ + 1
   std::size_t mask_;
   unsigned bits_;         // log2(mask_ + 1)
   std::size_t used_ = 0;  // targets in both arrays
   // reserve_one's one test: the count at which the array is half full, 0 while resizing.
   std::size_t grow_at_;
-  slot* old_ = nullptr;   // while resizing: the array being moved out, else nullptr
+  slot* old_ = nullptr;  // while resizing: the array being moved out, else nullptr
   std::size_t old_mask_ = 0;
   unsigned old_bits_ = 0;
-  std::size_t cursor_ = 0;     // the next old slot to move
-  std::size_t old_used_ = 0;   // targets still in the old array: at 0 it goes
+  std::size_t cursor_ = 0;    // the next old slot to move
+  std::size_t old_used_ = 0;  // targets still in the old array: at 0 it goes
 };
 
 }  // namespace handoff::detail
