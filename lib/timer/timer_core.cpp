@@ -3,9 +3,11 @@
 #include "timer_core.hpp"
 
 #include <atomic>
+#include <bit>
 #include <memory>
 #include <mutex>
 
+#include "../runtime/thread_exit.hpp"
 #include "deadline_clock.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/clock.hpp"
@@ -33,12 +35,41 @@ std::int64_t timer_core::deadline_now() const noexcept {
   return driver_ != nullptr ? driver_->now() : detail::deadline_now();
 }
 
-timer_entry* timer_core::schedule_first(const timer_request& r, bool moving) {
-  if (this_thread_index == max_shards) {
-    // Relaxed: a number only; once per thread in the process, not per service.
-    static std::atomic<unsigned> next{0};
-    this_thread_index = next.fetch_add(1, std::memory_order_relaxed) % max_shards;
+namespace {
+// The shard indices held by live threads, a bit each. Relaxed: numbers only; two threads
+// on one index would share its shards, correct but slower.
+std::atomic<std::uint32_t> indices_held{0};
+static_assert(timer_core::max_shards <= 32);
+}  // namespace
+
+void timer_core::give_back_thread_index() noexcept {
+  indices_held.fetch_and(~(std::uint32_t{1} << this_thread_index), std::memory_order_relaxed);
+  // The index stays: a schedule from a later thread-exit destructor shares that shard.
+}
+
+void timer_core::take_thread_index() noexcept {
+  // The lowest index no live thread holds, given back when this thread exits: a thread
+  // that replaces one that ended (a pool's, a benchmark's) takes over its warm shard
+  // instead of a new one, and threads share a shard only while more than max_shards live.
+  constexpr std::uint32_t all = max_shards == 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << max_shards) - 1;
+  std::uint32_t held = indices_held.load(std::memory_order_relaxed);
+  for (;;) {
+    if ((held & all) == all) {
+      static std::atomic<unsigned> next{0};  // every index is held: share one in turn
+      this_thread_index = next.fetch_add(1, std::memory_order_relaxed) % max_shards;
+      return;
+    }
+    const auto i = static_cast<unsigned>(std::countr_one(held));
+    if (indices_held.compare_exchange_weak(held, held | std::uint32_t{1} << i, std::memory_order_relaxed)) {
+      this_thread_index = i;
+      run_at_thread_exit<&give_back_thread_index>();
+      return;
+    }
   }
+}
+
+timer_entry* timer_core::schedule_first(const timer_request& r, bool moving) {
+  if (this_thread_index == max_shards) take_thread_index();  // once per thread in the process, not per service
   timer_shard* s = shard_here();
   if (s == nullptr) s = add_shard(this_thread_index);
   return moving ? s->schedule<true>(r) : s->schedule<false>(r);

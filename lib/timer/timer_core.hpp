@@ -2,8 +2,9 @@
 // service, its handles and the deliveries it posted share. Private to lib/timer/.
 //
 // Shards (lib/timer/timer_shard.hpp): each holds a spin lock, a wheel, an entry pool and a
-// table of targets. A thread schedules into the shard of its index (threads are numbered
-// in the order of their first schedule, modulo max_shards), made at its first schedule;
+// table of targets. A thread schedules into the shard of its index (at its first schedule
+// in the process, the lowest index no live thread holds; past max_shards live threads,
+// they share), made at its first schedule;
 // an entry stays in its shard, which cancel, rearm and the deliveries find from the entry.
 // So threads that schedule and cancel their own timers never share a lock or a counter;
 // a cancel from another thread takes the entry's shard's lock. All shards' wheels share
@@ -104,6 +105,8 @@ class timer_core {
   // The thread's shard index; max_shards (a slot that stays empty) until it is numbered.
   // Inline, with its constant initializer: every file reads it without a wrapper call.
   static inline thread_local unsigned this_thread_index = max_shards;
+  static void take_thread_index() noexcept;
+  static void give_back_thread_index() noexcept;  // at the thread's exit
   timer_shard* add_shard(unsigned i);
   template <class F>
   void for_each_shard(F f) noexcept {

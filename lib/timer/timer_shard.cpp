@@ -27,7 +27,7 @@ timer_entry* timer_shard::schedule(const timer_request& r) {
   lock_.lock();
   try {
     pool_.reserve_one();  // in the steady state neither allocates
-    targets_.reserve_one();
+    targets_.reserve_one(r.target);
   } catch (...) {
     lock_.unlock();
     throw;
@@ -39,6 +39,7 @@ timer_entry* timer_shard::schedule(const timer_request& r) {
     lock_.unlock();
     r.emplace(e, r.source);
     lock_.lock();
+    targets_.settle(r.target);
   }
   // next is set by the link below; in_flight is 0 in a pooled entry (recycle).
   HANDOFF_ASSERT(e->in_flight == 0);

@@ -50,7 +50,9 @@ namespace handoff::detail {
 
 class timer_core;
 
-class timer_shard {
+// Aligned to a cache line: the shards of two threads, often allocated one after the
+// other, share no line (one's counts at its end, the next one's lock at its start).
+class alignas(64) timer_shard {
  public:
   // timer_entry::flags (handoff/detail/timer_entry.hpp)
   static constexpr std::uint8_t live = timer_flag::live;

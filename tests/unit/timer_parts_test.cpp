@@ -97,10 +97,11 @@ TEST(TimerTargetTable, ListsEachTargetsEntriesThroughGrowthShrinkageAndBackwardS
     // Grow to about 3000 targets, then shrink to none: the table doubles and halves.
     const bool add = step < 20'000 ? rng() % 4 != 0 : rng() % 4 == 0;
     if (add || live.empty()) {
+      void* target = &actors[rng() % (step < 20'000 ? actors.size() : 64)];
       pool.reserve_one();
-      table.reserve_one();
+      table.reserve_one(target);
       timer_entry* e = pool.take();
-      e->target = &actors[rng() % (step < 20'000 ? actors.size() : 64)];
+      e->target = target;
       table.add(pool, e);
       truth[e->target].insert(e);
       live.push_back(e);
@@ -126,6 +127,73 @@ TEST(TimerTargetTable, ListsEachTargetsEntriesThroughGrowthShrinkageAndBackwardS
   EXPECT_LE(table.bytes(), 64 * sizeof(target_table::slot)) << "the table did not shrink back";
 }
 
+TEST(TimerTargetTable, AResizeMovesAFewSlotsPerCallNotTheWholeTable) {
+  test_timeout timeout{10s};
+  int owner = 0;
+  entry_pool pool(&owner);
+  target_table table;
+  std::vector<int> actors(4096);
+  std::vector<timer_entry*> live;
+  auto add = [&](void* target) {
+    pool.reserve_one();
+    table.reserve_one(target);
+    timer_entry* e = pool.take();
+    e->target = target;
+    table.add(pool, e);
+    live.push_back(e);
+  };
+  bool saw_growth = false;
+  for (int& a : actors) {
+    const std::size_t before = table.bytes();
+    add(&a);
+    if (table.bytes() > before) {
+      saw_growth = true;
+      // The add that starts a doubling leaves most of the old slots to later calls.
+      EXPECT_TRUE(table.resizing()) << "a doubling moved every slot in one call";
+    }
+    ASSERT_NE(table.find(&actors[0]), nullptr);  // found in whichever array holds it
+  }
+  EXPECT_TRUE(saw_growth);
+  for (int& a : actors) ASSERT_EQ(entries_of(pool, table, &a).size(), 1U);
+  for (timer_entry* e : live) {
+    table.remove(pool, e);
+    pool.give(e);
+  }
+  EXPECT_EQ(table.size(), 0U);
+  EXPECT_FALSE(table.resizing());
+}
+
+// A schedule whose payload's move runs with the lock let go: other schedules meanwhile
+// may start a resize, which leaves the target's slot in the old array; settle() brings it
+// over, so that add() finds it instead of making a second slot for the same actor.
+TEST(TimerTargetTable, SettleKeepsOneSlotPerTargetAcrossAResizeStartedMeanwhile) {
+  test_timeout timeout{10s};
+  int owner = 0;
+  entry_pool pool(&owner);
+  target_table table;
+  std::vector<int> actors(64);
+  auto add = [&](void* target) {
+    pool.reserve_one();
+    table.reserve_one(target);
+    timer_entry* e = pool.take();
+    e->target = target;
+    table.add(pool, e);
+    return e;
+  };
+  timer_entry* first = add(&actors[0]);
+  pool.reserve_one();
+  table.reserve_one(&actors[0]);  // the second schedule for actors[0] reserves, then lets go
+  timer_entry* second = pool.take();
+  std::size_t others = 1;
+  while (!table.resizing()) (void)add(&actors[others++]);  // meanwhile: a doubling starts
+  table.settle(&actors[0]);
+  second->target = &actors[0];
+  table.add(pool, second);
+  EXPECT_EQ(table.size(), others);
+  const auto listed = entries_of(pool, table, &actors[0]);
+  EXPECT_EQ(std::set<timer_entry*>(listed.begin(), listed.end()), (std::set<timer_entry*>{first, second}));
+}
+
 TEST(TimerTargetTable, AScheduleAfterForgettingClearsTheMark) {
   test_timeout timeout{10s};
   int owner = 0;
@@ -133,13 +201,13 @@ TEST(TimerTargetTable, AScheduleAfterForgettingClearsTheMark) {
   target_table table;
   int actor = 0;
   pool.reserve_one();
-  table.reserve_one();
+  table.reserve_one(&actor);
   timer_entry* e = pool.take();
   e->target = &actor;
   table.add(pool, e);
   table.find(&actor)->forgotten = 1;
   pool.reserve_one();
-  table.reserve_one();
+  table.reserve_one(&actor);
   timer_entry* f = pool.take();
   f->target = &actor;
   table.add(pool, f);  // a new timer for an address reused by a new actor

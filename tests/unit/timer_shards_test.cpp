@@ -7,6 +7,7 @@
 #include <handoff/timer_service.hpp>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -26,6 +27,32 @@ handoff::timer after_on_new_thread(handoff::timer_service& s, std::chrono::nanos
   return t;
 }
 
+// Threads that each schedule one timer and live on until this is destroyed, each holding
+// a shard index of its own meanwhile (an ended thread's index goes to the next thread).
+class live_threads {
+ public:
+  live_threads() = default;
+  live_threads(const live_threads&) = delete;
+  live_threads& operator=(const live_threads&) = delete;
+  ~live_threads() {
+    done_.set_value();
+    for (std::thread& t : threads_) t.join();
+  }
+  handoff::timer after(handoff::timer_service& s, std::chrono::nanoseconds d, handoff::actor<int>& a) {
+    std::promise<handoff::timer> made;
+    threads_.emplace_back([&, until = ended_] {
+      made.set_value(s.after(d, a, [](int& n) { ++n; }));
+      until.wait();
+    });
+    return made.get_future().get();
+  }
+
+ private:
+  std::promise<void> done_;
+  std::shared_future<void> ended_ = done_.get_future().share();
+  std::vector<std::thread> threads_;
+};
+
 int value_of(handoff::actor<int>& a) {
   return a.ask([](int& n) { return n; }).get();
 }
@@ -35,19 +62,32 @@ TEST(TimerShards, ThreadsScheduleIntoShardsOfTheirOwn) {
   handoff::actor<int> a(0);
   const std::size_t before = handoff::detail::shards_of_every_core();
   handoff::timer_service s;
-  auto t1 = after_on_new_thread(s, 1h, a);
-  auto t2 = after_on_new_thread(s, 1h, a);
+  live_threads threads;
+  auto t1 = threads.after(s, 1h, a);
+  auto t2 = threads.after(s, 1h, a);
   EXPECT_EQ(handoff::detail::shards_of_every_core() - before, 2U);
   EXPECT_EQ(s.stats().pending, 2U);
   EXPECT_EQ(s.stats().scheduled, 2U);
+}
+
+TEST(TimerShards, AThreadThatReplacesAnEndedOneTakesOverItsShard) {
+  test_timeout timeout{10s};
+  handoff::actor<int> a(0);
+  const std::size_t before = handoff::detail::shards_of_every_core();
+  handoff::timer_service s;
+  std::vector<handoff::timer> timers;
+  for (int i = 0; i < 20; ++i) timers.push_back(after_on_new_thread(s, 1h, a));  // one after another
+  EXPECT_EQ(handoff::detail::shards_of_every_core() - before, 1U);
+  EXPECT_EQ(s.stats().pending, 20U);
 }
 
 TEST(TimerShards, OneDriverSendsWhatIsDueInEveryShard) {
   test_timeout timeout{10s};
   handoff::actor<int> a(0);
   handoff::timer_service s;
+  live_threads threads;
   std::vector<handoff::timer> timers;
-  for (int i = 0; i < 4; ++i) timers.push_back(after_on_new_thread(s, 1ms * (i + 1), a));
+  for (int i = 0; i < 4; ++i) timers.push_back(threads.after(s, 1ms * (i + 1), a));
   EXPECT_EQ(s.run_due(s.now() + 10ms), 4U);
   EXPECT_EQ(value_of(a), 4);
   EXPECT_EQ(s.stats().sent, 4U);
@@ -82,10 +122,11 @@ TEST(TimerShards, DestroyingAnActorCancelsItsTimersInEveryShard) {
   auto doomed = std::make_unique<handoff::actor<int>>(0);
   handoff::actor<int> other(0);
   handoff::timer_service s;
-  auto mine1 = after_on_new_thread(s, 1ms, *doomed);
-  auto mine2 = after_on_new_thread(s, 1ms, *doomed);
+  live_threads threads;
+  auto mine1 = threads.after(s, 1ms, *doomed);
+  auto mine2 = threads.after(s, 1ms, *doomed);
   auto mine3 = s.after(1ms, *doomed, [](int& n) { ++n; });
-  auto theirs = after_on_new_thread(s, 1ms, other);
+  auto theirs = threads.after(s, 1ms, other);
   doomed.reset();
   EXPECT_FALSE(mine1.active());
   EXPECT_FALSE(mine2.active());
@@ -99,8 +140,9 @@ TEST(TimerShards, DestroyingTheServiceDropsTheTimersOfEveryShard) {
   test_timeout timeout{10s};
   handoff::actor<int> a(0);
   auto s = std::make_unique<handoff::timer_service>();
-  auto t1 = after_on_new_thread(*s, 1h, a);
-  auto t2 = after_on_new_thread(*s, 1h, a);
+  live_threads threads;
+  auto t1 = threads.after(*s, 1h, a);
+  auto t2 = threads.after(*s, 1h, a);
   auto t3 = s->after(1h, a, [](int& n) { ++n; });
   s.reset();
   EXPECT_FALSE(t1.active());
