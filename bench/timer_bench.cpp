@@ -344,17 +344,9 @@ void handoff_schedule_cancel_threads(benchmark::State& state, int threads) {
 // delivery queued behind that handler; meanwhile timers aimed at other actors come due
 // every millisecond. The service sends its batches to a pool of 2 workers (start(pool)),
 // and the actors run on it: the busy handler holds one worker. Lateness is measured in the
-// same run without the busy handler first, then with it. The busy handler also holds a
-// core, which on a small machine delays every thread; the first run loses the same core
-// to a plain thread that spins alike, so that the difference is what the busy handler
-// costs the other timers through the service and the pool, not the core it takes.
+// same run without the busy handler first, then with it.
 void handoff_cancel_busy_handler(benchmark::State& state) {
   constexpr int rounds = 60;
-  auto spin_for = [](std::chrono::nanoseconds d) {
-    const auto until = std::chrono::steady_clock::now() + d;
-    while (std::chrono::steady_clock::now() < until) {
-    }
-  };
   for (auto _ : state) {
     handoff::thread_pool pool{2};
     handoff::timer_service timers;
@@ -389,22 +381,17 @@ void handoff_cancel_busy_handler(benchmark::State& state) {
     };
     const std::size_t n = rounds * 12;
     auto idle = stream(static_cast<int>(n));
-    std::thread spinner([&] {  // the busy run's duty cycle: 10 ms spinning in each round
-      for (int r = 0; r < rounds; ++r) {
-        spin_for(10ms);
-        std::this_thread::sleep_for(2ms);
-      }
-    });
     std::this_thread::sleep_for(1ms * static_cast<int>(n) + 20ms);
-    spinner.join();
     const auto late_idle = collect();
     auto busy_stream = stream(static_cast<int>(n));
     std::vector<double> cancel_us;
     std::atomic<int> running{0};
     for (int r = 0; r < rounds; ++r) {
-      auto spin = timers.after(0ms, busy, [&running, &spin_for](int&) {
+      auto spin = timers.after(0ms, busy, [&running](int&) {
         running.fetch_add(1);
-        spin_for(10ms);
+        const auto until = std::chrono::steady_clock::now() + 10ms;
+        while (std::chrono::steady_clock::now() < until) {
+        }
       });
       while (running.load() != r + 1) std::this_thread::yield();
       auto queued = timers.after(0ms, busy, [](int& x) { ++x; });  // fires, waits behind the handler
