@@ -47,8 +47,8 @@
  * subtracts what it ran (released: done) and sets OFFER in the word, then goes on
  * draining. A sender whose fetch_add returned OFFER without TAKEN enqueues its message,
  * then claims by a CAS that sets TAKEN only while OFFER is set and TAKEN is not; the
- * claimant waits until TAKEN is clear. The offering owner checks TAKEN before each
- * message: set, it hands over in one atomic (subtract what it ran, clear OFFER and
+ * claimant waits until TAKEN is clear. The offering owner may check TAKEN before any
+ * message (the code checks every 16 messages): set, it hands over in one atomic (subtract what it ran, clear OFFER and
  * TAKEN, add one unit that the successor holds as a message it ran) and returns. Its
  * release with an empty mailbox is a CAS: TAKEN set -> the hand-over; count = X -> 0;
  * else count -= X with OFFER kept. Here `off` and `tak` are those two bits of the word.
@@ -183,7 +183,8 @@ inline hand_over() {
 inline drain(X, turn, got, ok, mm, offd) {
   do
   :: offd && tak -> hand_over(); offd = 0; turn = 0; break
-  :: !(offd && tak) ->
+  :: true ->                                /* no look for a claim now: the code looks every
+                                               16 messages, so any message may go first */
      if
 #if BUDGET > 0
      :: (!offd && turn != 0 && turn >= BUDGET) -> ok = 0
