@@ -110,15 +110,13 @@ class actor_base : public runnable {
   // handler, drain. Inside a handler or under a test scheduler: stay queued.
   void take_over() noexcept;
 
-  // Winner of the hand-off: its own message goes in front of the mailbox, through the
-  // owner's end (no atomic; the producers' end is never touched), to run first.
+  // Winner of the hand-off: its own message goes in front, through the owner's end (no atomic).
   void enqueue_first(message* m) noexcept { core_.push_front(m); }
 
   // Winner of the hand-off while this thread is inside a handler: no recursion, the
   // actor joins this thread's run queue carrying `m`, its first message.
   void run_after_current(message* m) noexcept;
-  // The same once its first message is in place: the actor joins the run queue after the
-  // current work (push_now).
+  // The same once its first message is in place: the actor joins the run queue (push_now).
   void queue_now() noexcept { push_now(entry_of(this), &ready_next); }
 
   // A send that never runs here (defer), counted as `a` by admit(): a loser enqueues `m`;
@@ -196,6 +194,7 @@ class actor_base : public runnable {
       switch (a) {
         case admission::full:
           return false;
+        case admission::offered:  // admit() reports it as queued
         case admission::queued:
           enqueue(m);
           return true;
@@ -217,6 +216,7 @@ class actor_base : public runnable {
       switch (a) {
         case admission::full:
           return false;
+        case admission::offered:  // admit() reports it as queued
         case admission::queued:
           enqueue(build_counted(make));
           return true;
