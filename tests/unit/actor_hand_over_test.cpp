@@ -265,6 +265,28 @@ TEST(ActorHandOver, ManySendersKeepExactlyOnceOrderAndExclusion) {
   }
 }
 
+// Batches take over too: half the senders post four messages at a time with post_all.
+TEST(ActorHandOver, BatchSendersKeepExactlyOnceOrderAndExclusion) {
+  const test_timeout limit(120s);
+  constexpr int senders = 4;
+  constexpr int each = 8000;
+  handoff::actor<checked> a{actor_options{.max_messages = 2}, checked{std::vector<int>(senders), 0, 0, true}};
+  const auto message = [](int s, int i) { return [s, i](checked& c) { c.run(s, i); }; };
+  many_senders_hand_over(
+      [&](int s, int i) {
+        if (s % 2 == 0) return a.post(message(s, i));
+        if (i % 4 != 0) return;
+        std::vector<decltype(message(0, 0))> batch;
+        for (int k = i; k < i + 4; ++k) batch.push_back(message(s, k));
+        a.post_all(batch);
+      },
+      senders, each);
+  const checked c = a.ask([](checked& st) { return st; }).get();
+  EXPECT_TRUE(c.ok);
+  EXPECT_EQ(c.total, long{senders} * each);
+  EXPECT_EQ(access::word(access::base(a)), 0u);
+}
+
 struct checked_handler {
   checked* c;
   void operator()(std::pair<int, int> m) const { c->run(m.first, m.second); }
