@@ -163,6 +163,16 @@ TEST(ActorStress, BudgetedActorsHandedToAThreadPoolKeepEveryGuarantee) {
   actors.clear();  // destroyed while continuations may still be queued on the pool
 }
 
+// A budget without an executor: owners past it offer the drain and the next sender takes
+// it over; a few actors keep the hand-overs frequent.
+TEST(ActorStress, BudgetedActorsWithoutAnExecutorHandTheDrainOverAndKeepEveryGuarantee) {
+  handoff::actor_options o;
+  o.max_messages = 4;
+  auto shared = std::make_shared<const handoff::actor_options>(o);
+  auto actors = make_actors(4, shared);
+  hammer(actors, 3, true);
+}
+
 // Actors on a pool forwarding to each other (nested sends, which the pool's idle workers
 // take over), fed by threads with post and defer: every message runs once, one handler
 // per actor at a time, and each sender's messages to one actor (an actor's handlers are a
