@@ -35,6 +35,9 @@
 //                         constructor, measured with mallinfo2) for actor<int>,
 //                         basic_actor<int, H>, and a std::mutex + int for scale.
 //   mem_mailbox_10k       the same for the three mini_actor mailboxes.
+//   mem_mixed_lifetimes   heap growth while 20,000 long-queued 32-byte messages wait among
+//                         10 million short-lived ones, after those drained (mallinfo2).
+//                         Counters heap_growth_bytes, bytes_per_long_message.
 //
 // Every timed run ends with all messages run: the last iteration of each thread waits on a
 // barrier that all sender threads reach after their last post returned. Without an
@@ -310,6 +313,44 @@ void bm_idle_memory(benchmark::State& state, std::size_t n) {
   state.SetItemsProcessed(state.iterations() * static_cast<benchmark::IterationCount>(n));
 }
 
+// Heap kept by long-queued messages among short-lived ones: `longs` 32-byte messages wait
+// in the mailbox of an actor held busy by another thread while `per_long` short-lived ones
+// each are queued and drained around them (nested sends from a handler, drained when it
+// returns). Reported once the short ones have drained, before the long ones run.
+void bm_mixed_lifetimes(benchmark::State& state, std::size_t longs, std::size_t per_long) {
+  double growth = 0;
+  for (auto _ : state) {
+    handoff::actor<int> slow;
+    handoff::actor<int> fast;
+    handoff::actor<int> hub;
+    std::atomic<bool> holding{false};
+    std::atomic<bool> release{false};
+    std::thread holder([&] {
+      slow.post([&](int&) {
+        holding = true;
+        holding.notify_one();
+        release.wait(false);
+      });
+    });
+    holding.wait(false);
+    const std::size_t before = heap_in_use();
+    for (std::size_t r = 0; r < longs; ++r) {
+      hub.post([&](int&) {
+        for (std::size_t i = 0; i < per_long; ++i) fast.post([](int& n) { ++n; });
+        slow.post([](int& n) { ++n; });
+      });
+    }
+    growth = static_cast<double>(heap_in_use() - before);
+    release = true;
+    release.notify_one();
+    holder.join();
+    if (slow.ask([](int& n) { return n; }).get() != static_cast<int>(longs)) state.SkipWithError("a long message lost");
+  }
+  state.counters["heap_growth_bytes"] = growth;
+  state.counters["bytes_per_long_message"] = growth / static_cast<double>(longs);
+  state.SetItemsProcessed(state.iterations() * static_cast<benchmark::IterationCount>(longs * (per_long + 1)));
+}
+
 struct mutex_slot {
   std::mutex m;
   int value = 0;
@@ -488,6 +529,12 @@ int main(int argc, char** argv) {
   add_memory("mem_idle_100k/handoff_basic_actor",
              [](benchmark::State& s) { bm_idle_memory<handoff::basic_actor<int, int_handler>>(s, idle_n); });
   add_memory("mem_idle_100k/mutex", [](benchmark::State& s) { bm_idle_memory<mutex_slot>(s, idle_n); });
+
+  // Heap kept by 20,000 long-queued messages among 10 million short-lived ones.
+  benchmark::RegisterBenchmark("mem_mixed_lifetimes/handoff_actor",
+                               [](benchmark::State& s) { bm_mixed_lifetimes(s, 20000, 500); })
+      ->UseRealTime()
+      ->Iterations(1);
 
   // e. Mailbox alternatives under the same protocol: 2 senders -> 1 actor, and idle bytes.
   add("mailbox_2senders/handoff_vyukov", [&](benchmark::State& s) {

@@ -62,6 +62,16 @@
 //   floor_two_scripts  no worker: the sender runs one script that RPUSHes its message and
 //                      one that LPOPs the key's head, and handles what it popped: the
 //                      least a script-based ownership protocol costs the server
+//   shard_list_prototype  a prototype of actors owned by shard (bench/redis_shard_prototype.hpp):
+//                      a list per shard (256), each process owns a quarter of the shards
+//                      with one owner thread that reads the shards with messages in one
+//                      round trip, runs them and acknowledges them with one script; senders
+//                      RPUSH (and ring the owner's bell on an idle shard)
+//                      _actors: each key's handler runs on its in-process actor, deferred to
+//                      a pool of two threads per process (the owner thread only reads and
+//                      acknowledges); ractor_64keys_paced_slowkey: the same, paced, with the
+//                      first handler of one key sleeping 1 s (latency of the other keys).
+//                      Counter per_visit: the messages a shard read found, on average
 //   handoff_inprocess  4 threads of one process post to handoff::actor<int>s (no Redis)
 // Time: wall-clock from the moment all senders start to the moment the last message was
 // handled, divided by the messages: time per message, all processes together
@@ -99,6 +109,7 @@
 #include "delay_proxy.hpp"
 #include "redis_peers.hpp"
 #include "redis_server.hpp"  // tests/support: a private redis-server on a free loopback port
+#include "redis_shard_prototype.hpp"
 
 namespace {
 
@@ -119,7 +130,8 @@ struct shared_area {
   std::atomic<int> ready{0};             // senders set up
   std::atomic<int> go{0};                // 1: post; 2: all handled, exit
   std::atomic<int> failed{0};
-  std::atomic<std::int64_t> stray{0};  // handled messages whose id is out of range
+  std::atomic<std::int64_t> stray{0};         // handled messages whose id is out of range
+  std::atomic<std::int64_t> shard_visits[2];  // the shard prototype's reads that found messages, and those messages
   std::int64_t latency_ns[max_messages];
   std::atomic<std::int32_t> seen[max_messages];  // times message id was handled
 };
@@ -134,10 +146,10 @@ shared_area* area() {
   return a;
 }
 
-// A message's handler: its latency, and one more handling of message `id`.
-void record(std::int64_t sent, std::int64_t id) {
+// A message's handler: its latency (unless !sampled), and one more handling of message `id`.
+void record(std::int64_t sent, std::int64_t id, bool sampled = true) {
   shared_area& a = *area();
-  const std::int64_t slot = a.slots.fetch_add(1);
+  const std::int64_t slot = sampled ? a.slots.fetch_add(1) : max_messages;
   if (slot < max_messages) a.latency_ns[slot] = now_ns() - sent;
   if (id >= 0 && id < max_messages) {
     a.seen[id].fetch_add(1);
@@ -150,12 +162,14 @@ void record(std::int64_t sent, std::int64_t id) {
 // A message on Redis: "<send time, ns> <id>" (ids 0 to total - 1, each sent once).
 std::string body(std::int64_t id) { return std::to_string(now_ns()) + " " + std::to_string(id); }
 
-void handle(const char* text, std::size_t size) {
+void handle_message(const char* text, std::size_t size, bool sampled) {
   const std::string b(text, size);
   char* end = nullptr;
   const std::int64_t sent = std::strtoll(b.c_str(), &end, 10);
-  record(sent, std::strtoll(end, nullptr, 10));
+  record(sent, std::strtoll(end, nullptr, 10), sampled);
 }
+
+void handle(const char* text, std::size_t size) { handle_message(text, size, true); }
 
 void reset_counts(std::int64_t total) {
   shared_area& a = *area();
@@ -338,7 +352,7 @@ void run_processes(benchmark::State& state, int port, std::int64_t total, MakeSe
 
 void report(benchmark::State& state, std::int64_t total) {
   shared_area& a = *area();
-  std::vector<std::int64_t> lat(a.latency_ns, a.latency_ns + std::min(total, max_messages));
+  std::vector<std::int64_t> lat(a.latency_ns, a.latency_ns + std::min({total, max_messages, a.slots.load()}));
   std::sort(lat.begin(), lat.end());
   if (lat.empty()) return;
   state.SetItemsProcessed(1);  // per iteration time = per message: items/s = messages/s
@@ -499,6 +513,87 @@ void floor_two_scripts(benchmark::State& state, route r) {
     });
   }
   report(state, total);
+}
+
+// The prototype of actors owned by shard (bench/redis_shard_prototype.hpp): every process
+// owns a quarter of the shards with one owner thread, and its sender posts. Handlers run
+// on the owner's thread, or (`actors`) each key's on its in-process actor, deferred to a
+// pool of two threads, so that a slow key holds up only itself; `slow_key`: the first
+// message of key 0 sleeps 1 s (its messages are left out of the latency figures).
+void run_shard_prototype(benchmark::State& state, route r, bool actors, bool slow_key) {
+  namespace sp = handoff::bench::shard_prototype;
+  const std::int64_t total = std::int64_t{r.per_sender} * senders;
+  for (auto& v : area()->shard_visits) v = 0;
+  for (auto _ : state) {
+    run_processes(state, r.port, total, [&](int p) {
+      sender_process([&] {
+        auto sender = std::make_shared<context_ptr>(connect(r.port));
+        auto owner = std::make_shared<context_ptr>(connect(r.port));
+        auto taken = std::make_shared<std::atomic<bool>>(false);
+        auto thread = std::make_shared<std::thread>([owner, p, taken, actors, slow_key] {
+          try {
+            handoff::thread_pool pool(2);
+            handoff::actor_options ao;
+            ao.executor = pool;
+            std::map<std::string, std::unique_ptr<handoff::actor<int>>, std::less<>> by_key;  // owner thread only
+            bool slept = false;  // key 0's first message: by its actor only
+            const auto run = [](std::string_view b, bool sampled, const std::shared_ptr<std::atomic<bool>>& done) {
+              handle_message(b.data(), b.size(), sampled);
+              done->store(true, std::memory_order_release);  // pairs with the owner's acquire load
+            };
+            sp::owner_loop(
+                owner->get(), p, senders,
+                [&](std::string_view key, std::string_view b, std::shared_ptr<std::atomic<bool>> done) {
+                  if (!actors) return run(b, true, done);
+                  auto it = by_key.find(key);
+                  if (it == by_key.end()) {
+                    it = by_key.emplace(std::string(key), std::make_unique<handoff::actor<int>>(ao)).first;
+                  }
+                  const bool slow = slow_key && key == key_name(0);
+                  it->second->defer([run, body = std::string(b), slow, &slept, done = std::move(done)](int&) {
+                    if (slow && !slept) {
+                      slept = true;
+                      std::this_thread::sleep_for(std::chrono::seconds(1));
+                    }
+                    run(body, !slow, done);
+                  });
+                },
+                [taken] {
+                  taken->store(true);
+                  return alive();
+                },
+                actor_defaults.sweep_interval, area()->shard_visits);
+            by_key.clear();  // before the pool: their work has run
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "redis_actor_bench shard owner: %s\n", e.what());
+            area()->failed.store(1);
+          }
+        });
+        while (!taken->load()) std::this_thread::sleep_for(std::chrono::microseconds(100));  // leases set
+        return [thread, sender, owner, p, r] {
+          const std::int64_t start = now_ns();
+          for (int i = 0; i < r.per_sender; ++i) {
+            pace(r, start, i);
+            sp::post(sender->get(), senders, key_name((i + p) % r.keys), body(std::int64_t{p} * r.per_sender + i));
+          }
+          while (alive()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          thread->join();
+        };
+      });
+    });
+  }
+  report(state, total);
+  // Messages a shard read found, on average: where the rows stand in tools/redis_cost.sh's
+  // shard<K>_l_r<R> modes (R 16 at 64 keys: about one).
+  const std::int64_t reads = area()->shard_visits[0].load();
+  if (reads > 0)
+    state.counters["per_visit"] = static_cast<double>(area()->shard_visits[1].load()) / static_cast<double>(reads);
+}
+
+void shard_list_prototype(benchmark::State& state, route r) { run_shard_prototype(state, r, false, false); }
+void shard_list_prototype_actors(benchmark::State& state, route r) { run_shard_prototype(state, r, true, false); }
+void shard_list_prototype_actors_slowkey(benchmark::State& state, route r) {
+  run_shard_prototype(state, r, true, true);
 }
 
 void handoff_inprocess(benchmark::State& state, route r) {
@@ -715,13 +810,22 @@ int main(int argc, char** argv) {
         add_crash_safe(w + suffix, p, keys, 2000);
         add(w + suffix + "/worker_blpop", worker_blpop, {p, keys, 2000, 0});
         add(w + suffix + "/floor_two_scripts", floor_two_scripts, {p, keys, 2000, 0});
+        add(w + suffix + "/shard_list_prototype", shard_list_prototype, {p, keys, 2000, 0});
+        add(w + suffix + "/shard_list_prototype_actors", shard_list_prototype_actors, {p, keys, 2000, 0});
       }
       add(w + "/handoff_inprocess", handoff_inprocess, {port, keys, 2000, 0});
       add(w + "_paced/handoff_redis" + b, handoff_redis, {port, keys, 500, 1000, batch});
       add(w + "_paced/worker_blpop", worker_blpop, {port, keys, 500, 1000});
+      add(w + "_paced/shard_list_prototype", shard_list_prototype, {port, keys, 500, 1000});
+      add(w + "_paced/shard_list_prototype_actors", shard_list_prototype_actors, {port, keys, 500, 1000});
       add_crash_safe(w + "_rtt0.5ms", proxy.port(), keys, 400);
       add(w + "_rtt0.5ms/worker_blpop", worker_blpop, {proxy.port(), keys, 400, 0});
+      add(w + "_rtt0.5ms/shard_list_prototype", shard_list_prototype, {proxy.port(), keys, 400, 0});
     }
+    // One key's first handler sleeps 1 s; the p50/p99 are the other 63 keys' (compare with
+    // ractor_64keys_paced/shard_list_prototype_actors).
+    add("ractor_64keys_paced_slowkey/shard_list_prototype_actors", shard_list_prototype_actors_slowkey,
+        {port, 64, 500, 1000});
     for (const int keys : {100, delayed_total}) {
       const std::string w = "redis_delayed_10k_" + std::to_string(keys) + "keys";
       for (const auto& [impl, fn] :

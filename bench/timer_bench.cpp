@@ -28,6 +28,7 @@
 #include <benchmark/benchmark.h>
 
 #include <handoff/actor.hpp>
+#include <handoff/thread_pool.hpp>
 #include <handoff/timer_service.hpp>
 
 #include <algorithm>
@@ -134,6 +135,8 @@ void handoff_rearm(benchmark::State& state) {
   for (auto d : spread(pending_count)) pending.push_back(timers.after(d, a, [](std::int64_t&) {}));
   auto idle = timers.after(30s, a, [m = msg16{1, 2}](std::int64_t& s) { s += m.a; });
   for (auto _ : state) benchmark::DoNotOptimize(idle.rearm(30s));
+  state.counters["ns_per_op"] = benchmark::Counter(static_cast<double>(state.iterations()) * 1e-9,
+                                                   benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void asio_rearm(benchmark::State& state) {
@@ -298,6 +301,124 @@ void handoff_fire_latency(benchmark::State& state, int spinners) {
   }
 }
 
+// Schedule + cancel by 1 or 2 threads, each on its own targets with its own ring of
+// pending timers: the same 200,000 pairs per iteration, split between the threads. The
+// ratio of the two rows' times is the speed-up of a second thread.
+void handoff_schedule_cancel_threads(benchmark::State& state, int threads) {
+  constexpr std::size_t targets = 100'000;
+  constexpr long pairs = 200'000;
+  const auto actors = make_actors(targets);
+  handoff::timer_service timers;
+  const auto spread_ms = spread(pending_count);
+  std::vector<std::vector<handoff::timer>> rings(static_cast<std::size_t>(threads));
+  auto run = [&](int t, long n) {
+    auto& ring = rings[static_cast<std::size_t>(t)];
+    const std::size_t base = targets / static_cast<std::size_t>(threads) * static_cast<std::size_t>(t);
+    const std::size_t span = targets / static_cast<std::size_t>(threads);
+    std::size_t next = 0;
+    std::size_t slot = 0;
+    for (long i = 0; i < n; ++i) {
+      handoff::timer& h = ring[slot];
+      h.cancel();  // the timer of ring.size() schedules ago
+      h = timers.after(spread_ms[slot % spread_ms.size()], *actors[base + next],
+                       [m = msg16{i, 7}](std::int64_t& s) { s += m.a + m.b; });
+      next = next + 7919 >= span ? (next + 7919) % span : next + 7919;
+      slot = slot + 1 == ring.size() ? 0 : slot + 1;
+    }
+  };
+  auto in_threads = [&](long n) {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(run, t, n);
+    run(0, n);
+    for (std::thread& th : pool) th.join();
+  };
+  for (auto& ring : rings) ring.resize(static_cast<std::size_t>(pending_count / threads));
+  in_threads(static_cast<long>(targets));  // every ring full: the steady state
+  for (auto _ : state) in_threads(pairs / threads);
+  state.counters["ns_per_pair"] = benchmark::Counter(static_cast<double>(state.iterations()) * pairs * 1e-9,
+                                                     benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["pending"] = static_cast<double>(timers.stats().pending);
+}
+
+// cancel() of a timer aimed at an actor whose handler runs for 10 ms, the timer's own
+// delivery queued behind that handler; meanwhile timers aimed at other actors come due
+// every millisecond. The service sends its batches to a pool of 2 workers (start(pool)),
+// and the actors run on it: the busy handler holds one worker. Lateness is measured in the
+// same run without the busy handler first, then with it.
+void handoff_cancel_busy_handler(benchmark::State& state) {
+  constexpr int rounds = 60;
+  for (auto _ : state) {
+    handoff::thread_pool pool{2};
+    handoff::timer_service timers;
+    timers.start(pool);
+    handoff::actor_options on_pool;
+    on_pool.executor = pool;
+    handoff::actor<int> busy(on_pool, 0);
+    std::vector<std::unique_ptr<handoff::actor<std::vector<std::int64_t>>>> others;
+    for (int i = 0; i < 4; ++i) others.push_back(std::make_unique<handoff::actor<std::vector<std::int64_t>>>(on_pool));
+    // Timers every millisecond to the other actors for `ms`, each recording its lateness.
+    auto stream = [&](int ms) {
+      std::vector<handoff::timer> v;
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < ms; ++i) {
+        const auto at = start + 1ms * (i + 1) + std::chrono::microseconds(137 * i % 1000);
+        const std::int64_t d = std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+        v.push_back(
+            timers.at(at, *others[static_cast<std::size_t>(i) % others.size()], [d](std::vector<std::int64_t>& late) {
+              late.push_back(std::chrono::steady_clock::now().time_since_epoch().count() - d);
+            }));
+      }
+      return v;
+    };
+    auto collect = [&] {
+      std::vector<std::int64_t> all;
+      for (auto& a : others) {
+        auto v = a->ask([](std::vector<std::int64_t>& x) { return std::exchange(x, {}); }).get();
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      std::sort(all.begin(), all.end());
+      return all;
+    };
+    const std::size_t n = rounds * 12;
+    auto idle = stream(static_cast<int>(n));
+    std::this_thread::sleep_for(1ms * static_cast<int>(n) + 20ms);
+    const auto late_idle = collect();
+    auto busy_stream = stream(static_cast<int>(n));
+    std::vector<double> cancel_us;
+    std::atomic<int> running{0};
+    for (int r = 0; r < rounds; ++r) {
+      auto spin = timers.after(0ms, busy, [&running](int&) {
+        running.fetch_add(1);
+        const auto until = std::chrono::steady_clock::now() + 10ms;
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      });
+      while (running.load() != r + 1) std::this_thread::yield();
+      auto queued = timers.after(0ms, busy, [](int& x) { ++x; });  // fires, waits behind the handler
+      std::this_thread::sleep_for(3ms);
+      const auto t0 = std::chrono::steady_clock::now();
+      queued.cancel();
+      cancel_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      std::this_thread::sleep_for(9ms);
+    }
+    std::this_thread::sleep_for(30ms);
+    const auto late_busy = collect();
+    timers.stop();
+    if (late_idle.size() != n || late_busy.size() != n) {
+      state.SkipWithError("not every timer fired");
+      return;
+    }
+    std::sort(cancel_us.begin(), cancel_us.end());
+    state.counters["cancel_p50_us"] = cancel_us[cancel_us.size() / 2];
+    state.counters["cancel_p99_us"] = cancel_us[cancel_us.size() * 99 / 100];
+    state.counters["late_idle_p99_us"] = static_cast<double>(late_idle[n * 99 / 100]) / 1e3;
+    state.counters["late_busy_p99_us"] = static_cast<double>(late_busy[n * 99 / 100]) / 1e3;
+    state.counters["late_p99_over_idle_us"] =
+        static_cast<double>(late_busy[n * 99 / 100] - late_idle[n * 99 / 100]) / 1e3;
+    state.counters["early"] = late_idle.front() < 0 || late_busy.front() < 0 ? 1 : 0;
+  }
+}
+
 }  // namespace
 
 BENCHMARK(handoff_schedule_cancel)->Name("timer_schedule_cancel/handoff")->UseRealTime();
@@ -306,6 +427,13 @@ BENCHMARK(handoff_rearm)->Name("timer_rearm/handoff")->UseRealTime();
 BENCHMARK(asio_rearm)->Name("timer_rearm/asio_steady_timer")->UseRealTime();
 BENCHMARK(handoff_schedule_cancel_100k_targets)->Name("timer_schedule_cancel_100k_targets/handoff")->UseRealTime();
 BENCHMARK(asio_schedule_cancel)->Name("timer_schedule_cancel_100k_targets/asio_steady_timer")->UseRealTime();
+BENCHMARK_CAPTURE(handoff_schedule_cancel_threads, one, 1)
+    ->Name("timer_schedule_cancel_threads/handoff_1thread")
+    ->UseRealTime();
+BENCHMARK_CAPTURE(handoff_schedule_cancel_threads, two, 2)
+    ->Name("timer_schedule_cancel_threads/handoff_2threads")
+    ->UseRealTime();
+BENCHMARK(handoff_cancel_busy_handler)->Name("timer_cancel_busy_handler/handoff")->Iterations(1)->UseRealTime();
 BENCHMARK(handoff_destroy_actor_1m_pending)
     ->Name("timer_destroy_actor_1m_pending/handoff")
     ->Iterations(1)

@@ -110,10 +110,17 @@ SPEEDUP_TARGETS = {
                             "workers; handoff_2workers_nohint is the same pool behind an executor that gives no "
                             "hint. The ideal is the core count"),
                            ("handoff_2workers_nohint", "handoff_2workers", None, "the idle hint's effect", "")],
+    "timer_schedule_cancel_threads": [("handoff_1thread", "handoff_2threads", 1.6, "2 threads >= 1.6x 1 thread",
+                                       "timer_schedule_cancel_threads: 200,000 schedule + cancel pairs per iteration "
+                                       "over 100,000 targets, split between 1 or 2 threads, each on its own targets "
+                                       "with its own ring of pending timers (10,000 in all) (bench/timer_bench.cpp); "
+                                       "each thread schedules into a shard of its own. The ideal is the core count")],
 }
 # (workload prefix, counter) -> (max value for handoff impls, description)
 COUNTER_TARGETS = {
     ("mem_idle", "bytes_per_actor"): (99.0, "idle actor: tens of bytes (< 100)"),
+    ("mem_mixed_lifetimes", "heap_growth_bytes"): (20000 * 64 + 4 * 1024 * 1024,
+                                                    "20,000 long-queued messages: <= 64 B each + 4 MiB"),
     ("km_1m_keys", "size_after"): (0.0, "size() == 0 after"),
     ("km_1m_keys", "rss_growth_kb"): (256.0, "RSS growth <= 256 KB"),
     ("km_mem_live_100k", "size_after"): (0.0, "size() == 0 after release"),
@@ -121,8 +128,12 @@ COUNTER_TARGETS = {
     ("timer_1m_pending", "bytes_per_timer"): (96.5, "96-byte entries (64-bit generation and in-flight count): <= 80 bytes beyond a 16-byte message"),
     ("timer_fire_latency", "early"): (0.0, "never early"),
     ("timer_schedule_cancel_100k_targets", "ns_per_op"): (50.0, "schedule + cancel over 100,000 targets <= 50 ns"),
+    ("timer_rearm", "ns_per_op"): (30.0, "re-arm <= 30 ns"),
     ("timer_schedule_cancel_100k_targets", "allocs_per_op"): (0.0, "no allocation in the steady state"),
     ("timer_destroy_actor_1m_pending", "destroy_us"): (20.0, "destroying an actor with 1 timer, 1M pending: <= 20 us"),
+    ("timer_cancel_busy_handler", "cancel_p99_us"): (50.0, "cancel() while the target's handler runs 10 ms: p99 <= 50 us"),
+    ("timer_cancel_busy_handler", "late_p99_over_idle_us"): (1050.0, "other timers due meanwhile: p99 lateness <= the idle run's + 1.05 ms"),
+    ("timer_cancel_busy_handler", "early"): (0.0, "never early"),
     ("timer_burst_memory", "bytes_beyond_wheel"): (65536.0, "after 1M scheduled and cancelled, a periodic timer living: <= 64 KB beyond the wheel"),
     ("redis_delayed_10k", "early"): (0.0, "never early"),
     ("redis_delayed_10k", "last_ms"): (1000.0, "the last within 1 s of the due time"),
@@ -298,7 +309,13 @@ RACTOR_NOTE = ("handoff::redis::actor_system (handoff_redis_batch16: the sender 
                "variants read up to 16 messages per round trip (the list: a BLMOVE, then 15 LMOVEs "
                "pipelined, then the LREMs pipelined; the stream: COUNT 16, one XACK + XDEL); "
                "floor_two_scripts: each sender runs a script that only RPUSHes and one that only LPOPs "
-               "(the least a script-based ownership protocol costs); and the in-process "
+               "(the least a script-based ownership protocol costs); shard_list_prototype: a "
+               "prototype of actors owned by shard, not the library (a list per shard of 256, each "
+               "process the owner of a quarter of them: it reads its busy shards in one round trip, "
+               "runs them and acknowledges them with one epoch-checked script; senders RPUSH, and "
+               "ring the owner of a shard they find empty; _actors: each key's handler on its "
+               "in-process actor on a pool of two threads; ractor_64keys_paced_slowkey: one key's "
+               "first handler sleeps 1 s, the latency is the other keys'); and the in-process "
                "handoff::actor (handoff_inprocess: 4 threads, no Redis). 4 sender processes (fork), trivial "
                "handlers. ractor_1key: 2000 messages per sender to one key; ractor_64keys: over 64 keys; "
                "_aof: the same on a server with --appendonly yes --appendfsync everysec; "
@@ -787,6 +804,7 @@ INSTRUCTION_TARGETS = {
     "post": (38.0, 48.0, "<= 38 / 48: the hand-over adds at most a branch"),
     "chain": (86.6, 86.6, "<= 86.6"),
     "backlog": (108.2, 107.2, "<= 108.2 / 107.2"),
+    "keyed_int": (120.0, 120.0, "<= 120"),
 }
 
 

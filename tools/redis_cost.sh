@@ -9,8 +9,10 @@
 #
 #   bash tools/redis_cost.sh [--build DIR] [--modes "idle64 busy1 ..."]
 #
-# The default modes are the actors' and the peers'; linger64 and shard64 (named with
-# --modes) are prototypes of ownership that outlives one message (docs/notebook.md).
+# The default modes are the actors' and the peers'; linger64, shard64 and the
+# shard<K>_<queue>_r<R>, renew256 and poll256 modes (named with --modes) are prototypes of
+# ownership that outlives one message and of ownership per shard (docs/notebook.md,
+# bench/redis_actor_cost.cpp).
 #
 # Uses DIR/bench/redis_actor_cost (default build/release; built here if missing). Each
 # mode runs at 1,000 and 2,000 messages on a fresh server; the difference divided by 1,000
@@ -24,7 +26,7 @@ while (($#)); do
   case $1 in
     --build) build=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "redis_cost.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

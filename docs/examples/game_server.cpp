@@ -15,17 +15,29 @@
 //  - Operations: the room locks' stats() name the room that waited longest and count the
 //    lease that ran out; with handoff::prometheus built, the same figures are served at
 //    http://127.0.0.1:<port>/metrics while the server runs (docs/operations.md).
+//  - Sessions on timers: one handoff::timer_service for the server, its batches run on the
+//    pool, named once as the default so that handlers schedule through `self`: a player's
+//    session has an idle timer (re-armed by each of its messages; it closes the session
+//    with a last save) and a fixed-delay autosave; each room ticks at a fixed rate.
+//  - Trades between players (an item for gold), from two network threads: one locks both
+//    players' keys (try_lock_all_for) around asks and posts to their actors, the other
+//    moves the item and the gold by escrow messages between the two actors, no lock.
 //
 // Checks: every kill counted once per player; gold and loot conserved (nothing created
 // twice by the stalled handler); the stalled handler's write refused; the wait and the
-// lease expiry it caused seen in stats(); no key state left.
+// lease expiry it caused seen in stats(); no key state left; gold and items conserved by
+// the trades, in the players and in their last saves; every session closed by its idle
+// timer; no room ticked early.
 #include <handoff/actor.hpp>
 #include <handoff/keyed_mutex.hpp>
 #include <handoff/thread_pool.hpp>
+#include <handoff/timer_scope.hpp>
+#include <handoff/timer_service.hpp>
 #if defined(HANDOFF_HAS_PROMETHEUS)
 #include <handoff/prometheus.hpp>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +48,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -54,12 +67,75 @@ constexpr long loot_per_kill = 5;
 // Long enough that a healthy room operation (microseconds) never outlives it, even under
 // a sanitizer on a loaded machine. If one did, fencing would still keep the data right.
 constexpr auto room_lease = 1s;
+// The stalled handler's: long enough that the healthy split queues behind it before it runs
+// out, even when a sanitizer and a loaded machine make the pool slow to start the split.
+constexpr auto stalled_lease = 100ms;
+constexpr long start_gold = 100;
+constexpr int start_items = 20;
+constexpr int trades_per_thread = 1000;
+// A session closes after this long without a message; short, so the example stays short.
+constexpr auto idle_timeout = 150ms;
+constexpr auto autosave_period = 20ms;
+constexpr auto room_tick = 10ms;
 
 struct player {
+  explicit player(std::uint32_t player_id) : id(player_id) {}
   std::uint32_t id = 0;
+  long xp = 0;
+  long gold = start_gold;
+  std::uint32_t kills = 0;
+  int items = start_items;
+  // The session: online from a message after a quiet spell until its idle timer fires.
+  bool online = false;
+  handoff::timer idle;      // re-armed by each message of the session
+  handoff::timer autosave;  // fixed-delay: the next save a period after the previous one ran
+};
+// What the checks read of a player (a player holds timers: it is not copied).
+struct player_view {
   long xp = 0;
   long gold = 0;
   std::uint32_t kills = 0;
+  int items = 0;
+};
+
+struct room_clock {
+  std::uint64_t ticks = 0;
+  handoff::timer tick;
+};
+
+// The database players are saved to: the last save of each.
+class save_store {
+ public:
+  void save(const player& p, bool last) {
+    std::lock_guard lock(mutex_);
+    saved_.at(p.id) = {p.gold, p.items};
+    ++(last ? last_saves_ : autosaves_);
+  }
+  // Setup and checks only.
+  void resize(std::size_t players) {
+    std::lock_guard lock(mutex_);
+    saved_.resize(players);
+  }
+  std::pair<long, long> totals() const {  // gold, items
+    std::lock_guard lock(mutex_);
+    long gold = 0;
+    long items = 0;
+    for (const auto& [g, i] : saved_) {
+      gold += g;
+      items += i;
+    }
+    return {gold, items};
+  }
+  std::uint64_t autosaves() const {
+    std::lock_guard lock(mutex_);
+    return autosaves_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::pair<long, int>> saved_;
+  std::uint64_t autosaves_ = 0;
+  std::uint64_t last_saves_ = 0;
 };
 
 struct room_record {
@@ -140,15 +216,24 @@ void run_on(handoff::thread_pool& pool, F f) {
 }
 
 std::string room_key(std::uint32_t room) { return "room:" + std::to_string(room); }
+std::string player_key(std::uint32_t id) { return "player:" + std::to_string(id); }
 
 class game_server {
  public:
   explicit game_server(std::size_t workers) : pool_(workers) {
+    saves_.resize(player_count);
     for (std::uint32_t id = 0; id < player_count; ++id) {
-      players_.push_back(std::make_unique<handoff::actor<player>>(player{.id = id}));
+      players_.push_back(std::make_unique<handoff::actor<player>>(id));
       rooms_.add_member(room_of(id), id);
     }
+    for (std::uint32_t r = 0; r < room_count; ++r)
+      room_clocks_.push_back(std::make_unique<handoff::actor<room_clock>>());
+    timers_.start(pool_);  // the service's thread waits; each due batch is a job on the pool
+    handoff::set_default_timer_service(&timers_);
   }
+  ~game_server() { handoff::set_default_timer_service(nullptr); }  // before timers_ goes
+  game_server(const game_server&) = delete;
+  game_server& operator=(const game_server&) = delete;
 
   static std::uint32_t room_of(std::uint32_t player_id) { return player_id % room_count; }
 
@@ -214,7 +299,7 @@ class game_server {
   void submit_stalled_split(std::uint32_t room, std::latch& has_read, std::latch& resume, std::latch& finished,
                             stalled_result& out) {
     run_on(pool_, [this, room, &has_read, &resume, &finished, &out] {
-      auto g = room_locks_.lock(room_key(room), handoff::lease{30ms});
+      auto g = room_locks_.lock(room_key(room), handoff::lease{stalled_lease});
       std::optional<room_record> r = rooms_.read_for_update(room, g.token());
       expect(r.has_value(), "the first holder reads the room");
       g.check();  // still ours here...
@@ -235,24 +320,167 @@ class game_server {
     });
   }
 
+  // --- sessions and rooms on timers ------------------------------------------------------
+
+  // Every message of a session calls this first, in the player's handler: it opens the
+  // session after a quiet spell, or pushes its idle timer out. The timers come from the
+  // default service through `self`: no handler carries the service.
+  void touch(player& p, handoff::actor<player>& self) {
+    if (p.online && p.idle.rearm(idle_timeout)) return;
+    p.online = true;
+    online_.fetch_add(1);
+    p.idle = handoff::after(idle_timeout, self, [this](player& x) { close_session(x); });
+    p.autosave = handoff::every(
+        autosave_period, self, [this](player& x) { saves_.save(x, false); }, handoff::repeat::fixed_delay);
+  }
+  void close_session(player& p) {
+    p.autosave.cancel();  // same actor: a save already queued does nothing
+    saves_.save(p, true);
+    p.online = false;
+    online_.fetch_sub(1);
+  }
+  void login_all() {
+    for (auto& p : players_) p->post([this](player& x, handoff::actor<player>& self) { touch(x, self); });
+  }
+  [[nodiscard]] int online() const { return online_.load(); }
+
+  void start_rooms() {
+    for (auto& r : room_clocks_) {
+      r->post([](room_clock& c, handoff::actor<room_clock>& self) {
+        c.tick = handoff::every(room_tick, self, [](room_clock& x) { ++x.ticks; });  // fixed-rate
+      });
+    }
+  }
+  // Stops the ticks; the count of each room.
+  std::vector<std::uint64_t> stop_rooms() {
+    std::vector<std::uint64_t> ticks;
+    for (auto& r : room_clocks_) {
+      ticks.push_back(r->ask([](room_clock& c) {
+                         c.tick.cancel();
+                         return c.ticks;
+                       }).get());
+    }
+    return ticks;
+  }
+
+  // --- trades: an item for `price` gold, or nothing -----------------------------------------
+
+  // With locks: every message that takes gold or items from a player is sent while holding
+  // "player:<id>", so the checks (asks) still hold when the changes (posts) run. False:
+  // the two keys were not both free within 100 ms (nothing held, nothing changed).
+  bool trade_locked(std::uint32_t seller, std::uint32_t buyer, long price) {
+    auto both = player_locks_.try_lock_all_for({player_key(seller), player_key(buyer)}, 100ms);
+    if (!both.owns_lock()) return false;
+    handoff::actor<player>& s = *players_[seller];
+    handoff::actor<player>& b = *players_[buyer];
+    const bool can_sell = s.ask([this](player& p, handoff::actor<player>& self) {
+                             touch(p, self);
+                             return p.items > 0;
+                           }).get();
+    const bool can_pay = b.ask([this, price](player& p, handoff::actor<player>& self) {
+                            touch(p, self);
+                            return p.gold >= price;
+                          }).get();
+    if (can_sell && can_pay) {
+      locked_done_.fetch_add(1);
+      s.post([this, price](player& p, handoff::actor<player>& self) {
+        touch(p, self);
+        --p.items;
+        p.gold += price;
+      });
+      b.post([this, price](player& p, handoff::actor<player>& self) {
+        touch(p, self);
+        ++p.items;
+        p.gold -= price;
+      });
+    }
+    return true;
+  }
+
+  // By escrow messages, no lock: each step is one handler on one player; in between, the
+  // item is in escrow (neither player has it). A buyer who cannot pay sends it back.
+  void trade_escrow(std::uint32_t seller, std::uint32_t buyer, long price) {
+    handoff::actor<player>& b = *players_[buyer];
+    players_[seller]->post([this, &b, price](player& s, handoff::actor<player>& self) {
+      touch(s, self);
+      if (s.items == 0) return settled(false);
+      --s.items;
+      b.post([this, &seller = self, price](player& p, handoff::actor<player>& buyer_self) {
+        touch(p, buyer_self);
+        const bool pays = p.gold >= price;
+        if (pays) {
+          p.gold -= price;
+          ++p.items;
+        }
+        seller.post([this, pays, price](player& x, handoff::actor<player>& seller_self) {
+          touch(x, seller_self);
+          if (pays) {
+            x.gold += price;
+          } else {
+            ++x.items;  // the compensation: the item comes back
+          }
+          settled(pays);
+        });
+      });
+    });
+  }
+  [[nodiscard]] long escrow_settled() const { return escrow_settled_.load(); }
+  [[nodiscard]] long escrow_done() const { return escrow_done_.load(); }
+  [[nodiscard]] long locked_done() const { return locked_done_.load(); }
+
   // --- inspection (after the requests are done) -----------------------------------------
 
-  player snapshot(std::uint32_t player_id) {
-    return players_[player_id]->ask([](player& p) { return p; }).get();
+  player_view snapshot(std::uint32_t player_id) {
+    return players_[player_id]->ask([](player& p) { return player_view{p.xp, p.gold, p.kills, p.items}; }).get();
   }
+  const save_store& saves() const { return saves_; }
+  handoff::timer_stats timer_stats() const { return timers_.stats(); }
   const room_store& rooms() const { return rooms_; }
   std::size_t live_room_keys() const { return room_locks_.size(); }
   handoff::keyed_mutex_stats<std::string> room_lock_stats() { return room_locks_.stats(); }
   const handoff::keyed_mutex<>& room_locks() const { return room_locks_; }
 
  private:
-  // Destroyed in reverse order: the pool first (it runs the work still queued, which uses
-  // the members above it), then the locks, the store and the players.
+  void settled(bool paid) {
+    if (paid) escrow_done_.fetch_add(1);
+    escrow_settled_.fetch_add(1);  // after: whoever sees every trade settled sees the counts
+  }
+
+  // Destroyed in reverse order: the timers first (their batches run on the pool), then the
+  // pool (it runs the work still queued, which uses the members above it), then the locks,
+  // the stores and the actors.
+  save_store saves_;
   std::vector<std::unique_ptr<handoff::actor<player>>> players_;
+  std::vector<std::unique_ptr<handoff::actor<room_clock>>> room_clocks_;
   room_store rooms_;
   handoff::keyed_mutex<> room_locks_;
+  handoff::keyed_mutex<> player_locks_;
+  std::atomic<int> online_{0};
+  std::atomic<long> escrow_settled_{0};
+  std::atomic<long> escrow_done_{0};
+  std::atomic<long> locked_done_{0};
   handoff::thread_pool pool_;
+  handoff::timer_service timers_;
 };
+
+// Two different players of `room` (its members are room, room + room_count, ...).
+std::pair<std::uint32_t, std::uint32_t> two_players_of(std::uint32_t room, std::mt19937& r) {
+  constexpr std::uint32_t members = player_count / room_count;
+  const std::uint32_t a = r() % members;
+  const std::uint32_t b = (a + 1 + r() % (members - 1)) % members;
+  return {room + a * room_count, room + b * room_count};
+}
+
+// Waits (polling: the example has nothing to block on) until pred() holds or `limit` passes.
+template <class Pred>
+bool wait_for(Pred pred, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -288,7 +516,7 @@ int main() {
   done.wait();
   const long bonuses = static_cast<long>(player_count) * ((request_count + 499) / 500);
 
-  // Phase 2: a stalled handler. It reads room 0 under a 30 ms lease and pauses; a healthy
+  // Phase 2: a stalled handler. It reads room 0 under a 100 ms lease and pauses; a healthy
   // split queues for the room, gets it when the lease runs out, and commits; then the
   // stalled handler wakes up and writes with its old token.
   server.drop_loot(0, 100);
@@ -312,23 +540,79 @@ int main() {
   expect(!stats.longest_waits.empty() && stats.longest_waits.front().key == room_key(0),
          "stats() names room 0, where the healthy split waited for the lease, as the longest wait");
 
+  // Phase 3: sessions. Every player logs in, the rooms tick, and two network threads trade
+  // items for gold, one by locks, one by escrow messages; then the players go quiet and
+  // their idle timers close every session with a last save. The two recipes never trade
+  // the same players: the locked one's checks hold only while every message that takes
+  // from a player holds that player's key, and escrow messages hold none. So room 0's
+  // players trade by locks and room 1's by escrow.
+  const auto rooms_started = std::chrono::steady_clock::now();
+  server.start_rooms();
+  server.login_all();
+  long locked_busy = 0;
+  std::thread locked_trades([&] {
+    std::mt19937 r(7);
+    for (int i = 0; i < trades_per_thread; ++i) {
+      const auto [seller, buyer] = two_players_of(0, r);
+      if (!server.trade_locked(seller, buyer, 1 + i % 7)) ++locked_busy;
+    }
+  });
+  std::thread escrow_trades([&] {
+    std::mt19937 r(11);
+    for (int i = 0; i < trades_per_thread; ++i) {
+      const auto [seller, buyer] = two_players_of(1, r);
+      server.trade_escrow(seller, buyer, 1 + i % 7);
+    }
+  });
+  locked_trades.join();
+  escrow_trades.join();
+  expect(wait_for([&] { return server.escrow_settled() == trades_per_thread; }, 30s),
+         "every escrow trade settled or was undone");
+  expect(server.locked_done() > 0 && server.escrow_done() > 0, "both recipes made trades");
+  expect(wait_for([&] { return server.online() == 0; }, 30s), "every session was closed by its idle timer");
+  const std::vector<std::uint64_t> ticks = server.stop_rooms();
+  const auto rooms_ran = std::chrono::steady_clock::now() - rooms_started;
+  for (std::uint64_t t : ticks) {
+    expect(t >= 1, "every room ticked");
+    expect(t <= static_cast<std::uint64_t>(rooms_ran / room_tick), "no room ticked early");
+  }
+  const handoff::timer_stats timer_stats = server.timer_stats();
+  expect(server.saves().autosaves() > 0, "sessions were autosaved while they lasted");
+
   // Every request's messages were posted before `done`/`stalled_done` were counted down,
-  // so these asks (sent after) run after them.
+  // and the trades settled, so these asks (sent after) run after them.
   long gold = 0;
+  long items = 0;
   for (std::uint32_t id = 0; id < player_count; ++id) {
-    const player p = server.snapshot(id);
+    const player_view p = server.snapshot(id);
     expect(p.kills == kills[id], "every kill reached its player exactly once");
     expect(p.xp == xp_per_kill * p.kills, "xp matches the kills");
+    expect(p.gold >= 0 && p.items >= 0, "no trade took a player below zero");
     gold += p.gold;
+    items += p.items;
   }
   long kill_count = 0;
   for (std::uint32_t k : kills) kill_count += k;
-  expect(gold + server.rooms().total_loot() == loot_per_kill * kill_count + 100 + bonuses,
-         "loot is conserved: nothing was paid out twice");
+  const long start_gold_all = start_gold * static_cast<long>(player_count);
+  expect(gold + server.rooms().total_loot() == loot_per_kill * kill_count + 100 + bonuses + start_gold_all,
+         "gold and loot are conserved: nothing was paid out twice, no trade made or lost gold");
+  expect(items == start_items * static_cast<long>(player_count), "items are conserved by the trades");
+  expect(server.saves().totals() == std::pair<long, long>{gold, items}, "the last saves hold what the players hold");
   expect(server.live_room_keys() == 0, "no room keeps lock state once idle");
 
   std::printf("game_server: %ld kills, %ld gold paid out, %ld loot left in rooms, stale write refused\n", kill_count,
-              gold - bonuses, server.rooms().total_loot());
+              gold - bonuses - start_gold_all, server.rooms().total_loot());
+  std::printf(
+      "game_server: %ld trades by locks, %ld by escrow (of %d tries each; %ld found a player busy), room ticks %llu "
+      "and %llu, %llu autosaves\n",
+      server.locked_done(), server.escrow_done(), trades_per_thread, locked_busy,
+      static_cast<unsigned long long>(ticks[0]), static_cast<unsigned long long>(ticks[1]),
+      static_cast<unsigned long long>(server.saves().autosaves()));
+  std::printf("game_server: timer lateness p50 %.2f ms, p99 %.2f ms, max %.2f ms over %llu sends\n",
+              std::chrono::duration<double, std::milli>(timer_stats.lateness.p50).count(),
+              std::chrono::duration<double, std::milli>(timer_stats.lateness.p99).count(),
+              std::chrono::duration<double, std::milli>(timer_stats.lateness.max).count(),
+              static_cast<unsigned long long>(timer_stats.lateness.count));
   std::printf("game_server: longest room wait %s, %.1f ms; %llu lock waits in all\n",
               stats.longest_waits.front().key.c_str(),
               std::chrono::duration<double, std::milli>(stats.longest_waits.front().waited).count(),

@@ -11,8 +11,8 @@
 //   bool sent = a.try_post([](Account& s) { ... });  // false: a bounded mailbox is full
 //   a.post_all(handlers);                             // a range of handlers, one atomic for all
 //
-// Every handler is invoked as f(state) or, if it accepts it, f(state, self), where self
-// is the actor running it (to send to itself, or hand out a reference in a message).
+// Every handler is invoked as f(state) or f(state, self), self being the actor running it
+// (to send to itself, hand itself out, or time itself: handoff/timer_scope.hpp's after).
 // State may be incomplete where actor<State> is only named (a message type can hold an
 // actor<State>* of the state that handles it).
 //

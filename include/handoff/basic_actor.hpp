@@ -12,7 +12,8 @@
 // no node at all: at top level it runs at once, inside a handler it travels in the thread's
 // carry slot when that is free). The Handler is the actor's state: it is invoked as
 // `handler(std::move(message), self)` if it accepts that (self: this basic_actor), else
-// `handler(std::move(message))`, one message at a time.
+// `handler(std::move(message))`, one message at a time. With self, a handler sends itself
+// a message later: handoff::after(1s, self, message) (handoff/timer_scope.hpp).
 //
 // Message and Handler may be incomplete where the actor is only named, so a message can
 // carry a pointer to the actor that handles its own type:

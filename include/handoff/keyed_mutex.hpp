@@ -11,12 +11,14 @@
 //   auto g2 = co_await m.async_lock("player:42");        // suspends, never blocks a thread
 //   m.lock_async("player:42", [](handoff::key_guard g) { ... });
 //
-// Each key's state is an entry that follows the actor's hand-off rule with a count and a
-// waiter queue of its own: the request that finds the key free holds it at once (under the
-// table's shard lock, with the lookup); later requests queue in arrival order and the
-// holder's unlock hands the key to the first live one, or, with nobody queued, releases it
-// with one CAS and no lock. See detail/lock_table.hpp for the protocol and
-// docs/keyed_mutex.md for a guide.
+// An uncontended key has no state in any table: its lock is one CAS on its stripe's word
+// (256 one-line stripes) pointing to a record of the locking thread, its unlock one CAS
+// back (detail/thin_record.hpp). A key that is contended, leased, waited for by a
+// coroutine or a callback, or too big for a record (detail/thin_key.hpp) is an entry
+// in its stripe's table instead, which follows the actor's hand-off rule: a count and a
+// FIFO waiter queue of its own (detail/lock_table.hpp). The stripe's thin holder becomes
+// such an entry when the stripe inflates, and the stripe deflates once its table is empty.
+// docs/keyed_mutex.md is the guide.
 //
 // Guarantees:
 //  - Mutual exclusion per key, and everything a holder wrote before unlocking is visible
@@ -34,9 +36,9 @@
 //  - Leases: when one runs out the key passes to the next waiter (or is freed) a moment
 //    after the old guard's expired() turns true; its check() throws, unlock() is a no-op.
 //  - Memory: size() counts keys with a holder, a waiter or an expired guard, and is 0 when
-//    no guard or waiter is alive. An unlocked key's entry may stay in the table, idle, for
-//    the next lock of that key: at most 16 per shard, 4,096 per mutex (about 1 MB with
-//    short keys), reclaimed by locks of new keys. The rest is freed at the key's unlock.
+//    no guard or waiter is alive. A thin key keeps nothing once unlocked; an entry of a key
+//    that cannot be thin may stay idle for its next lock: at most 16 per stripe, 4,096 per
+//    mutex, reclaimed by locks of new keys. Records (64 bytes) are kept per thread.
 //
 // Not promised: fairness across keys; FIFO between a try_lock and waiters (try_lock fails
 // whenever the key is held; under fifo it never jumps the queue, under eventual it takes a
@@ -67,10 +69,7 @@
 // metrics_sink (metrics.hpp), on the slow paths only: never on the uncontended lock/unlock.
 //
 // Keys: Hash, Eq and Key's copy constructor may throw; the exception propagates out of the
-// locking call with nothing held, nothing queued and no state left for the key. An entry
-// stays idle in the table (or as its thread's last freed entry, kept for reuse) only when
-// its key is small (a string of at most 256 bytes of capacity, or a trivially
-// destructible key of at most 256 bytes): a big key's memory goes back at its unlock.
+// locking call with nothing held, nothing queued and no state left for the key.
 #pragma once
 
 #include <algorithm>
@@ -92,7 +91,8 @@
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/keyed_awaiter.hpp"
 #include "handoff/detail/keyed_callback.hpp"
-#include "handoff/detail/keyed_entry.hpp"
+#include "handoff/detail/keyed_lookup.hpp"
+#include "handoff/detail/keyed_thin.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "handoff/detail/longest_waits.hpp"
 #include "handoff/key_guard.hpp"
@@ -133,7 +133,7 @@ class keyed_mutex {
   // a blocking lock (not reentrant); std::bad_alloc; std::system_error if the lease timer
   // thread cannot start. Allocates the key's state when the key has none (operator new,
   // or this thread's recycled entry), and a pooled waiter node when it must wait.
-  guard lock(const Key& key) { return acquire(key, wait_forever); }
+  [[gnu::always_inline]] guard lock(const Key& key) { return acquire(key, wait_forever); }
   guard lock(const Key& key, lease l) { return acquire(key, {.lease = l.duration.count()}); }
 
   // Thread-safe, never blocks or waits in a queue: acquires only if nobody holds the key
@@ -277,82 +277,55 @@ class keyed_mutex {
   static constexpr detail::lock_request never_wait{.mode = wait_mode::none};
 
   using entry = detail::keyed_entry<Key>;
-  // With s (the shard of hash h) locked: key's entry, or nullptr. A throw from Eq
-  // propagates with s unlocked.
-  detail::lock_entry* find_locked(detail::lock_shard& s, std::size_t h, const Key& key) {
-    try {
-      return entry::find(s, h, key, eq_);
-    } catch (...) {
-      s.lock.unlock();
-      throw;
-    }
-  }
-  // With s locked: a new entry of key (keyed_entry::create). A throw from the key's copy
-  // or the allocation propagates with s unlocked and nothing created.
-  detail::lock_entry* create_locked(detail::lock_shard& s, std::size_t h, const Key& key) {
-    try {
-      return entry::create(s, h, key);
-    } catch (...) {
-      s.lock.unlock();
-      throw;
-    }
-  }
-  // The lookup every async request starts with: locks s (the shard of hash h) and returns
-  // key's entry, created if absent, with s still locked. Under a test scheduler the
-  // request is first a scheduling point, as a blocking one is (acquire_locked), and the key
-  // is looked up again after it. Throws as the two above, and as schedule_point (with s
-  // unlocked, nothing held).
+  // The table path (detail/keyed_lookup.hpp); lock_entry_of: the async requests' lookup.
+  detail::keyed_lookup<Key, Eq> lookup() noexcept { return {table_, eq_}; }
   detail::lock_entry* lock_entry_of(detail::lock_shard& s, std::size_t h, const Key& key) {
-    s.lock.lock();
-    detail::lock_entry* e = find_locked(s, h, key);
-    if (e == nullptr) e = create_locked(s, h, key);
-    if (!table_.driven()) [[likely]]
-      return e;
-    table_.schedule_point(s, e);
-    s.lock.lock();  // its entry may have gone meanwhile
-    e = find_locked(s, h, key);
-    return e != nullptr ? e : create_locked(s, h, key);
+    return lookup().lock_entry_of(s, h, key);
   }
 
-  // Every blocking and try request. The uncontended lock of a key whose entry is in
-  // place, inline: one shard lock around the lookup and the entry's CAS (try_acquire_fast).
-  // Anything else goes on out of line (acquire_grant).
+  // Every blocking and try request. A key that fits a record (detail/thin_key.hpp), with no
+  // lease and no test scheduler, takes the thin path inline: one CAS on its stripe's word
+  // (false: the table's path, out of line but for a key type that is never thin).
+  [[gnu::always_inline]] bool thin_grant(const Key& key, const detail::lock_request& r, detail::grant& g) {
+    if constexpr (detail::thin_capable<Key>) {
+      if (r.lease == 0 && detail::thin_fits(key) && !table_.driven()) [[likely]] {
+        const std::size_t h = detail::mix_hash(hash_(key));
+        detail::lock_shard& s = table_.shard_for(h);
+        detail::thin_record* rec = detail::pop_thin_record();
+        std::uintptr_t w;
+        if (!detail::try_lock_thin(s, key, h, rec, w, g)) [[unlikely]]
+          g = lookup().acquire_contended(key, r, h, s, rec, w);
+        return true;
+      }
+    }
+    return false;
+  }
   [[gnu::always_inline]] guard acquire(const Key& key, const detail::lock_request& r) {
-    if (r.lease != 0) return guard({}, &table_, acquire_grant(key, r));
-    const std::size_t h = detail::mix_hash(hash_(key));
-    detail::lock_shard& s = table_.shard_for(h);
-    s.lock.lock();
-    detail::lock_entry* e = find_locked(s, h, key);
     detail::grant g;
-    if (e != nullptr && !table_.driven() && detail::lock_table::try_acquire_fast(s, e, g)) [[likely]]
+    if (thin_grant(key, r, g)) [[likely]]
       return guard({}, &table_, g);
-    return guard({}, &table_, acquire_locked(key, r, h, s, e));
+    if constexpr (detail::thin_capable<Key>) return acquire_entry(key, r);
+    return guard({}, &table_, acquire_entry_inline(key, r));
+  }
+  [[gnu::noinline]] guard acquire_entry(const Key& key, const detail::lock_request& r) {
+    return guard({}, &table_, acquire_entry_inline(key, r));
+  }
+  detail::grant grant_of(const Key& key, const detail::lock_request& r) {  // lock_all's
+    detail::grant g;
+    return thin_grant(key, r, g) ? g : acquire_entry_inline(key, r);
+  }
+  // A key without the thin path, inline for a key type that never takes it.
+  [[gnu::always_inline]] detail::grant acquire_entry_inline(const Key& key, const detail::lock_request& r) {
+    if (r.lease != 0) return acquire_grant(key, r);
+    const std::size_t h = detail::mix_hash(hash_(key));
+    return lookup().acquire(key, r, h, table_.shard_for(h));
   }
   [[gnu::noinline]] detail::grant acquire_grant(const Key& key, const detail::lock_request& r) {
     if (r.lease != 0) table_.start_timer();
     const std::size_t h = detail::mix_hash(hash_(key));
     detail::lock_shard& s = table_.shard_for(h);
-    s.lock.lock();
-    return acquire_locked(key, r, h, s, find_locked(s, h, key));
-  }
-  // With s locked and e key's entry in it (nullptr: none yet): the request, from the top.
-  [[gnu::noinline]] detail::grant acquire_locked(const Key& key, const detail::lock_request& r, std::size_t h,
-                                                 detail::lock_shard& s, detail::lock_entry* e) {
-    bool scheduled = !table_.driven();  // under a test scheduler: a scheduling point first
-    for (;;) {
-      if (e == nullptr) e = create_locked(s, h, key);
-      if (!scheduled) {
-        scheduled = true;
-        table_.schedule_point(s, e);
-      } else {
-        detail::grant g;
-        if (r.lease == 0 && detail::lock_table::try_acquire_fast(s, e, g)) return g;
-        g = table_.acquire(s, e, r);
-        if (!g.retry) return g;
-      }
-      s.lock.lock();  // look the key up again: its entry may have gone meanwhile
-      e = find_locked(s, h, key);
-    }
+    detail::lock_inflated<Key>(s);
+    return lookup().acquire_locked(key, r, h, s, lookup().find_locked(s, h, key));
   }
 
   // lock_all and try_lock_all_*: every key of `keys` with request r, in lock_all's order
@@ -361,7 +334,7 @@ class keyed_mutex {
   template <class Keys>
   multi_guard lock_each(const Keys& keys, const detail::lock_request& r) {
     return detail::lock_in_order<Key, guard>(keys, eq_, [this, &r](std::vector<guard>& out, const Key& k) {
-      const detail::grant g = acquire_grant(k, r);
+      const detail::grant g = grant_of(k, r);
       if (g.token == 0) return false;
       out.emplace_back(guard::pass_key{}, &table_, g);
       return true;

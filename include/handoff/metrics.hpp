@@ -16,7 +16,9 @@
 // (handoff/prometheus.hpp) is a ready-made sink that serves the figures over HTTP.
 //
 // Cost: events are reported only on slow paths: a lock request that had to wait, a wait
-// that timed out, a lease that ran out, a Redis round trip, a full mailbox. The
+// that timed out, a lease that ran out, a Redis round trip, a full mailbox, a timer's
+// send (its lateness, from the batch's one clock reading; the sink is read once per
+// batch). The
 // uncontended keyed lock/unlock and an actor post on a mailbox with room reach no sink and
 // read no clock, sink or not. On a slow path, with no sink set, an event costs one
 // pointer load (the process-wide sink) besides the object's own statistics (a relaxed
@@ -67,8 +69,11 @@ enum class metric_wait : std::uint8_t {
   // From a blocking Redis lock request's first attempt to its grant, for the requests the
   // first attempt did not grant [handoff_redis_lock_wait_seconds].
   redis_lock,
+  // How late a timer service sent a due message: its batch's clock reading minus the
+  // deadline (handoff::timer_lateness) [handoff_timer_lateness_seconds].
+  timer_lateness,
 };
-inline constexpr std::size_t metric_wait_count = 2;
+inline constexpr std::size_t metric_wait_count = 3;
 
 // The interface a metrics system implements. Both functions may be called from any
 // thread, concurrently, including the lease timer thread, a Redis client's background

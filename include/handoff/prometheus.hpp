@@ -17,6 +17,7 @@
 //   handoff_redis_round_trips_total, handoff_redis_reconnects_total,
 //   handoff_redis_notifications_lost_total, handoff_redis_rechecks_total   counters
 //   handoff_redis_lock_wait_seconds            histogram  granted waits of blocking Redis locks
+//   handoff_timer_lateness_seconds             histogram  how late timer services sent due messages
 //
 // Cost: a counter is one atomic add, a wait one histogram observation (a bucket search and
 // atomic adds) in prometheus-cpp; both on handoff's slow paths only (see metrics.hpp).

@@ -14,6 +14,7 @@
 
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/timer_entry.hpp"
+#include "handoff/metrics.hpp"
 
 namespace handoff {
 
@@ -21,11 +22,25 @@ struct timer_options {
   // Rounded up to a power of two nanoseconds; lateness is at most one resolution step
   // plus the driver's own delay.
   std::chrono::nanoseconds resolution = std::chrono::milliseconds(1);
+  // Where each send's lateness goes (metric_wait::timer_lateness); nullptr: the
+  // process-wide sink, if any (handoff/metrics.hpp). Must outlive the service.
+  metrics_sink* metrics = nullptr;
 };
 
 enum class repeat : unsigned char {
   fixed_rate,   // ticks at start + k * period; a tick whose previous one is pending is skipped
   fixed_delay,  // the next tick is `period` after the previous one finished running
+};
+
+// How late the messages were sent: the driving batch's clock reading minus each accepted
+// message's deadline (a rearm's or a retry's deadline included). The time a delivery then
+// waits in its actor's mailbox is not in it. Quantiles are read from log-linear buckets
+// (at most a quarter above the true value, never above max); max is exact.
+struct timer_lateness {
+  std::uint64_t count = 0;  // messages measured in the window
+  std::chrono::nanoseconds p50{0};
+  std::chrono::nanoseconds p99{0};
+  std::chrono::nanoseconds max{0};
 };
 
 // Counts since the service was made (snapshot, under the lock).
@@ -38,6 +53,9 @@ struct timer_stats {
   std::uint64_t dropped = 0;    // pending at stop of service: destroyed, never sent
   std::size_t pending = 0;      // timers in the wheel now
   std::size_t bytes = 0;        // what the service holds: wheel and entry pool
+  // Since the previous stats() call on this service (each call starts a new window: let
+  // one reader look, or the readers split the window between them).
+  timer_lateness lateness;
 };
 
 // A handle on one timer. Move-only; destroying it cancels the timer (detach() first to
@@ -76,7 +94,8 @@ class timer {
   // already fired and its delivery has not started (that delivery then does nothing).
   // A periodic timer goes on with its period from there. False, changing nothing, if the
   // timer is over (a one-shot whose message started running, a cancelled one) or the
-  // handle is empty. O(1), never allocates, never blocks but on the service's spin lock.
+  // handle is empty. O(1), never allocates, never blocks but on the spin lock of the
+  // timer's shard of the service.
   template <class Rep, class Period>
   bool rearm(std::chrono::duration<Rep, Period> d) noexcept {
     if (core_ == nullptr) return false;

@@ -21,13 +21,14 @@
 // Pending timers live in a hierarchical timing wheel (4 levels of 256 slots, Varghese
 // and Lauck; the resolution is the power of two nanoseconds at or above
 // options.resolution: 2^20 ns = 1.05 ms by default): scheduling, re-arming and cancelling
-// are O(1) under the service's spin lock, with no allocation in the steady state, however
+// are O(1) under a spin lock of the calling thread's shard of the service (threads do not
+// share one while each works on its own timers), with no allocation in the steady state, however
 // many distinct actors the timers aim at (96-byte entries from the service's pool, in
 // chunks returned to the allocator once wholly free; a table of the actors with timers,
 // grown only past its highest count). Due
 // messages are sent with try_post / try_send from the driving thread, as from inside a
 // handler: an idle actor the send wins joins the driving thread's run queue, and runs
-// there once the whole batch is sent and the service's lock let go (with start(executor),
+// there once the whole batch is sent and the service's locks let go (with start(executor),
 // on the executor's worker, while the service's thread waits for the next deadline; an
 // actor with an executor may be handed to it). A send refused by a full bounded mailbox is retried
 // at the next run and counted (stats().retried): the driver never blocks on an actor.
@@ -128,11 +129,11 @@ class timer_service {
 
   // Thread-safe, from any thread or handler. Sends f (invoked as f(state, self) or
   // f(state), as by actor::post) to `a` after d, at t, or every period (the first tick a
-  // period from now). O(1): the spin lock, the clock, and moving f into the entry (a
+  // period from now). O(1): this thread's shard's spin lock, the clock, and moving f into the entry (a
   // callable up to 24 bytes, 8-aligned, whose move cannot throw, is stored inline; a
   // larger one is moved to the heap, one allocation). Throws std::bad_alloc when the
-  // pool or the table of targets must grow and memory is out, or what moving f throws;
-  // then nothing is scheduled.
+  // pool or the table of targets must grow, or this thread's shard is made (its first
+  // schedule here), and memory is out, or what moving f throws; then nothing is scheduled.
   template <class State, class F, class Rep, class Period>
     requires(actor<State>::template is_handler<std::decay_t<F>>)
   [[nodiscard]] timer after(std::chrono::duration<Rep, Period> d, actor<State>& a, F&& f) {
@@ -165,7 +166,7 @@ class timer_service {
 
  private:
   template <class Rep, class Period>
-  std::int64_t deadline_after(std::chrono::duration<Rep, Period> d) const noexcept {
+  [[nodiscard]] std::int64_t deadline_after(std::chrono::duration<Rep, Period> d) const noexcept {
     return detail::deadline_after(detail::timer_deadline_now(core_), d);
   }
   // A steady_clock time point converts without the clock: no read of it.
@@ -281,7 +282,11 @@ class timer_service {
         ::new (static_cast<void*>(e->payload)) stored(std::move(*static_cast<stored*>(src)));
       };
       r.source = &f;
-      return timer(core_, detail::timer_schedule(core_, r));
+      if constexpr (!std::is_trivially_move_constructible_v<stored>) {
+        return timer(core_, detail::timer_schedule_moving(core_, r));  // its move is user code
+      } else {
+        return timer(core_, detail::timer_schedule(core_, r));
+      }
     } else {
       auto* boxed = new stored(std::forward<T>(value));
       r.emplace = [](detail::timer_entry* e, void* src) noexcept {

@@ -1,5 +1,5 @@
-// key_guard's out-of-line members, those that reach the lock table: unlocking a hold
-// and extending its lease.
+// key_guard's out-of-line members, those that reach the lock table: unlocking an entry's
+// hold or an inflated thin one, forgetting the holder's thread, and extending a lease.
 #include "handoff/key_guard.hpp"
 
 #include <stdexcept>
@@ -11,8 +11,16 @@ namespace handoff {
 
 void key_guard::release_held(detail::lock_entry* e) noexcept { table_->release_contended(e); }
 
+void key_guard::release_inflated(detail::thin_record* r) noexcept { table_->release_thin_inflated(r); }
+
+void key_guard::forget_thin() noexcept {
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): tagged: a record
+  table_->forget_thin_holder(reinterpret_cast<detail::thin_record*>(held_ & ~thin_tag));
+}
+
 void key_guard::unlock_leased() noexcept {
-  detail::lock_entry* e = std::exchange(entry_, nullptr);
+  auto* e =
+      reinterpret_cast<detail::lock_entry*>(std::exchange(held_, 0));  // NOLINT(performance-no-int-to-ptr): an entry
   if (table_->disarm_lease(e, token_)) return table_->release(e);
   expired_ = true;  // the timer released the key; only our reference is left
   table_->drop_ref(e);
@@ -23,8 +31,8 @@ bool key_guard::extend(std::chrono::nanoseconds d) {
   if (d <= std::chrono::nanoseconds::zero()) {
     throw std::invalid_argument("handoff::key_guard::extend: duration must be positive");
   }
-  if (entry_ == nullptr) return false;
-  if (!table_->extend_lease(entry_, token_, d.count())) return false;
+  if (held_ == 0) return false;
+  if (!table_->extend_lease(entry(), token_, d.count())) return false;
   lease_ = d.count();
   return true;
 }

@@ -47,7 +47,16 @@ lock_table::~lock_table() {
 }
 
 std::size_t lock_table::size() const noexcept {
-  return sum_entries([](const lock_entry* e) -> std::size_t { return lock_shard::reclaimable(e) ? 0 : 1; });
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < shard_count(); ++i) {
+    lock_shard& s = shards_[i];
+    s.lock.lock();
+    s.for_each([&](const lock_entry* e) { n += lock_shard::reclaimable(e) ? 0 : 1; });
+    // A thin holder: a record in the word. acquire: its record was published by that CAS.
+    if (const std::uintptr_t w = s.word.load(std::memory_order_acquire); w != 0 && w != thin_inflated) ++n;
+    s.lock.unlock();
+  }
+  return n;
 }
 
 std::size_t lock_table::entries() const noexcept {
@@ -333,6 +342,7 @@ lock_entry* lock_table::remove_if_unused(lock_shard& s, lock_entry* e) noexcept 
   HANDOFF_ASSERT(e->leased.load(std::memory_order_relaxed) == 0);
   s.token_floor = std::max(s.token_floor, e->token);
   s.erase(e);
+  deflate_if_empty(s);
   return e;
 }
 

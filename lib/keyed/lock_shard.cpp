@@ -6,20 +6,27 @@
 
 namespace handoff::detail {
 
+// `mask` says which member of the table's union is live.
+// NOLINTBEGIN(cppcoreguidelines-pro-type-union-access)
+
 void lock_shard::resize(std::size_t capacity) {
-  table_slot* const from = slots;
+  table_slot* const from = slots();  // read before inline_table overwrites `heap`
   const std::size_t from_mask = mask;
-  table_slot* to = inline_table;
-  if (capacity > inline_slots) to = new table_slot[capacity]();  // else from a heap table: inline_table is empty
-  for (std::size_t i = 0; i <= from_mask; ++i) {
-    if (from[i].entry != nullptr) place(to, capacity - 1, from[i].entry);
+  const bool from_heap = from_mask + 1 > inline_slots;
+  if (capacity > inline_slots) {
+    auto* to = new table_slot[capacity]();
+    for (std::size_t i = 0; i <= from_mask; ++i) {
+      if (from[i].entry != nullptr) place(to, capacity - 1, from[i].entry);
+    }
+    if (from_heap) delete[] from;
+    heap = to;
+  } else {  // back into the line, from a heap table
+    std::fill_n(inline_table, inline_slots, table_slot{0, nullptr});
+    for (std::size_t i = 0; i <= from_mask; ++i) {
+      if (from[i].entry != nullptr) place(inline_table, capacity - 1, from[i].entry);
+    }
+    if (from_heap) delete[] from;  // always: only a heap table shrinks
   }
-  if (from != inline_table) {
-    delete[] from;
-  } else {
-    std::fill_n(inline_table, inline_slots, table_slot{0, nullptr});  // unused until a shrink refills it
-  }
-  slots = to;
   mask = static_cast<std::uint32_t>(capacity - 1);
 }
 
@@ -34,7 +41,9 @@ void lock_shard::shrink() noexcept {
 }
 
 lock_shard::~lock_shard() {
-  if (slots != inline_table) delete[] slots;
+  if (mask + 1 > inline_slots) delete[] heap;
 }
+
+// NOLINTEND(cppcoreguidelines-pro-type-union-access)
 
 }  // namespace handoff::detail

@@ -34,6 +34,7 @@ constexpr std::array<counter_family, metric_counter_count> counter_families{{
 constexpr std::array<counter_family, metric_wait_count> wait_families{{
     {"handoff_keyed_lock_wait_seconds", "Time granted keyed lock requests waited in their key's queue"},
     {"handoff_redis_lock_wait_seconds", "Time granted blocking Redis lock requests waited"},
+    {"handoff_timer_lateness_seconds", "How late timer services sent due messages (after their deadline)"},
 }};
 
 }  // namespace

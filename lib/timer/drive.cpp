@@ -1,6 +1,7 @@
 // Driving a timer service: run_due, its thread, the test scheduler's time events, and
 // handoff::timer_service's out-of-line members (lib/timer/timer_core.hpp has the design).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <mutex>
 #include <semaphore>
@@ -16,20 +17,16 @@
 
 namespace handoff::detail {
 
-bool timer_core::driving_here() noexcept {
-  std::lock_guard g(lock_);
-  return firing_thread_ == std::this_thread::get_id();
-}
-
 std::size_t timer_core::run_due(std::int64_t now) {
-  lock_.lock();
-  ++pins_;  // a handler may destroy the service (close): the core stays until we return
-  lock_.unlock();
-  const std::size_t sent = run_due_pinned(now);
-  lock_.lock();
-  HANDOFF_ASSERT(pins_ != 0);
-  --pins_;
-  unlock_and_maybe_delete();
+  pin();  // a handler may destroy the service (close): the core stays until we return
+  std::size_t sent = 0;
+  try {
+    sent = run_due_pinned(now);
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
   return sent;
 }
 
@@ -42,98 +39,55 @@ std::size_t timer_core::run_due_pinned(std::int64_t now) {
 
 std::size_t timer_core::send_due(std::int64_t now) {
   // The drive mutex is ours below on this stack: a nested run would deadlock on it, and
-  // two runs would share firing_.
+  // two runs would share the shards' firing entries.
   if (driving_here()) throw std::logic_error("handoff::timer_service::run_due: called from a handler it runs");
   std::unique_lock driving(drive_mutex_);
   // A send that wins an idle actor queues it on this thread's run queue, as inside a
-  // handler, instead of draining it here: firing_ covers the enqueue only, so a cancel
-  // never waits for a handler and the rest of the batch goes out first. The caller runs
-  // the queue once the batch is over (under a test scheduler its sends are events
-  // already).
+  // handler, instead of draining it here: a shard's firing entry covers the enqueue only,
+  // so a cancel never waits for a handler and the rest of the batch goes out first. The
+  // caller runs the queue once the batch is over (under a test scheduler its sends are
+  // events already).
   drain_frame sentinel{nullptr, 0, tls.top};
   const bool framed = driver_ == nullptr && tls.top == nullptr;
   if (framed) tls.top = &sentinel;
-  lock_.lock();
-  wheel_.advance(wheel_.tick_at(now));
-  firing_thread_ = std::this_thread::get_id();
+  driving_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);  // see driving_here
   std::size_t sent = 0;
-  // One entry at a time from the batch list: a cancel made while a send runs unlocked
-  // (on another thread, or by a handler that send runs here) unlinks its entry from it.
-  while (timer_entry* e = wheel_.pop_batch()) {
-    HANDOFF_ASSERT((e->flags & live) != 0);  // cancel unlinks
-    const timer_kind kind = kind_of(e);
-    if (kind == timer_kind::fixed_rate && e->in_flight != 0) {
-      ++stats_.skipped;  // at most one tick pending
-    } else {
-      const std::uint64_t gen = e->gen;
-      if ((e->flags & delivers) != 0) {
-        HANDOFF_ASSERT(e->in_flight < timer_entry::max_in_flight);  // see timer_entry::in_flight
-        ++e->in_flight;                                             // the delivery ends it, run or destroyed
-      }
-      firing_ = e;
-      lock_.unlock();
-      const bool accepted = e->ops(this, e, gen, timer_op::send);  // queues a won actor: runs nothing
-      lock_.lock();
-      firing_ = nullptr;
-      if (!accepted) {
-        ++stats_.retried;
-        // To the due list: the next run sends it (the deadline is past, so the tick is).
-        if ((e->flags & live) != 0 && e->where == timer_wheel::nowhere) wheel_.insert(e);
-        if (tidy(e)) {
-          lock_.unlock();
-          destroy_payload(e);
-        }
-        continue;
-      }
-      ++stats_.sent;
-      ++sent;
-      if (kind == timer_kind::once && (e->flags & delivers) == 0 && e->gen == gen) {
-        e->flags &= static_cast<std::uint8_t>(~live);  // a basic_actor's message: over once sent
-        ++e->gen;
-      }
-    }
-    // A fixed-delay tick whose delivery already ended (an idle actor ran it inside the
-    // send, or another thread ran it before this lock): its delivery_end saw it firing and
-    // left the next tick to us.
-    if (kind == timer_kind::fixed_delay && (e->flags & live) != 0 && e->where == timer_wheel::nowhere &&
-        e->in_flight == 0) {
-      e->deadline = add_saturating(deadline_now(), e->period);
-      wheel_.insert(e);
-    }
-    // Linked again by a rearm made meanwhile: it stays where the rearm put it.
-    if (kind == timer_kind::fixed_rate && (e->flags & live) != 0 && e->where == timer_wheel::nowhere) {
-      std::int64_t next = add_saturating(e->deadline, e->period);
-      if (next <= now) {  // missed ticks are skipped, not sent in a burst
-        const std::int64_t missed = (now - next) / e->period + 1;
-        stats_.skipped += static_cast<std::uint64_t>(missed);
-        next = add_saturating(next, missed * e->period);
-      }
-      e->deadline = next;
-      wheel_.insert(e);
-    }
-    if (tidy(e)) {
-      lock_.unlock();
-      destroy_payload(e);  // pinned: the core stays
-    }
+  metrics_sink* const sink = lateness_.sink();
+  try {
+    for_each_shard([&](timer_shard& s) { sent += s.send_due(now, lateness_, sink); });
+  } catch (...) {
+    driving_thread_.store({}, std::memory_order_relaxed);
+    if (framed) tls.top = nullptr;
+    throw;
   }
-  firing_thread_ = {};
-  lock_.unlock();
+  driving_thread_.store({}, std::memory_order_relaxed);
   if (framed) tls.top = nullptr;
   return sent;  // the drive mutex goes before the caller's pin: it is not destroyed while held
 }
 
 std::int64_t timer_core::next_deadline() noexcept {
-  std::lock_guard g(lock_);
-  std::uint64_t t = wheel_.next_tick();
-  if (t != ~std::uint64_t{0} && t <= wheel_.now()) t = wheel_.now() + 1;  // a retry: the next tick
-  wake_tick_ = t;
-  return t == ~std::uint64_t{0} ? no_deadline : wheel_.time_of(t);
+  // Each shard wakes the driver for a tick before its own earliest from its next_tick on,
+  // then before the earliest of all: a schedule meanwhile wakes it at worst needlessly.
+  std::uint64_t t = ~std::uint64_t{0};
+  timer_shard* any = nullptr;
+  for_each_shard([&](timer_shard& s) {
+    t = std::min(t, s.next_tick());
+    any = &s;
+  });
+  if (any == nullptr || t == ~std::uint64_t{0}) return no_deadline;
+  for_each_shard([&](timer_shard& s) { s.wake_below(t); });
+  return any->time_of(t);  // every shard's wheel has the core's epoch and resolution
+}
+
+void timer_core::notify_shards() noexcept {
+  const bool on = threaded_ || wakeup_.fn != nullptr;
+  for_each_shard([&](timer_shard& s) { s.set_notify(on); });
 }
 
 void timer_core::set_wakeup(work w) noexcept {
-  std::lock_guard g(lock_);
+  std::lock_guard g(config_m_);
   wakeup_ = w;
-  notify_ = threaded_ || wakeup_.fn != nullptr;
+  notify_shards();
 }
 
 void timer_core::wake() noexcept {
@@ -149,24 +103,25 @@ void timer_core::start(executor_ref ex) {
   if (driver_ != nullptr) return;  // the scheduler's time events drive it
   if (thread_.joinable()) throw std::logic_error("handoff::timer_service: already started");
   {
-    std::lock_guard g(lock_);
+    std::lock_guard g(config_m_);
     threaded_ = true;
-    notify_ = true;
-    ++pins_;  // the thread's: it may outlive the service (stopped from a handler it runs)
+    notify_shards();
   }
+  pin();  // the thread's: it may outlive the service (stopped from a handler it runs)
   try {
     // Under m_, which the thread takes first: thread_ is set before a handler it runs
     // can call stop().
     std::lock_guard g(m_);
     stop_ = false;
-    const std::uint64_t epoch = ++epoch_;
+    const std::uint64_t epoch = ++thread_epoch_;
     thread_ = std::thread([this, epoch, ex] { run_thread(epoch, ex); });
   } catch (...) {
-    lock_.lock();
-    --pins_;
-    threaded_ = false;
-    notify_ = wakeup_.fn != nullptr;
-    lock_.unlock();
+    {
+      std::lock_guard g(config_m_);
+      threaded_ = false;
+      notify_shards();
+    }
+    release();  // the service's hold is still there
     throw;
   }
 }
@@ -187,9 +142,9 @@ void timer_core::stop() noexcept {
       thread_.join();
     }
   }
-  std::lock_guard g(lock_);
+  std::lock_guard g(config_m_);
   threaded_ = false;
-  notify_ = wakeup_.fn != nullptr;
+  notify_shards();
 }
 
 void timer_core::send_batch(std::int64_t now, executor_ref ex) {
@@ -225,15 +180,12 @@ void timer_core::send_batch(std::int64_t now, executor_ref ex) {
 
 void timer_core::run_thread(std::uint64_t epoch, executor_ref ex) noexcept {
   drive_until_stopped(epoch, ex);
-  lock_.lock();  // the thread's pin, taken by start()
-  HANDOFF_ASSERT(pins_ != 0);
-  --pins_;
-  unlock_and_maybe_delete();
+  release();  // the thread's pin, taken by start()
 }
 
 void timer_core::drive_until_stopped(std::uint64_t epoch, executor_ref ex) noexcept {
   // Stopped: by stop_, or by a start() since, whose thread took over (epoch_).
-  auto stopped = [&] { return stop_ || epoch_ != epoch; };
+  auto stopped = [&] { return stop_ || thread_epoch_ != epoch; };
   for (;;) {
     {
       std::lock_guard g(m_);
@@ -258,46 +210,24 @@ void timer_core::drive_until_stopped(std::uint64_t epoch, executor_ref ex) noexc
 }
 
 void timer_core::close() noexcept {
-  unregister_core(this);  // a hook that pinned it already goes on: gone() waits for it
+  // Registered until nothing is pending: an actor destroyed meanwhile (on another thread,
+  // while the service's thread still sends) is forgotten here like anywhere else.
   stop();
   if (driver_ != nullptr) timers_detach(*driver_, this);
   // From a handler the service runs, that run_due holds the drive mutex below us on this
   // stack and pins the core: drop everything now, and it finds nothing more to send.
   std::unique_lock driving(drive_mutex_, std::defer_lock);
   if (!driving_here()) driving.lock();
-  lock_.lock();
-  closed_ = true;
-  if (timer_entry* e = firing_; e != nullptr && (e->flags & live) != 0) {
-    e->flags &= static_cast<std::uint8_t>(~live);  // the one whose handler runs: not linked again
-    ++e->gen;
+  std::array<timer_entry*, max_shards> dropped{};
+  for (unsigned i = 0; i < max_shards; ++i) {
+    if (timer_shard* s = shards_[i].load(std::memory_order_acquire)) dropped[i] = s->close();
   }
-  timer_entry* all = nullptr;
-  wheel_.take_all(all);  // every pending entry, due or not
-  timer_entry* to_destroy = nullptr;
-  while (timer_entry* e = all) {
-    all = e->next;
-    e->next = nullptr;
-    e->flags &= static_cast<std::uint8_t>(~live);
-    ++e->gen;  // its deliveries, if any, do nothing
-    ++stats_.dropped;
-    if (tidy(e)) {
-      e->next = to_destroy;
-      to_destroy = e;
-    }
-  }
-  lock_.unlock();
   if (driving.owns_lock()) driving.unlock();
-  while (timer_entry* e = to_destroy) {
-    to_destroy = e->next;
-    e->next = nullptr;
-    e->ops(this, e, 0, timer_op::destroy);
-    lock_.lock();
-    e->flags &= static_cast<std::uint8_t>(~destroying);
-    (void)tidy(e);
-    lock_.unlock();
+  for (unsigned i = 0; i < max_shards; ++i) {
+    if (timer_shard* s = shards_[i].load(std::memory_order_acquire)) s->destroy_dropped(dropped[i]);
   }
-  lock_.lock();
-  unlock_and_maybe_delete();
+  unregister_core(this);  // a hook that pinned it goes on: its pin keeps the core
+  release();              // the service's hold
 }
 
 // --- the test scheduler's side ---
@@ -311,7 +241,7 @@ namespace handoff {
 namespace {
 detail::timer_core* make_core(const timer_options& o) {
   detail::test_driver* d = detail::tls.driver;
-  auto* c = new detail::timer_core(std::max<std::int64_t>(1, o.resolution.count()), d);
+  auto* c = new detail::timer_core(std::max<std::int64_t>(1, o.resolution.count()), d, o.metrics);
   try {
     detail::register_core(c);
   } catch (...) {

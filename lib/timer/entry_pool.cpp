@@ -8,7 +8,7 @@
 
 namespace handoff::detail {
 
-entry_pool::entry_pool() { grow(); }
+entry_pool::entry_pool(void* owner) : owner_(owner) { grow(); }
 
 entry_pool::~entry_pool() {
   for (chunk* c : chunks_) {
@@ -25,6 +25,7 @@ void entry_pool::grow() {
   if (number == chunks_.size()) chunks_.push_back(nullptr);                      // may throw: nothing changed yet
   void* p = ::operator new (sizeof(chunk), std::align_val_t{chunk_bytes});
   auto* c = ::new (p) chunk;
+  c->owner = owner_;
   c->number = static_cast<std::uint32_t>(number);
   c->free = chunk_entries;
   for (std::uint32_t i = chunk_entries; i-- > 0;) {

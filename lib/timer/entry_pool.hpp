@@ -1,8 +1,10 @@
-// entry_pool: the timer entries of one service (handoff/detail/timer_entry.hpp), in chunks
-// of 170 entries. Private to lib/timer/. Not thread-safe: the service's lock guards it.
+// entry_pool: the timer entries of one shard of a service (handoff/detail/timer_entry.hpp),
+// in chunks of 170 entries. Private to lib/timer/. Not thread-safe: the shard's lock
+// guards it.
 //
 // A chunk is 16 KiB, aligned to its size, so that an entry finds its chunk's header with
-// a mask: its number (an entry's index is number << 8 | position, what the 32-bit links
+// a mask: its owner (the shard, fixed for the chunk's life: what a cancel on any thread
+// finds its lock by), its number (an entry's index is number << 8 | position, what the 32-bit links
 // of a target's list hold) and its count of free entries. The free entries of every chunk
 // form one doubly-linked list (through next and pprev, which a free entry does not use
 // otherwise), so that a chunk whose entries are all free can leave the list in
@@ -24,10 +26,10 @@ namespace handoff::detail {
 class entry_pool {
  public:
   static constexpr std::size_t chunk_bytes = 16384;
-  static constexpr std::uint32_t chunk_entries = 170;  // (16384 - header) / 96
+  static constexpr std::uint32_t chunk_entries = 170;  // (16384 - 16-byte header) / 96
   static constexpr unsigned index_shift = 8;           // bits of an index's position
 
-  entry_pool();  // one chunk; throws std::bad_alloc
+  explicit entry_pool(void* owner);  // one chunk; throws std::bad_alloc
   entry_pool(const entry_pool&) = delete;
   entry_pool& operator=(const entry_pool&) = delete;
   ~entry_pool();
@@ -63,6 +65,10 @@ class entry_pool {
       wholly_free(c);
   }
 
+  // The owner given to the pool the entry came from. Any thread holding the entry (a
+  // handle, a delivery) may call it: the header is written before the chunk's first
+  // entry is handed out and never changes.
+  [[nodiscard]] static void* owner_of(const timer_entry* e) noexcept { return chunk_of(e)->owner; }
   [[nodiscard]] static std::uint32_t index_of(const timer_entry* e) noexcept {
     const chunk* c = chunk_of(e);
     return c->number << index_shift | static_cast<std::uint32_t>(e - c->entries);
@@ -88,6 +94,7 @@ class entry_pool {
 
  private:
   struct chunk {
+    void* owner = nullptr;
     std::uint32_t number = 0;  // its place in chunks_
     std::uint32_t free = 0;    // its entries in the free list
     timer_entry entries[chunk_entries];
@@ -102,6 +109,7 @@ class entry_pool {
   void wholly_free(chunk* c) noexcept;
   void release(chunk* c) noexcept;
 
+  void* owner_;
   timer_entry* free_ = nullptr;  // the free list's head
   std::vector<chunk*> chunks_;   // by number; nullptr where a chunk was returned
   std::size_t chunks_held_ = 0;

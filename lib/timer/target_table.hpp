@@ -1,5 +1,5 @@
 // target_table: the timers of one service by target actor. Private to lib/timer/. Not
-// thread-safe: the service's lock guards it.
+// thread-safe: its shard's lock guards it.
 //
 // Each target with entries not over has a slot in an open-addressing table (linear
 // probing, deletion by backward shift, Knuth's Algorithm R), keyed by the actor's address:

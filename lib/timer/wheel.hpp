@@ -1,6 +1,6 @@
 // timer_wheel: the hierarchical timing wheel of a timer service (Varghese and Lauck,
 // "Hashed and hierarchical timing wheels", SOSP 1987; the cascading layout of Linux's
-// classic timer wheel). Private to lib/timer/. Not thread-safe: the service's lock
+// classic timer wheel). Private to lib/timer/. Not thread-safe: its shard's lock
 // guards it.
 //
 // Time is counted in ticks (one resolution step). Level L (0..3) has 256 slots of 256^L

@@ -1,37 +1,46 @@
 /*
  * Promela model of the node pool's slabs (lib/runtime/node_pool.cpp): a slab is carved
  * by one thread, its nodes are freed by that thread or by another (an owner draining a
- * sender's messages), and it is recycled by whichever subtraction of its count reaches 0;
- * a recycled slab goes to the recycling thread's spares, from there (four at a time in
- * the library, all of them here) to a list shared under a mutex, and from there to a
- * carver's next refill. Checked by spin under ctest through tests/model/check.sh
- * (MODEL=node_pool.pml); see tests/model/README.md.
+ * sender's messages), and it is reused node by node: once half of it is free, the
+ * subtraction of its count that gets there adopts it; an adopted slab goes to the
+ * adopting thread's spares, from there to a list shared under a mutex (or back to the
+ * allocator, if none of its nodes is out), and from there to a carver's next refill, which
+ * carves its free nodes around those still out. Checked by spin under ctest through
+ * tests/model/check.sh (MODEL=node_pool.pml); see tests/model/README.md.
  *
- * The count (`outstanding`) is the nodes handed out and not yet freed plus one while the
- * carver holds the slab; the carver sets it to capacity + 1 when it starts a slab (every
- * node counted as out before it is carved), counts its own frees of the current slab
- * without an atomic (`local`), and on retiring subtracts the nodes it never carved, its
- * local frees and its hold in one fetch_sub. A free by another thread, or by the carver
- * after it retired the slab, is a fetch_sub of 1. The subtraction whose result reaches 0
- * (before == n) recycles. Memory is sequentially consistent here (the library's acq_rel
- * subtraction orders each free before the recycle).
+ * The count (`outstanding`) is the nodes handed out and not yet uncounted, plus HOLD while
+ * a carver or a list holds the slab (so that no free can adopt a held slab). Each node has
+ * a free mark (`map`), set by its free before the free uncounts it and cleared by the
+ * carver that claims it. A carver takes a held slab whole when its count is HOLD (no node
+ * out, no free on its way: all claimed at once, count += CAP), else claims its marked nodes
+ * one by one (count += 1 each; the library claims runs of them). It counts its own frees
+ * of its current slab without an atomic (`lfreed`), and on retiring marks the claimed
+ * nodes it never carved, then subtracts them, its local frees and HOLD in one fetch_sub.
+ * A free by another thread, or by the carver of another slab, is a fetch_sub of 1. The
+ * subtraction whose result falls to T or below from above T adopts the slab (adds HOLD
+ * back); the count only falls while nobody holds the slab, so exactly one does. Memory
+ * is sequentially consistent here (the library's acq_rel subtraction and the marks'
+ * release/acquire order each free before the node's reuse).
  *
- * Processes: the carver C carves NODES nodes of a slab over two rounds (CAP nodes a
- * slab), freeing each itself or sending it to the freer F, and may retire its slab early
- * at any moment (once); F frees what it receives and moves its spares to the shared list. Slabs
- * are identified by index (SLABS of them); `where[s]` says where each one is.
+ * Processes: the carver C carves NODES nodes (CAP a slab), freeing each itself or sending
+ * it to the freer F, and may retire its slab early at any moment (once); F frees what it
+ * receives and moves its spares to the shared list. Slabs are identified by index (SLABS
+ * of them), node k of slab s by s * CAP + k; `where[s]` says where each slab is.
  *
  * Assertions:
- *   - a slab is recycled only when none of its nodes is out and its carver retired it;
- *   - a slab is never in two places (carved, in a thread's spares, in the shared list);
- *   - at the end every slab is free (recycled or never used): nothing leaked.
+ *   - a node is handed out only when it is not live (never twice at once);
+ *   - a slab is adopted only while nobody holds it, and by one thread (never in two
+ *     places: carved, floating, in a thread's spares, in the shared list);
+ *   - a slab goes back to the allocator only with no node out;
+ *   - at the end every slab is held or the allocator's (nothing leaked).
  * Broken variants, each expected to be rejected:
- *   NO_HOLD        the count starts at the capacity (no carver's hold): a slab whose
- *                  carved nodes all came back is recycled while its carver still carves
- *   LOAD_ZERO      the recycler decides by a later load of the count instead of its own
- *                  subtraction's result: two threads both see 0 and recycle it twice
+ *   NO_HOLD        a holder adds no HOLD: a free adopts a slab its carver still carves
+ *   LOAD_CROSS     the adopter decides by a later load of the count instead of its own
+ *                  subtraction's result: two threads both see it at T and adopt it twice
  *   LOCAL_AFTER    the carver counts a free as local after it retired the slab: the
- *                  count never reaches 0 (a leak)
+ *                  count never falls to T (a leak)
+ *   WHOLE          a held slab is taken whole without checking that no node is out: a
+ *                  live node is handed out again
  */
 
 #ifndef CAP
@@ -41,11 +50,18 @@
 #define NODES 4
 #endif
 #define SLABS 3
+#define T (CAP / 2)    /* adopt_at */
+#ifdef NO_HOLD
+#define HOLD 0
+#else
+#define HOLD 16
+#endif
+#define NONE 255
 
 /* where a slab is */
-#define FREE_NEW 0    /* never used (the allocator's) */
+#define FREE_NEW 0    /* the allocator's (never used, or given back) */
 #define CARVING 1     /* the carver's current slab */
-#define RETIRED 2     /* retired by the carver, nodes still out */
+#define FLOATING 2    /* retired, nobody holds it: its nodes out come back */
 #define SPARE_F 3     /* in F's spares */
 #define SPARE_C 4     /* in C's spares */
 #define SHARED 5      /* in the shared list */
@@ -53,27 +69,27 @@
 byte where[SLABS];
 byte outstanding[SLABS];   /* the atomic count */
 byte out[SLABS];           /* nodes handed out and not yet freed (the model's truth) */
-byte recycled = 0;         /* recycles performed: one per retired-and-emptied slab */
+bool map[SLABS * CAP];     /* free marks */
+bool live[SLABS * CAP];    /* the model's truth: handed out and not freed */
 bool shared_lock = false;  /* the shared list's mutex */
-chan to_f = [NODES] of { byte };  /* nodes sent to F, by slab index */
+chan to_f = [NODES] of { byte };  /* nodes sent to F */
 
 inline lock() { atomic { !shared_lock -> shared_lock = true } }
 inline unlock() { shared_lock = false }
 
-/* The subtraction that reaches 0 recycles, into the subtracting thread's spares. */
-inline recycle(s, spare) {
-  assert(out[s] == 0);
-  assert(where[s] == RETIRED);
+/* The subtraction that crossed T: the slab is this thread's now. */
+inline adopt(s, spare) {
+  assert(where[s] == FLOATING);
   where[s] = spare;
-  recycled++
+  outstanding[s] = outstanding[s] + HOLD
 }
 
 /* fetch_sub(n) on slab s's count, by a thread whose spares are `spare` */
 inline uncount(s, n, spare) {
-#ifdef LOAD_ZERO
+#ifdef LOAD_CROSS
   outstanding[s] = outstanding[s] - n;
   if
-  :: outstanding[s] == 0 -> recycle(s, spare)   /* a separate load: both may see 0 */
+  :: outstanding[s] <= T -> adopt(s, spare)   /* a separate load: two may see T or less */
   :: else -> skip
   fi
 #else
@@ -82,109 +98,163 @@ inline uncount(s, n, spare) {
     outstanding[s] = outstanding[s] - n
   };
   if
-  :: before == n -> recycle(s, spare)
+  :: before > T && before - n <= T -> adopt(s, spare)
   :: else -> skip
   fi
 #endif
 }
 
+/* A free of node `nd` by a thread that is not carving its slab: mark, then uncount. */
+inline free_remote(nd, spare) {
+  s = nd / CAP;
+  assert(live[nd]);
+  live[nd] = false; out[s]--;
+  map[nd] = true;
+  uncount(s, 1, spare)
+}
+
+/* The spares of `spare` to the shared list; a slab with no node out may go to the allocator. */
+inline give_spares(spare) {
+  lock();
+  for (k : 0 .. SLABS - 1) {
+    if
+    :: where[k] == spare ->
+       if
+       :: where[k] = SHARED
+       :: outstanding[k] == HOLD -> assert(out[k] == 0); where[k] = FREE_NEW
+       fi
+    :: else -> skip
+    fi
+  }
+  unlock()
+}
+
 proctype carver() {
-  byte cur = SLABS;     /* current slab; SLABS: none */
-  byte carved = 0;      /* nodes carved from cur */
-  byte lfreed = 0;
-  bool early = false;  /* retired a slab before it was full */       /* cur's nodes freed by this thread, not yet uncounted */
+  byte cur = NONE;      /* current slab */
+  byte bump = 0;        /* next claimed node of cur to carve */
+  byte run_end = 0;     /* past the claimed nodes */
+  byte scan = 0;        /* where the next claim looks */
+  byte lfreed = 0;      /* cur's nodes freed by this thread, not yet uncounted */
+  bool early = false;   /* retired a slab before carving all of it */
   byte made = 0;        /* nodes carved in all */
-  byte mine[NODES];     /* slab of each node kept to free later (SLABS: none) */
+  byte mine[NODES];     /* nodes kept to free later (NONE: none) */
   byte k = 0;
   byte s;
+  byte nd;
   byte before;
   byte n;
-  for (k : 0 .. NODES - 1) { mine[k] = SLABS }
+  for (k : 0 .. NODES - 1) { mine[k] = NONE }
   do
   :: made < NODES ->
-     /* refill: retire cur if full (or now, early), then take a spare, a shared or a new slab */
-     if
-     :: cur == SLABS || carved == CAP ->
+     /* a claimed node to carve: claim the next marked one of cur, or retire cur and take a slab */
+     do
+     :: cur != NONE && bump < run_end -> break
+     :: cur != NONE && bump == run_end && scan < CAP ->
         if
-        :: cur != SLABS ->
-           where[cur] = RETIRED;
-           n = (CAP - carved) + lfreed + 1;
-           s = cur; cur = SLABS; lfreed = 0;
-           uncount(s, n, SPARE_C)
+        :: map[cur * CAP + scan] ->
+           map[cur * CAP + scan] = false;
+           outstanding[cur] = outstanding[cur] + 1;   /* fetch_add */
+           bump = scan; run_end = scan + 1
         :: else -> skip
         fi;
-        /* a slab for the refill: own spares, else the shared list, else a new one */
-        s = SLABS;
-        for (k : 0 .. SLABS - 1) { if :: s == SLABS && where[k] == SPARE_C -> s = k :: else -> skip fi }
+        scan++
+     :: cur != NONE && bump == run_end && scan == CAP ->   /* nothing left: retire */
+        where[cur] = FLOATING;
+        n = lfreed + HOLD;
+        s = cur; cur = NONE; lfreed = 0;
+        uncount(s, n, SPARE_C)
+     :: cur == NONE ->
+        /* a held slab: own spares, else the shared list, else a new one */
+        s = NONE;
+        for (k : 0 .. SLABS - 1) { if :: s == NONE && where[k] == SPARE_C -> s = k :: else -> skip fi }
         if
-        :: s == SLABS ->
+        :: s == NONE ->
            lock();
-           for (k : 0 .. SLABS - 1) { if :: s == SLABS && where[k] == SHARED -> s = k :: else -> skip fi }
+           for (k : 0 .. SLABS - 1) { if :: s == NONE && where[k] == SHARED -> s = k :: else -> skip fi }
            unlock()
         :: else -> skip
         fi;
         if
-        :: s == SLABS ->
-           for (k : 0 .. SLABS - 1) { if :: s == SLABS && where[k] == FREE_NEW -> s = k :: else -> skip fi }
+        :: s == NONE ->
+           for (k : 0 .. SLABS - 1) {
+             if
+             :: s == NONE && where[k] == FREE_NEW ->
+                s = k;
+                outstanding[k] = HOLD
+             :: else -> skip
+             fi
+           }
         :: else -> skip
         fi;
-        assert(s != SLABS);   /* SLABS is enough for this many nodes */
-        assert(out[s] == 0);
+        assert(s != NONE);   /* SLABS is enough for this many nodes */
         where[s] = CARVING;
-#ifdef NO_HOLD
-        outstanding[s] = CAP;
+        cur = s; lfreed = 0;
+        if
+#ifdef WHOLE
+        :: true ->
 #else
-        outstanding[s] = CAP + 1;
+        :: outstanding[s] == HOLD ->
 #endif
-        cur = s; carved = 0
-     :: else -> skip
-     fi;
+           /* no node out: claimed whole */
+           for (k : 0 .. CAP - 1) { map[s * CAP + k] = false };
+           outstanding[s] = outstanding[s] + CAP;
+           bump = 0; run_end = CAP; scan = CAP
+        :: else -> bump = 0; run_end = 0; scan = 0
+        fi
+     od;
      /* carve one node */
-     carved++; out[cur]++; made++;
+     nd = cur * CAP + bump;
+     assert(!live[nd]);   /* never handed out while live */
+     live[nd] = true; out[cur]++; bump++; made++;
      if
-     :: to_f!cur                                  /* sent: another thread frees it */
-     :: mine[made - 1] = cur                      /* kept: freed here, later */
+     :: to_f!nd                                   /* sent: another thread frees it */
+     :: mine[made - 1] = nd                       /* kept: freed here, later */
      fi
-  :: made < NODES && cur != SLABS && carved < CAP && !early ->   /* retire early, once (so SLABS suffice) */
+  :: made < NODES && cur != NONE && bump < run_end && !early ->   /* retire early, once */
      early = true;
-     where[cur] = RETIRED;
-     n = (CAP - carved) + lfreed + 1;
-     s = cur; cur = SLABS; lfreed = 0; carved = 0;
+     where[cur] = FLOATING;
+     n = lfreed + HOLD;
+     for (k : bump .. run_end - 1) { map[cur * CAP + k] = true; n++ };
+     s = cur; cur = NONE; lfreed = 0; bump = 0; run_end = 0;
      uncount(s, n, SPARE_C)
   :: true ->   /* free a node it kept */
      k = 0;
      do
-     :: k < NODES && mine[k] == SLABS -> k++
-     :: k < NODES && mine[k] != SLABS -> break
+     :: k < NODES && mine[k] == NONE -> k++
+     :: k < NODES && mine[k] != NONE -> break
      :: k == NODES -> break
      od;
      if
      :: k < NODES ->
-        s = mine[k]; mine[k] = SLABS; out[s]--;
+        nd = mine[k]; mine[k] = NONE;
         if
 #ifdef LOCAL_AFTER
-        :: true -> lfreed++   /* counted as local whatever the slab */
+        :: true ->   /* counted as local whatever the slab */
 #else
-        :: s == cur -> lfreed++
-        :: else -> uncount(s, 1, SPARE_C)
+        :: nd / CAP == cur ->
 #endif
+           assert(live[nd]);
+           live[nd] = false; out[nd / CAP]--;
+           map[nd] = true; lfreed++
+        :: else -> free_remote(nd, SPARE_C)
         fi
      :: else -> skip
      fi
   :: made == NODES ->
      /* nothing left to carve: free what it kept (above), then retire */
      if
-     :: cur != SLABS ->
+     :: cur != NONE ->
         k = 0;
         do
-        :: k < NODES && mine[k] == SLABS -> k++
+        :: k < NODES && mine[k] == NONE -> k++
         :: else -> break
         od;
         if
         :: k == NODES ->
-           where[cur] = RETIRED;
-           n = (CAP - carved) + lfreed + 1;
-           s = cur; cur = SLABS; lfreed = 0;
+           where[cur] = FLOATING;
+           n = lfreed + HOLD;
+           for (k : bump .. run_end - 1) { map[cur * CAP + k] = true; n++ };
+           s = cur; cur = NONE; lfreed = 0; bump = 0; run_end = 0;
            uncount(s, n, SPARE_C)
         :: else -> skip
         fi
@@ -192,24 +262,17 @@ proctype carver() {
      fi
   od;
   /* the exit hook gives the spares back */
-  lock();
-  for (k : 0 .. SLABS - 1) { if :: where[k] == SPARE_C -> where[k] = SHARED :: else -> skip fi }
-  unlock()
+  give_spares(SPARE_C)
 }
 
 proctype freer() {
   byte s;
   byte k;
+  byte nd;
   byte before;
-  byte freed = 0;
   do
-  :: to_f?s ->
-     out[s]--; freed++;
-     uncount(s, 1, SPARE_F)
-  :: true ->   /* give the spares to the shared list (a full spare batch, or the exit hook) */
-     lock();
-     for (k : 0 .. SLABS - 1) { if :: where[k] == SPARE_F -> where[k] = SHARED :: else -> skip fi }
-     unlock()
+  :: to_f?nd -> free_remote(nd, SPARE_F)
+  :: true -> give_spares(SPARE_F)   /* a full spare batch, or the exit hook */
   :: empty(to_f) -> break
   od
 }
@@ -217,16 +280,17 @@ proctype freer() {
 init {
   byte k;
   byte s;
+  byte nd;
   byte before;
   atomic { run carver(); run freer() };
   (_nr_pr == 1);
   /* F may have stopped before the carver sent its last nodes: free them here */
   do
-  :: to_f?s -> out[s]--; uncount(s, 1, SPARE_F)
+  :: to_f?nd -> free_remote(nd, SPARE_F)
   :: empty(to_f) -> break
   od;
   for (k : 0 .. SLABS - 1) {
     assert(out[k] == 0);
-    assert(where[k] != CARVING && where[k] != RETIRED)   /* every used slab came back */
+    assert(where[k] != CARVING && where[k] != FLOATING)   /* every used slab came back */
   }
 }

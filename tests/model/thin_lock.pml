@@ -5,6 +5,10 @@
  * they are contended. Checked by spin through check.sh (MODEL=thin_lock.pml); see
  * tests/model/README.md.
  *
+ * The library (include/handoff/detail/thin_record.hpp) runs the EVENTUAL 0 protocol under
+ * both of its fairness modes: it does not park on the word yet, so model_thin_fifo and
+ * model_thin_fifo_nested are its runs; the parking runs check the prototype's.
+ *
  * One stripe, two keys on it (distinct keys share the word), NP threads (2 or 3). Thread 0
  * locks ROUNDS0 times in sequence, the others ROUNDS times, a key chosen nondeterministically
  * each time; a thread reuses its record for its next lock (a record goes back to the

@@ -3,9 +3,11 @@
 // (the way Prometheus reads it) whose lines must carry the right names, labels and values;
 // and slow clients (connected and silent, or half a request sent) that must not keep a
 // scrape from being answered.
+#include <handoff/actor.hpp>
 #include <handoff/keyed_mutex.hpp>
 #include <handoff/metrics.hpp>
 #include <handoff/prometheus.hpp>
+#include <handoff/timer_service.hpp>
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -173,6 +175,21 @@ TEST_F(PrometheusExporter, TheUnlabelledSinkServesProcessWideEventsUnderTheirCou
   EXPECT_EQ(sample(body, "handoff_actor_mailbox_full_total"), 3.0) << body;
   EXPECT_EQ(sample(body, "handoff_keyed_lock_timeouts_total"), 1.0) << body;
   EXPECT_EQ(sample(body, "handoff_redis_round_trips_total"), 0.0) << body;
+}
+
+TEST_F(PrometheusExporter, ATimerServicesLateSendsAreAHistogramInSeconds) {
+  handoff::prometheus::sink ticks(exporter_.registry(), {{"timers", "rooms"}});
+  handoff::timer_service timers({.metrics = &ticks});
+  handoff::actor<int> room{0};
+  const auto due = timers.now() + 1s;
+  timers.at(due, room, [](int& n) { ++n; }).detach();
+  ASSERT_EQ(timers.run_due(due + 30ms), 1U);  // sent 30 ms late
+  const std::string body = scrape(exporter_.port());
+  ASSERT_FALSE(body.empty()) << "curl could not scrape the endpoint";
+  EXPECT_EQ(sample(body, R"(handoff_timer_lateness_seconds_count{timers="rooms"})"), 1.0) << body;
+  EXPECT_DOUBLE_EQ(sample(body, R"(handoff_timer_lateness_seconds_sum{timers="rooms"})").value_or(0), 0.03) << body;
+  EXPECT_EQ(sample(body, R"(handoff_timer_lateness_seconds_bucket{timers="rooms",le="0.01"})"), 0.0) << body;
+  EXPECT_EQ(sample(body, R"(handoff_timer_lateness_seconds_bucket{timers="rooms",le="0.05"})"), 1.0) << body;
 }
 
 TEST_F(PrometheusExporter, EightSilentAndEightHalfSentClientsDoNotDelayAScrapePastTwoSeconds) {

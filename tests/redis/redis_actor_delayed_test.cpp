@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -194,26 +195,48 @@ TEST(RedisActor, SweepsOnTwoThreadsOfOneProcessAtOnceEachDrainWhatTheyTookOver) 
   }
 }
 
-TEST(RedisActor, ADueDelayedMessageWhoseMailboxIsFullStaysDelayedAndMovesOnceThereIsRoom) {
+// An actor system on a server of its own whose key "q:1" has a mailbox of one place, held
+// by "m 0" (its handler waits for the gate) posted from a thread of its own.
+struct one_place_held {
+  explicit one_place_held(hr::actor_options a) : actors(at(server.port()), with_capacity_1(a)) {
+    actors.on("q:", [this, port = server.port()](hr::delivery& d) {
+      if (d.body() == "m 0") gate.wait();
+      handoff::test::record_run(port, d);
+    });
+    owner = std::thread([this] { actors.post("q:1", "m 0"); });
+  }
+  one_place_held(const one_place_held&) = delete;
+  one_place_held& operator=(const one_place_held&) = delete;
+  ~one_place_held() {
+    if (owner.joinable()) release();
+  }
+  // Lets "m 0" finish, and its post return.
+  void release() {
+    gate.open();
+    owner.join();
+  }
+  static hr::actor_options with_capacity_1(hr::actor_options a) {
+    a.capacity = 1;
+    return a;
+  }
+
   redis_server server;
-  raw_redis raw(server.port());
-  hr::actor_options a = quick();
-  a.capacity = 1;
-  hr::actor_system actors(at(server.port()), a);
+  raw_redis raw{server.port()};
+  hr::actor_system actors;
   latch gate;
-  const int port = server.port();
-  actors.on("q:", [&gate, port](hr::delivery& d) {
-    if (d.body() == "m 0") gate.wait();
-    handoff::test::record_run(port, d);
-  });
-  std::thread owner([&] { actors.post("q:1", "m 0"); });  // holds the mailbox's one place
+  std::thread owner;
+};
+
+TEST(RedisActor, ADueDelayedMessageWhoseMailboxIsFullStaysDelayedAndMovesOnceThereIsRoom) {
+  one_place_held q(quick());
+  hr::actor_system& actors = q.actors;
+  raw_redis& raw = q.raw;
   ASSERT_TRUE(eventually([&] { return actors.pending("q:1") == 1; }));
   const std::string id = actors.post_after("q:1", "d 1", 20ms);
   std::this_thread::sleep_for(200ms);  // due, and swept several times meanwhile
   EXPECT_EQ(actors.pending("q:1"), 1U) << "moved past the mailbox's capacity";
   EXPECT_EQ(raw.integer({"ZCARD", "handoff:actors:delayed"}), 1) << "dropped instead of kept for a later sweep";
-  gate.open();
-  owner.join();
+  q.release();
   ASSERT_TRUE(eventually([&] { return log_of(raw, "q:1").size() == 2; }, 10s));
   EXPECT_EQ(handoff::test::runs_of(log_of(raw, "q:1")), (std::vector<std::string>{"m 0 1", "d 1 1"}));
   EXPECT_FALSE(actors.cancel_delayed("q:1", id));
@@ -243,6 +266,61 @@ TEST(RedisActor, DelayedPostsSurviveTheKillOfEveryProcessAndAServerRestartWithPe
   }
   EXPECT_EQ(seen.size(), static_cast<std::size_t>(count));
   for (const auto& [message, runs] : seen) EXPECT_EQ(runs, 1) << message;
+}
+
+TEST(RedisActor, PostAtAnInstantLongPastIsDueAtTheNextSweep) {
+  recorded t;
+  t.actors.post_at("past:1", "p 0", std::chrono::system_clock::time_point::min());
+  t.actors.post_at("past:1", "p 1", std::chrono::system_clock::now() - std::chrono::hours(24 * 365 * 100));
+  ASSERT_TRUE(eventually([&] { return log_of(t.raw, "past:1").size() == 2; }, 5s)) << "stored as due in the far future";
+  EXPECT_EQ(handoff::test::runs_of(log_of(t.raw, "past:1")), (std::vector<std::string>{"p 0 1", "p 1 1"}));
+}
+
+TEST(RedisActor, ADelayedMessageHeldByAFullMailboxStillRunsBeforeTheSameSendersLaterOnes) {
+  hr::actor_options a = quick();
+  a.sweep_interval = 0ms;  // sweeps only when told to; a held message waits 100 ms
+  one_place_held q(a);
+  hr::actor_system& actors = q.actors;
+  raw_redis& raw = q.raw;
+  ASSERT_TRUE(eventually([&] { return actors.pending("q:1") == 1; }));
+  actors.post_after("q:1", "d 1", 5ms);
+  std::this_thread::sleep_for(20ms);
+  actors.sweep();  // d 1 is due and finds the mailbox full: held
+  actors.post_after("q:1", "d 2", 5ms);
+  std::this_thread::sleep_for(20ms);  // d 2 is due now, d 1's retry later
+  q.release();                        // the mailbox is empty: the next sweep finds room for d 2
+  ASSERT_TRUE(eventually(
+      [&] {
+        actors.sweep();
+        return log_of(raw, "q:1").size() == 3;
+      },
+      10s));
+  EXPECT_EQ(handoff::test::runs_of(log_of(raw, "q:1")), (std::vector<std::string>{"m 0 1", "d 1 1", "d 2 1"}));
+  EXPECT_EQ(
+      raw.integer({"EXISTS", "handoff:actors:delayed", "handoff:actors:delayed:body", "handoff:{q:1}:actor:held"}), 0)
+      << "nothing left once they moved";
+}
+
+TEST(RedisActor, DelayedMessagesDueInOneMillisecondRunInPostingOrderPastTheThousandth) {
+  // The sweep takes messages due in the same millisecond in the order of their ids, so a
+  // sender's ids must sort as posted (a fixed-width sequence: "-999" sorts after "-1000").
+  hr::actor_options a = quick();
+  a.sweep_interval = 0ms;
+  recorded t({}, a);
+  constexpr int count = 1100;
+  std::vector<std::string> ids;
+  for (int i = 0; i < count; ++i) ids.push_back(t.actors.post_after("burst:1", "b " + std::to_string(i), 1h));
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end())) << "ids do not sort in posting order";
+  for (const std::string& id : ids) t.raw.integer({"ZADD", "handoff:actors:delayed", "XX", "1", id});  // one ms, past
+  ASSERT_TRUE(eventually(
+      [&] {
+        t.actors.sweep();
+        return log_of(t.raw, "burst:1").size() == count;
+      },
+      30s));
+  std::map<std::string, long long> seen;
+  EXPECT_EQ(handoff::test::check_log(log_of(t.raw, "burst:1"), &seen), "") << "out of posting order";
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(count));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <handoff/testing.hpp>
 #include <handoff/thread_pool.hpp>
 #include <handoff/timer.hpp>
+#include <handoff/timer_scope.hpp>
 #include <handoff/timer_service.hpp>
 
 #include <memory>
@@ -77,6 +78,12 @@ handoff::task<int> answer_within(handoff::actor<int>& a, handoff::timer_service&
   (void)handoff::sync_wait(answer(a));
   handoff::timer_service timers;
   (void)handoff::sync_wait(answer_within(a, timers));
+  handoff::timer_scope scope(timers);
+  a.post([](int&, handoff::actor<int>& self) {
+    handoff::after(std::chrono::milliseconds(1), self, [](int& x) { ++x; }).detach();
+  });
+  (void)handoff::every(std::chrono::milliseconds(1), a, [](int&) {});
+  (void)handoff::after(std::chrono::milliseconds(1), b, 1);
   (void)v.update("k", [](const handoff::redis::versioned_value& cur) { return cur.value + "x"; });
 }
 

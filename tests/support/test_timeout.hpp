@@ -43,15 +43,53 @@ class test_timeout {
   std::jthread thread_;  // last: started once name_ exists
 };
 
+// One watchdog thread for the whole binary (a thread per test would cost a thread start
+// each): OnTestStart arms it with the test's name and deadline, OnTestEnd disarms it.
 class timeout_each_test : public ::testing::EmptyTestEventListener {
  public:
-  explicit timeout_each_test(std::chrono::seconds limit) : limit_(limit) {}
-  void OnTestStart(const ::testing::TestInfo&) override { timeout_ = std::make_unique<test_timeout>(limit_); }
-  void OnTestEnd(const ::testing::TestInfo&) override { timeout_.reset(); }
+  explicit timeout_each_test(std::chrono::seconds limit)
+      : limit_(limit), thread_([this](std::stop_token stop) { watch(stop); }) {}
+
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    {
+      const std::lock_guard lock(mu_);
+      name_ = std::string(info.test_suite_name()) + "." + info.name();
+      deadline_ = std::chrono::steady_clock::now() + limit_;
+      armed_ = true;
+    }
+    cv_.notify_one();
+  }
+  void OnTestEnd(const ::testing::TestInfo&) override {
+    const std::lock_guard lock(mu_);
+    armed_ = false;
+  }
 
  private:
-  std::chrono::seconds limit_;
-  std::unique_ptr<test_timeout> timeout_;
+  void watch(const std::stop_token& stop) {
+    std::unique_lock lock(mu_);
+    while (!stop.stop_requested()) {
+      if (!armed_) {
+        cv_.wait(lock, stop, [this] { return armed_; });
+        continue;
+      }
+      const auto deadline = deadline_;
+      // Wakes for a new test (a later deadline) or the end of this one.
+      if (cv_.wait_until(lock, stop, deadline, [&] { return !armed_ || deadline_ != deadline; })) continue;
+      if (stop.stop_requested()) return;
+      std::fprintf(stderr, "\n%s: still running after %llds: hung (lost wake-up?), aborting\n", name_.c_str(),
+                   static_cast<long long>(limit_.count()));
+      std::fflush(stderr);
+      std::abort();
+    }
+  }
+
+  const std::chrono::seconds limit_;
+  std::mutex mu_;
+  std::condition_variable_any cv_;
+  std::string name_;                                // guarded by mu_: the running test
+  std::chrono::steady_clock::time_point deadline_;  // guarded by mu_
+  bool armed_ = false;                              // guarded by mu_: a test is running
+  std::jthread thread_;                             // last: started once the rest exists
 };
 
 // Puts every test of the binary under a test_timeout of `limit`. Call it before the tests

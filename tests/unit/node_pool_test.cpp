@@ -1,6 +1,7 @@
 // handoff::detail::allocate_node / free_node: the slab pool behind message and waiter
 // nodes. Nodes never overlap, nodes freed on other threads (or after their carving thread
-// exited) come back, and a drained burst's memory goes back to the allocator.
+// exited) come back, a live node is never handed out again while its slab is reused around
+// it, and a drained burst's memory goes back to the allocator.
 #include "handoff/detail/node_pool.hpp"
 
 #include <handoff/actor.hpp>
@@ -13,7 +14,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <thread>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "../support/test_support.hpp"
@@ -133,6 +139,132 @@ TEST(NodePool, ADrainedBurstGivesItsMemoryBack) {
   // Slab memory per message: 32 bytes and its share of a 64-byte slab header.
   EXPECT_LT(peak - before, burst * 34);
   EXPECT_LT(after, before + (std::size_t{8} << 20)) << "peak " << (peak - before) << " B over the start";
+}
+
+// Nodes of mixed lifetimes: every 50th is kept (a message queued for long), the others are
+// freed a round later by another thread. The slabs holding kept nodes are carved again
+// around them, so a new node must never land on a kept one.
+TEST(NodePool, ANodeStillLiveIsNeverHandedOutAgainWhenItsSlabIsCarvedAgain) {
+  const handoff::test::test_timeout limit{std::chrono::seconds(60)};
+  std::unordered_set<void*> kept;
+  std::vector<std::pair<unsigned char*, unsigned char>> kept_list;
+  std::vector<void*> last_round;
+  for (int round = 0; round < 300; ++round) {
+    std::vector<void*> shorts;
+    for (int i = 0; i < 1000; ++i) {
+      auto* p = static_cast<unsigned char*>(allocate_node(32));
+      ASSERT_FALSE(kept.contains(p)) << "round " << round << ": a live node was handed out again";
+      const auto tag = static_cast<unsigned char>(i * 7 + round);
+      std::memset(p, tag, 32);
+      if (i % 50 == 0) {
+        kept.insert(p);
+        kept_list.emplace_back(p, tag);
+      } else {
+        shorts.push_back(p);
+      }
+    }
+    std::thread drainer([nodes = std::move(last_round)] {
+      for (void* n : nodes) free_node(n, 32);
+    });
+    drainer.join();
+    last_round = std::move(shorts);
+  }
+  for (void* n : last_round) free_node(n, 32);
+  for (const auto& [p, tag] : kept_list) {
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(p[i], tag) << "a live node was overwritten";
+    free_node(p, 32);
+  }
+}
+
+// The same while the frees run on another thread at the same time as the carving: a
+// queued node must keep its contents until it is freed, and a kept one until the end.
+TEST(NodePool, NodesFreedOnAnotherThreadWhileTheirSlabsAreCarvedAgainAreNeverHandedOutLive) {
+  const handoff::test::test_timeout limit{std::chrono::seconds(60)};
+  std::mutex mu;
+  std::deque<unsigned char*> queued;  // guarded by mu
+  bool done = false;                  // guarded by mu
+  std::atomic<bool> overwritten{false};
+  std::thread freer([&] {
+    for (;;) {
+      unsigned char* p = nullptr;
+      {
+        const std::lock_guard lock(mu);
+        if (!queued.empty()) {
+          p = queued.front();
+          queued.pop_front();
+        } else if (done) {
+          return;
+        }
+      }
+      if (p == nullptr) {
+        std::this_thread::yield();
+        continue;
+      }
+      if (std::memcmp(p, p + 16, 16) != 0 || p[0] != p[31]) overwritten = true;
+      free_node(p, 32);
+    }
+  });
+  std::unordered_set<void*> kept;
+  std::vector<std::pair<unsigned char*, unsigned char>> kept_list;
+  bool reissued = false;
+  for (int i = 0; i < 200000 && !reissued; ++i) {
+    auto* p = static_cast<unsigned char*>(allocate_node(32));
+    reissued = kept.contains(p);
+    const auto tag = static_cast<unsigned char>(i);
+    std::memset(p, tag, 32);
+    if (i % 50 == 0) {
+      kept.insert(p);
+      kept_list.emplace_back(p, tag);
+    } else {
+      std::unique_lock lock(mu);
+      queued.push_back(p);
+      while (queued.size() > 2000) {  // keep the freer close, so that its slabs come back here
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+      }
+    }
+  }
+  {
+    const std::lock_guard lock(mu);
+    done = true;
+  }
+  freer.join();
+  EXPECT_FALSE(reissued) << "a kept node was handed out again";
+  EXPECT_FALSE(overwritten.load()) << "a queued node was overwritten before its free";
+  for (const auto& [p, tag] : kept_list) {
+    EXPECT_TRUE(p[0] == tag && p[31] == tag) << "a kept node was overwritten";
+    free_node(p, 32);
+  }
+}
+
+TEST(NodePool, ALongQueuedNodeKeepsAtMostOneMoreNodesWorthOfMemoryAlive) {
+  if (!handoff::detail::node_pool_stats().pooled) GTEST_SKIP() << "the pool is bypassed in this build";
+  const handoff::test::test_timeout limit{std::chrono::seconds(60)};
+  // 5,000 long-queued nodes among 2.5 million short-lived ones: one in each slab's worth.
+  // A slab reused only once all its nodes came back would keep 16 KiB for each.
+  constexpr std::size_t longs = 5000;
+  constexpr std::size_t per_long = 500;
+  std::vector<void*> kept;
+  kept.reserve(longs);
+  std::vector<void*> shorts(per_long);
+  const std::size_t before = heap_in_use();
+  {
+    const auto probe = std::make_unique<char[]>(std::size_t{1} << 20);
+    if (heap_in_use() < before + (std::size_t{1} << 20)) GTEST_SKIP() << "mallinfo2 does not see this allocator";
+  }
+  for (std::size_t r = 0; r < longs; ++r) {
+    for (void*& n : shorts) n = allocate_node(32);
+    kept.push_back(allocate_node(32));
+    for (void* n : shorts) free_node(n, 32);
+  }
+  const std::size_t after = heap_in_use();
+  // Each kept node: its 32 bytes and at most as much again, plus the pool's free slabs
+  // (4 MiB shared, a few per thread).
+  const std::size_t growth = after > before ? after - before : 0;  // free slabs may go back meanwhile
+  EXPECT_LE(growth, longs * 64 + (std::size_t{4} << 20) + (std::size_t{256} << 10))
+      << growth / longs << " bytes per long-queued node";
+  for (void* n : kept) free_node(n, 32);
 }
 
 // The pool's one process-wide line is its list of free slabs. With senders and owners on

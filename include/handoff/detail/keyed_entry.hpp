@@ -16,6 +16,7 @@
 #include "handoff/detail/lock_entry.hpp"
 #include "handoff/detail/lock_shard.hpp"
 #include "handoff/detail/report.hpp"
+#include "handoff/detail/thin_key.hpp"
 
 namespace handoff::detail {
 
@@ -127,7 +128,8 @@ struct keyed_entry final : entry_key<Key>, lock_entry {
   // With s locked: a new entry of `key` inserted in s. It is, first choice, an idle one
   // that s gives up (when it holds lock_shard::kept_idle entries or more: the clock
   // hand's), then this thread's cached entry of this key type, else allocated. It may stay
-  // once idle if s held fewer than kept_idle entries before it, and its key is small.
+  // once idle if s held fewer than kept_idle entries before it, and its key is small and
+  // cannot take the thin path.
   // Propagates what Key's copy or the allocation throws, with s unchanged but for an idle
   // entry given up (a cached entry whose key assignment threw stays cached). Out of line:
   // the lock of a key in use never comes here.
@@ -155,7 +157,8 @@ struct keyed_entry final : entry_key<Key>, lock_entry {
       }
     }
     fresh->token = s.token_floor;
-    fresh->may_idle = s.size() < lock_shard::kept_idle && keep(fresh);
+    // A key that takes the thin path never stays idle: its next lock needs no entry.
+    fresh->may_idle = s.size() < lock_shard::kept_idle && !thin_fits(key) && keep(fresh);
     try {
       s.insert(fresh);
     } catch (...) {

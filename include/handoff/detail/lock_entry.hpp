@@ -45,6 +45,7 @@ struct timer_node {
 
 struct lock_entry;
 class lock_table;
+struct thin_record;
 
 // A lock request that found its key held. Allocated from the node pool; shared by the
 // requester and the holder that pops it (and the timer, for an async wait with a
@@ -236,11 +237,13 @@ static_assert(offsetof(lock_entry, own) + sizeof(std::uint64_t) <= 32, "token, h
 inline bool release_uncontended(lock_entry* e) noexcept { return e->may_idle && e->own.try_release(1); }
 
 // The result of a lock request; token == 0: not acquired. retry: look the key up again.
+// A thin hold has a record and no entry (detail/thin_record.hpp).
 struct grant {
   lock_entry* entry = nullptr;
   std::uint64_t token = 0;
   std::int64_t lease = 0;
   bool retry = false;
+  thin_record* record = nullptr;
 };
 
 }  // namespace handoff::detail

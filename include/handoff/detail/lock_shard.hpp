@@ -1,13 +1,17 @@
-// lock_shard: one shard of the keyed mutex's table, a spin lock and a linear-probing hash
-// table of lock entries in one cache line. mix_hash spreads a user hash over its bits.
+// lock_shard: one stripe of the keyed mutex, in one cache line: the thin-lock word its
+// uncontended keys take (detail/thin_record.hpp), and, for the keys that inflated, a spin
+// lock and a linear-probing hash table of lock entries. mix_hash spreads a user hash over
+// its bits.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/lock_entry.hpp"
 #include "handoff/detail/spin_lock.hpp"
+#include "handoff/detail/thin_record.hpp"
 
 namespace handoff::detail {
 
@@ -15,7 +19,7 @@ namespace handoff::detail {
 // the identity). Any result is fine, 0 included.
 // Folding the high half in first makes every input bit reach the multiply; the shift after
 // it brings the product's well-mixed high bits down to the slot bits (the low ones).
-inline std::size_t mix_hash(std::size_t h) noexcept {
+[[gnu::always_inline]] inline std::size_t mix_hash(std::size_t h) noexcept {
   h ^= h >> 32;
   h *= 0x9E3779B97F4A7C15ull;  // 2^64 / golden ratio (Fibonacci hashing)
   return h ^ (h >> 29);        // shard bits are the top 8, slot bits the bottom: both mixed
@@ -30,16 +34,18 @@ struct table_slot {
   lock_entry* entry;  // nullptr: empty
 };
 
-// One shard: a lock, a linear-probing table of entries, and the token floor of the keys
-// that left it, in one cache line: the table starts in the line itself (two slots, room
-// for one entry at load 1/2), so an uncontended lock/unlock of a shard's only key touches
-// the shard's line and the entry's, nothing else; past one entry the table moves to the
-// heap and a lookup reads one line more (1,024 keys over 256 shards: most shards). Everything
-// here is touched only under `lock`.
+// One shard (a stripe): the thin-lock word, a lock, a linear-probing table of entries, and
+// the stripe's token counter, in one cache line. An uncontended lock/unlock touches the
+// word and the counter only (and the holder's record). The table serves the stripe's keys
+// while the word is `thin_inflated`, and starts in the line itself (two slots, room for
+// one entry at load 1/2); past one entry it moves to the heap. Everything but the word is
+// touched only under `lock`, or by the word's thin owner (the counter).
 //
-// Entries may stay in the table while idle (no holder, no waiter): a lock of a key used
-// recently finds its entry instead of creating one. Which ones may, and how many, the
-// inserting lock decides (lock_entry::may_idle, detail/keyed_entry.hpp).
+// Entries may stay in the table while idle (no holder, no waiter), keeping the stripe
+// inflated: only keys that cannot take the thin path (detail/thin_key.hpp), so that a
+// lock of such a key used recently finds its entry instead of creating one. Which ones
+// may, and how many, the inserting lock decides (lock_entry::may_idle,
+// detail/keyed_entry.hpp).
 struct alignas(cache_line_bytes) lock_shard {
   // Two 16-byte slots are what is left of the 64-byte line after the lock and counters.
   static constexpr std::size_t inline_slots = 2;
@@ -62,18 +68,31 @@ struct alignas(cache_line_bytes) lock_shard {
   std::uint32_t entries = 0;              // idle ones included (4 bytes, so that two slots fit in the line)
   std::uint32_t mask = inline_slots - 1;  // capacity - 1; capacity is a power of two
   std::uint32_t hand = 0;                 // the clock hand: where evict_idle() looks first
-  // Tokens of removed entries never exceed this; a new entry starts from it, so tokens
-  // stay monotonic per key across the entry's lives.
+  // The thin-lock word (encodings in detail/thin_record.hpp): 0, a holder's record, or
+  // thin_inflated. Thin lockers CAS it without `lock`; it turns inflated and back to 0
+  // only under `lock`.
+  std::atomic<std::uintptr_t> word{0};
+  // The stripe's last token: a thin holder's is ++token_floor, and tokens of removed
+  // entries never exceed it; a new entry starts from it, so a key's tokens rise across
+  // its entries and its thin holds. Owned by the word's owner: a thin holder (from its
+  // CAS until it publishes its token), else `lock`.
   std::uint64_t token_floor = 0;
-  table_slot* slots = inline_table;  // inline_table, or a heap table of more than inline_slots
-  table_slot inline_table[inline_slots] = {};
+  union {
+    table_slot* heap;                       // the table, past inline_slots
+    table_slot inline_table[inline_slots];  // the table, up to inline_slots
+  };
 
   [[nodiscard]] std::uint32_t size() const noexcept { return entries; }
+  [[nodiscard]] table_slot* slots() const noexcept {
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-union-access): mask says which member is live
+    return mask + 1 > inline_slots ? heap : const_cast<table_slot*>(inline_table);
+  }
 
   // The entry with hash h for which match(entry) is true, or nullptr. Propagates what
   // match throws (a user's operator==), changing nothing.
   template <class Match>
   lock_entry* find(std::size_t h, Match&& match) const {
+    const table_slot* slots = this->slots();
     for (std::size_t i = h & mask;; i = (i + 1) & mask) {
       const table_slot& s = slots[i];
       if (s.entry == nullptr) return nullptr;
@@ -83,11 +102,12 @@ struct alignas(cache_line_bytes) lock_shard {
   // Adds e (not present). May allocate a bigger table: throws std::bad_alloc.
   void insert(lock_entry* e) {
     if ((std::size_t{size()} + 1) * grow_below > std::size_t{mask} + 1) resize((std::size_t{mask} + 1) * 2);
-    place(slots, mask, e);
+    place(slots(), mask, e);
     ++entries;
   }
   // Removes e (present). Shrinks the table when it is mostly empty.
   void erase(lock_entry* e) noexcept {
+    const table_slot* slots = this->slots();
     std::size_t i = e->hash & mask;
     while (slots[i].entry != e) i = (i + 1) & mask;
     erase_at(i);
@@ -96,6 +116,7 @@ struct alignas(cache_line_bytes) lock_shard {
   // slots from the clock hand on, removed from the table; nullptr if none is there. The
   // hand moves past the slots looked at.
   lock_entry* evict_idle() noexcept {
+    const table_slot* slots = this->slots();
     std::uint32_t i = hand;
     for (const std::uint32_t end = i + evict_scan; i != end; ++i) {
       lock_entry* e = slots[i & mask].entry;
@@ -113,12 +134,13 @@ struct alignas(cache_line_bytes) lock_shard {
   // Every entry, for the table's destructor (all idle by then).
   template <class F>
   void for_each(F&& f) const {
+    const table_slot* slots = this->slots();
     for (std::size_t i = 0; size() != 0 && i <= mask; ++i) {
       if (slots[i].entry != nullptr) f(slots[i].entry);
     }
   }
 
-  lock_shard() = default;
+  lock_shard() noexcept : inline_table{} {}  // NOLINT(cppcoreguidelines-pro-type-member-init): the union's live member
   lock_shard(const lock_shard&) = delete;
   lock_shard& operator=(const lock_shard&) = delete;
   lock_shard(lock_shard&&) = delete;
@@ -129,6 +151,7 @@ struct alignas(cache_line_bytes) lock_shard {
   // Empties slot i (occupied). Backward-shift deletion: later members of the probe run
   // move into the hole, so that lookups never need tombstones.
   void erase_at(std::size_t i) noexcept {
+    table_slot* slots = this->slots();
     HANDOFF_ASSERT(size() > 0 && slots[i].entry != nullptr);
     for (std::size_t j = (i + 1) & mask; slots[j].entry != nullptr; j = (j + 1) & mask) {
       const std::size_t home = slots[j].hash & mask;

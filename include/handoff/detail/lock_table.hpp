@@ -120,7 +120,7 @@ class lock_table {
   lock_table(lock_table&&) = delete;
   lock_table& operator=(lock_table&&) = delete;
 
-  lock_shard& shard_for(std::size_t h) noexcept { return shards_[h >> (64 - shard_bits)]; }
+  [[gnu::always_inline]] lock_shard& shard_for(std::size_t h) noexcept { return shards_[h >> (64 - shard_bits)]; }
   [[nodiscard]] std::size_t size() const noexcept;
   // Entries in the table, idle ones included (at most shard_count() * lock_shard::kept_idle
   // of them idle), summed shard by shard under each shard's lock.
@@ -173,6 +173,32 @@ class lock_table {
   void release_contended(lock_entry* e) noexcept;
   // A guard whose lease expired lets go of the entry.
   void drop_ref(lock_entry* e) noexcept;
+
+  // Thin keys (detail/thin_record.hpp; lib/keyed/thin_lock.cpp). take_thin_token: the
+  // thin holder of s's word, right after its CAS: the grant's token, published in r.
+  [[gnu::always_inline]] static std::uint64_t take_thin_token(lock_shard& s, thin_record* r) noexcept {
+    const std::uint64_t token = ++s.token_floor;
+    r->token.store(token, std::memory_order_release);  // pairs with seize()'s acquire
+    return token;
+  }
+  // With s locked and its word not inflated: makes it inflated and returns what it was (0,
+  // or a thin holder's record, whose token is published by then). The holder's key must
+  // then become a held entry (adopt), or the word be put back (a failed inflation).
+  [[nodiscard]] static std::uintptr_t seize(lock_shard& s) noexcept;
+  // With s locked: e, just created for the key of the thin holder r, becomes its hold
+  // (count 1, r's token and thread), and r names it for the holder's unlock.
+  static void adopt(lock_entry* e, thin_record* r) noexcept;
+  // The unlock of a thin hold whose stripe inflated: the entry's release, through the table.
+  void release_thin_inflated(thin_record* r) noexcept;
+  // A thin hold's guard moved: deadlock detection forgets the thread (the record's, and
+  // its entry's if the stripe inflated).
+  void forget_thin_holder(thin_record* r) noexcept;
+  // With s locked: deflates s when no entry is left (the word back to 0).
+  static void deflate_if_empty(lock_shard& s) noexcept {
+    if (s.size() == 0 && s.word.load(std::memory_order_relaxed) == thin_inflated) {
+      s.word.store(0, std::memory_order_release);  // pairs with the next thin locker's CAS
+    }
+  }
 
   // Starts the timer thread if it is not running: called before any request with a lease
   // or a wait time changes state, so that a failure to start it (std::system_error)

@@ -1,7 +1,8 @@
 // Pooled node memory for messages and waiters (lib/runtime/node_pool.cpp): per-thread slabs of
-// fixed size classes (32 to 512 bytes), carved by bumping and reused whole once their last
-// node comes back, so that steady-state sends and lock waits call no allocator. Shared by
-// the actors and the keyed mutex.
+// fixed size classes (32 to 512 bytes), carved by bumping, and carved again around the nodes
+// still out once half of a slab is free, so that steady-state sends and lock waits call no
+// allocator and a long-queued node keeps little else alive. Shared by the actors and the
+// keyed mutex.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +21,7 @@ void free_node(void* p, std::size_t size) noexcept;
 struct node_pool_counters {
   bool pooled;                    // false: nodes come from operator new (AddressSanitizer builds)
   std::uint64_t list_operations;  // batches pushed to or popped from the list, ever
-  std::uint64_t free_slabs;       // slabs on the list now (16 KiB each)
+  std::uint64_t free_slabs;       // slabs on the list now (16 KiB each; some may have nodes out)
 };
 [[nodiscard]] node_pool_counters node_pool_stats() noexcept;
 

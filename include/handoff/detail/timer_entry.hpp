@@ -4,7 +4,7 @@
 // A timer_entry is one pending or running timer: 96 bytes from a pool of the service,
 // linked into a slot of the timing wheel (lib/timer/wheel.hpp) while pending and into its
 // target's list (lib/timer/target_table.hpp) until it is over. Its fields
-// are touched only under the service's lock (lib/timer/timer_core.hpp), except the
+// are touched only under its shard's lock (lib/timer/timer_shard.hpp), except the
 // payload, which the thread that owns it touches without the lock:
 //  - while the entry is firing, the driving thread (it sends the payload);
 //  - while a delivery of it runs, the actor's handler (it runs the payload in place);
@@ -88,14 +88,19 @@ struct timer_request {
   std::uint8_t flags;
   timer_ops ops;
   void* target;
-  void (*emplace)(timer_entry* e, void* source) noexcept;  // moves the payload in, under the lock
+  // Moves the payload in: under the lock (timer_schedule: a copy of bytes, a trivial move
+  // constructor or a pointer to a boxed payload), or before the entry is linked with the
+  // lock dropped (timer_schedule_moving: a move constructor is user code).
+  void (*emplace)(timer_entry* e, void* source) noexcept;
   void* source;
 };
-// Allocates from the pool (throws std::bad_alloc only when the pool or the service's table
-// of targets must grow: more timers pending, or more actors with timers, than ever), links the
-// entry and returns it with a handle's reference.
+// Allocates from the pool of this thread's shard (throws std::bad_alloc only when that
+// shard's pool or table of targets must grow: more timers pending, or more actors with
+// timers, than ever there; or at this thread's first schedule, which makes the shard),
+// links the entry and returns it with a handle's reference.
 timer_entry* timer_schedule(timer_core* c, const timer_request& r);
-bool timer_cancel(timer_core* c, timer_entry* e) noexcept;  // also drops the handle's reference
+timer_entry* timer_schedule_moving(timer_core* c, const timer_request& r);  // the same: see emplace
+bool timer_cancel(timer_core* c, timer_entry* e) noexcept;                  // also drops the handle's reference
 bool timer_rearm(timer_core* c, timer_entry* e, std::int64_t deadline) noexcept;
 bool timer_active(timer_core* c, timer_entry* e) noexcept;
 void timer_detach(timer_core* c, timer_entry* e) noexcept;

@@ -246,9 +246,11 @@ class actor_system {
   // before it was moved. Never early: the delay is measured on the server's clock, from
   // when the post reached it (a jump of that clock moves it). Late by up to one sweep
   // interval, plus the drains ahead of it. A due message whose mailbox is full stays
-  // delayed and is tried again a sweep interval later (never dropped). Returns the
+  // delayed and is tried again a sweep interval later (never dropped), the key's later
+  // delayed messages queued behind it as they come due (none passes it). Returns the
   // message's id (its delivery::id()), by which cancel_delayed stops it. A zero or
-  // negative delay is due at the next sweep. Allocates. Throws std::invalid_argument for a
+  // negative delay, or a `when` already past (time_point::min() included), is due at the
+  // next sweep. Allocates. Throws std::invalid_argument for a
   // body over max_message_bytes, error on Redis failure (the message may or may not be
   // stored).
   std::string post_after(std::string_view key, std::string_view body, std::chrono::nanoseconds delay);

@@ -11,6 +11,7 @@
 #include "../common/ids.hpp"
 #include "../common/lease_ms.hpp"
 #include "actor_core.hpp"
+#include "delayed_scripts.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/report.hpp"
@@ -221,7 +222,10 @@ std::string actor_system::post_after(std::string_view key, std::string_view body
 
 std::string actor_system::post_at(std::string_view key, std::string_view body,
                                   std::chrono::system_clock::time_point when) {
-  return core_->post_delayed(key, body, when - std::chrono::system_clock::now());
+  // Compared before subtracting: an instant long past (time_point::min()) minus now would
+  // overflow into the far future.
+  const auto now = std::chrono::system_clock::now();
+  return core_->post_delayed(key, body, when <= now ? std::chrono::nanoseconds(0) : when - now);
 }
 
 bool actor_system::cancel_delayed(std::string_view key, std::string_view id) { return core_->cancel_delayed(key, id); }

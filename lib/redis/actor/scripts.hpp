@@ -14,6 +14,8 @@
 //   actor:dead     list of dead letters, in the mailbox's element format
 //   actor:state    hash {id, value}: the last message whose handling was committed with
 //                  its dequeue, and the state committed with it (remember_handled only)
+//   actor:held     list of delayed message ids due while the mailbox was full, in due
+//                  order (their records stay in actors:delayed:body); gone once they moved
 // An idle actor keeps no key (its state and dead letters aside).
 // One key per prefix, prefix + "actors:pending": a sorted set of the actor keys (raw bytes)
 // that have messages, scored by the server time in ms after which a sweeper looks at them
@@ -25,7 +27,8 @@
 //   actors:delayed:body   hash id -> "<m> <k> <mailbox name><actor key><element>", m and k
 //                         the byte lengths of the two names: what moving it needs
 // A sweep moves the due ones to the tails of their mailboxes (a post each, announcing an
-// actor it takes from empty to one message), in the script that reads the pending set.
+// actor it takes from empty to one message), in the script that reads the pending set
+// (delayed_scripts.hpp).
 // On a Redis Cluster every script must touch one hash slot, so the actors are split into
 // 256 slot groups (layout.hpp): K's names are prefix + "{" + G + "}:" + escaped K +
 // ":actor:" + kind, and its group's pending set is prefix + "{" + G + "}:actors:pending"
@@ -253,102 +256,6 @@ own(KEYS[2], KEYS[3], ARGV[3], ARGV[1], ARGV[2])
 return 1
 )lua";
 
-// The parts of a delayed message's record (actors:delayed:body): its mailbox's name, its
-// actor key and its element.
-inline constexpr const char* delayed_parts = R"lua(
-local function delayed_parts(v)
-  local a = string.find(v, ' ', 1, true)
-  local b = string.find(v, ' ', a + 1, true)
-  local m = b + tonumber(string.sub(v, 1, a - 1))
-  local k = m + tonumber(string.sub(v, a + 1, b - 1))
-  return string.sub(v, b + 1, m), string.sub(v, m + 1, k), string.sub(v, k + 1)
-end
-)lua";
-
-// KEYS: pending, delayed, delayed bodies. ARGV: how many actors at most, how many delayed
-// messages at most, the mailbox bound ('': none), the retry delay in ms, what the caller
-// does with an actor a moved message takes from empty to one message when its key starts
-// with one of the caller's families ('o': own it, to drain later; 'd': own it, its
-// message delivered by this reply; 's': as 'd', with the state; other actors are
-// announced, as a post from a process without their handler announces them), lease ms,
-// then the families. First moves the delayed messages due (score <= now) to the tails of
-// their mailboxes (a post each; the token of an owner made so is the message's id, as for
-// a post); a message whose mailbox is full stays delayed, due again after the retry
-// delay. Then replies {the delayed messages it read, the actors it made the caller own,
-// then per such actor its key, its message's element and the state's id and value (empty
-// unless 's'), then the actor keys due for a sweep (score <= now)}. The other names of an
-// actor are its mailbox's with another kind at the end (layout.hpp).
-inline constexpr const char* due = R"lua(
-local now = now_ms()
-local function ours(actor)
-  for i = 7, #ARGV do
-    if string.sub(actor, 1, #ARGV[i]) == ARGV[i] then return true end
-  end
-  return false
-end
-local owned = {}
-local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-if #ids > 0 then
-  local bodies = redis.call('HMGET', KEYS[3], unpack(ids))
-  redis.call('ZREM', KEYS[2], unpack(ids))
-  redis.call('HDEL', KEYS[3], unpack(ids))
-  local bound = ARGV[3] ~= '' and tonumber(ARGV[3])
-  for i, v in ipairs(bodies) do
-    if v then
-      local mailbox, actor, element = delayed_parts(v)
-      local len = redis.call('RPUSH', mailbox, element)
-      if bound and len > bound then
-        redis.call('RPOP', mailbox)
-        redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ids[i])
-        redis.call('HSET', KEYS[3], ids[i], v)
-      elseif len == 1 then
-        local base = string.sub(mailbox, 1, -8)  -- without "mailbox"
-        -- NX: a stale owner (its mailbox emptied by hand) keeps the actor until its lease ends.
-        if ours(actor) and redis.call('SET', base .. 'owner', ids[i], 'NX', 'PX', ARGV[6]) then
-          redis.call('ZADD', KEYS[1], now + tonumber(ARGV[6]), actor)
-          local s = {false, false}
-          if ARGV[5] ~= 'o' then
-            redis.call('HSET', base .. 'delivered', ids[i], '1')
-            if ARGV[5] == 's' then s = redis.call('HMGET', base .. 'state', 'id', 'value') end
-          end
-          for _, x in ipairs({actor, element, s[1] or '', s[2] or ''}) do owned[#owned + 1] = x end
-        else
-          redis.call('ZADD', KEYS[1], '0', actor)
-        end
-      end
-    end
-  end
-end
-local out = {#ids, #owned / 4}
-for _, x in ipairs(owned) do out[#out + 1] = x end
-for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))) do
-  out[#out + 1] = k
-end
-return out
-)lua";
-
-// KEYS: delayed, delayed bodies. ARGV: id, delay ms, record. The message is due once the
-// server's clock reads more than now + delay (the + 1: now_ms drops the microseconds, so
-// that a sweep in the same millisecond as the post plus the delay would be early).
-inline constexpr const char* delay = R"lua(
-redis.call('ZADD', KEYS[1], now_ms() + tonumber(ARGV[2]) + 1, ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-return 1
-)lua";
-
-// KEYS: delayed, delayed bodies. ARGV: id, actor key. 1 if the message was still delayed
-// (it is gone now), else 0: unknown id, another actor's, cancelled, or already moved to
-// its mailbox.
-inline constexpr const char* cancel_delayed = R"lua(
-local v = redis.call('HGET', KEYS[2], ARGV[1])
-if not v then return 0 end
-local _, actor = delayed_parts(v)
-if actor ~= ARGV[2] then return 0 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-return 1
-)lua";
-
 // The step script's arguments, named; call() lays them out in the script's order (above).
 struct step_args {
   std::string_view token, lease_px;
@@ -392,9 +299,5 @@ struct step_args {
 
 // A script's source as loaded: the shared snippets, then `body` (one of the above).
 inline std::string source(std::string_view body) { return lua::source({lua::now_ms, prelude, body}); }
-// The same for the scripts that read delayed messages' records.
-inline std::string delayed_source(std::string_view body) {
-  return lua::source({lua::now_ms, prelude, delayed_parts, body});
-}
 
 }  // namespace handoff::redis::detail::actor_scripts

@@ -71,9 +71,9 @@ void async_waiters::drop(subscriber& s, std::int64_t retry_at) {
   for (auto& r : requests_) r->next_check = 0;
 }
 
-void async_waiters::subscribe_for(const async_request& r, std::int64_t now) {
+bool async_waiters::subscribe_for(const async_request& r, std::int64_t now) {
   router& servers = client_.commands.servers();
-  if (!servers.clustered()) return;
+  if (!servers.clustered()) return true;
   const std::uint16_t slot = hash_slot(r.step.names().lock);
   subscriber* sp = nullptr;
   try {
@@ -84,10 +84,10 @@ void async_waiters::subscribe_for(const async_request& r, std::int64_t now) {
       subscriber& s = subs_[address];
       sp = &s;
       if (s.conn == nullptr) {
-        if (now < s.retry_at) return;
+        if (now < s.retry_at) return false;
         connect(s, *o);
       }
-      if (s.slots.contains(slot)) return;
+      if (s.slots.contains(slot)) return true;
       // The confirmation comes after any announcement already on its way: those are handled.
       constexpr std::string_view what = "SSUBSCRIBE";
       const std::string channel = client_.commands.channel(slot);
@@ -101,7 +101,7 @@ void async_waiters::subscribe_for(const async_request& r, std::int64_t now) {
         if (got->type == REDIS_REPLY_ARRAY && got->elements == 3 && got->element[0]->type == REDIS_REPLY_STRING &&
             std::string_view(got->element[0]->str, got->element[0]->len) == "ssubscribe") {
           s.slots.insert(slot);
-          return;
+          return true;
         }
         on_message(s, *got);
       }
@@ -110,6 +110,8 @@ void async_waiters::subscribe_for(const async_request& r, std::int64_t now) {
     // No subscriber there for now: r's attempt goes on, and its re-checks find its grant.
     if (sp != nullptr && (sp->conn == nullptr || sp->conn->broken())) drop(*sp, now + subscriber_retry_max);
   }
+  // Both passes met MOVED (the map read again still lags the slot's move), or the node failed.
+  return false;
 }
 
 void async_waiters::submit(std::unique_ptr<async_request> r) {
@@ -221,7 +223,7 @@ void async_waiters::run(std::int64_t now) {
     }
     if (r->next_check > now) continue;
     try {
-      subscribe_for(*r, now);
+      const bool subscribed = subscribe_for(*r, now);
       if (step.queued()) client_.counters.recheck();  // queued before, and no notification granted it
       step.begin_attempt(handoff::detail::now_ns());
       // A waiting request's attempts queue it (or refresh its heartbeat) up to the last one,
@@ -235,7 +237,11 @@ void async_waiters::run(std::int64_t now) {
         if (step.queued()) client_.commands.cancel(lane::background, step.names(), step.id(), r->key);
         finish(r, guard(), nullptr);
       } else {
-        r->next_check = step.next_check(handoff::detail::now_ns());
+        const std::int64_t t = handoff::detail::now_ns();
+        r->next_check = step.next_check(t);
+        // Not listening for its grant: try again soon rather than after the whole re-check
+        // interval (a notice sent meanwhile would be missed until then).
+        if (!subscribed) r->next_check = std::min(r->next_check, t + unsubscribed_retry(client_.clock.recheck_ms));
       }
     } catch (...) {
       finish(r, guard(), std::current_exception());

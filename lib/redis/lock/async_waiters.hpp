@@ -6,6 +6,7 @@
 // never holds up this client's heartbeats, renewals or notifications.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <map>
@@ -29,6 +30,12 @@ class background;
 // After a failed subscriber connect, the next try comes after recheck_interval, at most
 // this: notifications are lost while it is down, so retry quickly (waiters re-check anyway).
 constexpr std::int64_t subscriber_retry_max = 100 * ms_ns;
+// A request whose slot's channel could not be subscribed to (its node down, or a slot map
+// that still lags a move after a refresh) re-checks after this, not the whole re-check
+// interval: at most every 100 ms, never later than its normal re-check.
+[[nodiscard]] constexpr std::int64_t unsubscribed_retry(std::int64_t recheck_ms) noexcept {
+  return std::min<std::int64_t>(ms_to_ns(recheck_ms), subscriber_retry_max);
+}
 
 struct async_request {
   async_request(const lease_clock& clock, key_names names, std::string k, std::string id, std::int64_t lease_ns,
@@ -84,8 +91,9 @@ class async_waiters {
   // Throws error.
   void connect(subscriber& s, const options& o);
   // On a cluster: subscribes to the channel of r's slot, on the node serving it, before r's
-  // attempt, unless done. A failure leaves r to its re-checks.
-  void subscribe_for(const async_request& r, std::int64_t now);
+  // attempt, unless done. True when subscribed (or on one server); false leaves r to a prompt
+  // re-check (unsubscribed_retry).
+  bool subscribe_for(const async_request& r, std::int64_t now);
   // s failed: closed; every request re-checks (the announcements sent meanwhile are lost).
   void drop(subscriber& s, std::int64_t retry_at);
   void on_message(subscriber& s, const redisReply& r);

@@ -1,0 +1,99 @@
+// The keyed mutex's thin path, for a key type (protocol in detail/thin_record.hpp): the
+// uncontended lock (one CAS on the stripe's word), the contended one (a short spin on a
+// holder of the same hash, then the table), and inflating a stripe around its thin holder
+// before its table is used.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "handoff/detail/backoff.hpp"
+#include "handoff/detail/keyed_entry.hpp"
+#include "handoff/detail/lock_table.hpp"
+#include "handoff/detail/thin_key.hpp"
+
+namespace handoff::detail {
+
+// With s locked and not inflated: inflates it. A thin holder's key becomes a held entry
+// (with its token and thread); a throw from that key's copy puts the word back and
+// propagates with s unlocked.
+template <class Key>
+[[gnu::noinline]] void inflate_locked(lock_shard& s) {
+  const std::uintptr_t w = lock_table::seize(s);
+  if (w == 0) return;
+  if constexpr (thin_capable<Key>) {
+    auto* holder = reinterpret_cast<thin_record*>(w);  // NOLINT(performance-no-int-to-ptr): a record in the word
+    try {
+      lock_table::adopt(
+          keyed_entry<Key>::create(s, holder->hash.load(std::memory_order_relaxed), thin_key_of<Key>(*holder)), holder);
+    } catch (...) {
+      s.word.store(w, std::memory_order_release);  // the holder's again; pairs with its unlock CAS
+      s.lock.unlock();
+      throw;
+    }
+  }
+}
+
+// Locks s for its table: inflated first, so that every key of s is in the table.
+template <class Key>
+[[gnu::always_inline]] inline void lock_inflated(lock_shard& s) {
+  s.lock.lock();
+  if (s.word.load(std::memory_order_relaxed) != thin_inflated) [[unlikely]]
+    inflate_locked<Key>(s);
+}
+
+// The uncontended thin lock of key (hash h, in s): true with g the grant (rec is held);
+// false with w what the word held instead (rec still this thread's, filled).
+// Precondition: thin_fits(key).
+template <class Key>
+[[gnu::always_inline]] inline bool try_lock_thin(lock_shard& s, const Key& key, std::size_t h, thin_record* rec,
+                                                 std::uintptr_t& w, grant& g) noexcept {
+  fill_thin_record(rec, key, h, &s.word, lock_table::this_thread_id());
+  w = 0;
+  // acq_rel: takes the last owner's writes (the token counter), publishes rec; failing,
+  // acquire: the holder's record is read next.
+  if (!s.word.compare_exchange_strong(w, reinterpret_cast<std::uintptr_t>(rec), std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+    return false;
+  g = {.token = lock_table::take_thin_token(s, rec), .record = rec};
+  return true;
+}
+
+// After try_lock_thin found the word w: spins a while (may_spin: not a try-lock) on a
+// holder of the same hash, taking the key thin if it is freed; else gives rec back and
+// returns an empty grant with s locked and inflated, for the table's request.
+template <class Key>
+[[gnu::noinline]] grant lock_thin_contended(lock_shard& s, std::size_t h, thin_record* rec, std::uintptr_t w,
+                                            bool may_spin) {
+  const std::uintptr_t me = lock_table::this_thread_id();
+  for (unsigned spins = 0;;) {
+    if (w == 0) {
+      if (s.word.compare_exchange_strong(w, reinterpret_cast<std::uintptr_t>(rec), std::memory_order_acq_rel,
+                                         std::memory_order_acquire))
+        return {.token = lock_table::take_thin_token(s, rec), .record = rec};
+      continue;
+    }
+    if (w != thin_inflated && may_spin && spins < spins_before_yield) {
+      // Relaxed: hints only (the record may be reused meanwhile); the table decides.
+      // NOLINTNEXTLINE(performance-no-int-to-ptr): a record in the word
+      const auto* holder = reinterpret_cast<const thin_record*>(w);
+      if (holder->hash.load(std::memory_order_relaxed) == h && holder->thread.load(std::memory_order_relaxed) != me) {
+        backoff(spins++);
+        w = s.word.load(std::memory_order_acquire);
+        continue;
+      }
+    }
+    s.lock.lock();
+    w = s.word.load(std::memory_order_relaxed);
+    if (w == 0) {  // freed meanwhile: take it thin
+      s.lock.unlock();
+      continue;
+    }
+    push_thin_record(rec);
+    if (w != thin_inflated) inflate_locked<Key>(s);
+    return {};
+  }
+}
+
+}  // namespace handoff::detail
