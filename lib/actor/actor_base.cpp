@@ -107,12 +107,11 @@ actor_base::drain_cursor actor_base::start_turn(std::uint64_t ran, std::int64_t 
 
 bool actor_base::drain_limits(drain_cursor& c) noexcept {
   if (c.offered) {
-    if (!core_.taken()) {
-      c.limit = c.turn + offer_check_interval;
-      return false;
-    }
-    core_.hand_over(c.uncounted);  // the successor drains from here on: touch nothing more
-    return true;
+    // Handed over: the successor drains from here on, touch nothing more. Else nobody
+    // claimed, or the claimant withdrew: go on.
+    if (core_.taken() && core_.try_hand_over(c.uncounted)) return true;
+    c.limit = c.turn + offer_check_interval;
+    return false;
   }
   if (c.bounded && c.uncounted != 0) {  // room for the senders after every message, not per round
     if (try_release(c.uncounted)) return true;
@@ -175,8 +174,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
     return drain_status::running;
   }
   // count_ > 0 and nothing linked: a sender is between fetch_add and push.
-  if (c.offered && core_.taken()) [[unlikely]] {  // a successor need not wait for that push
-    core_.hand_over(0);
+  if (c.offered && core_.taken() && core_.try_hand_over(0)) [[unlikely]] {  // a successor need not wait for that push
     return drain_status::done;
   }
   if (opt != nullptr && opt->executor && c.idle_spins >= spins_before_hand_off) {
@@ -281,8 +279,14 @@ void actor_base::take_over() noexcept {
   // could wait on it (an ask() from a deferred send's handler).
   if (has_queued()) run_before_blocking();
   if (!core_.claim()) return;
-  // The old owner finishes the handler it is running, then hands over; it never waits for us.
-  for (unsigned spins = 0; !core_.handed_over(); ++spins) backoff(spins);
+  // The old owner hands over after the handler it is running and a few more; it never
+  // waits for us. That handler may wait for something this thread holds (a lock around
+  // the post): past the bound, withdraw, and the owner goes on as if nobody had claimed.
+  const std::int64_t deadline = now_ns() + successor_wait_ns.load(std::memory_order_relaxed);
+  for (unsigned spins = 0; !core_.handed_over(); ++spins) {
+    if (spins >= spins_before_yield && now_ns() >= deadline && core_.withdraw()) return;
+    backoff(spins);
+  }
   drain_now(1);  // the unit the hand-over left us, uncounted like a message run
 }
 

@@ -39,19 +39,28 @@
  *                  without waiting for the old owner to hand over (two owners)
  *   BROKEN_OFFER_LEAVES  the owner offers the drain and returns at once instead of going
  *                  on until a successor takes over (messages left with no owner)
- *   BROKEN_WITHDRAW  the offering owner, finding the mailbox empty, withdraws its offer
- *                  by a plain subtraction that ignores a claim (the successor waits forever)
+ *   BROKEN_WITHDRAW  the claimant withdraws by clearing TAKEN whether or not the owner
+ *                  has handed over meanwhile (the actor is left with no owner)
+ *   BROKEN_WAIT_FOREVER  the claimant waits for the hand-over with no bound (never
+ *                  withdraws); with LOCK, the old owner's handler waits for the lock the
+ *                  claimant holds (both wait forever)
+ *   LOCK           1: sender 0 holds a lock across each of its sends, and the handlers of
+ *                  sender NS-1's messages need it (the lock is recursive: the deadlock
+ *                  of a thread with itself is not this model's)
  *   LIVENESS       adds the claim "every message eventually runs" (verify with pan -a -f)
  *
  * The hand-over (a budget without an executor): the owner that has spent its budget
  * subtracts what it ran (released: done) and sets OFFER in the word, then goes on
  * draining. A sender whose fetch_add returned OFFER without TAKEN enqueues its message,
  * then claims by a CAS that sets TAKEN only while OFFER is set and TAKEN is not; the
- * claimant waits until TAKEN is clear. The offering owner may check TAKEN before any
- * message (the code checks every 16 messages): set, it hands over in one atomic (subtract what it ran, clear OFFER and
- * TAKEN, add one unit that the successor holds as a message it ran) and returns. Its
- * release with an empty mailbox is a CAS: TAKEN set -> the hand-over; count = X -> 0;
- * else count -= X with OFFER kept. Here `off` and `tak` are those two bits of the word.
+ * claimant waits until TAKEN is clear, or at any moment (the code: past a time bound)
+ * withdraws by a CAS that clears TAKEN only while it is set, and returns with its message
+ * queued. The offering owner may check TAKEN before any message (the code checks every
+ * 16 messages): still set, it hands over in one CAS (subtract what it ran, clear OFFER
+ * and TAKEN, add one unit that the successor holds as a message it ran) and returns;
+ * withdrawn, it drains on with the offer out. Its release with an empty mailbox is a
+ * CAS: TAKEN set -> the hand-over; count = X -> 0; else count -= X with OFFER kept. Here
+ * `off` and `tak` are those two bits of the word.
  */
 
 #ifndef NS
@@ -76,6 +85,9 @@
 #endif
 #ifdef WEAK_CAS
 #define RELEASE_CAS 1
+#endif
+#ifndef LOCK
+#define LOCK 0
 #endif
 
 #define TOTAL (NS * M)
@@ -112,6 +124,7 @@ byte nextseq[NS];         /* per sender: sequence number of the next message to 
 byte nrun = 0;            /* handler runs */
 byte done = 0;            /* senders finished */
 bit heir = 0;             /* handed over, the successor not started yet: it holds the actor */
+byte lk = 0;              /* LOCK: the lock's holder (_pid + 1), 0: free */
 
 #define TOKENS (owners + len(cont) + heir)
 /* At most one owner (a posted continuation holds the ownership it will resume); the
@@ -125,6 +138,12 @@ ltl every_message_runs { <> (nrun == TOTAL) }
 /* Runs message `mm` (sender mm / M, sequence mm % M): exactly once, in per-sender order,
  * by the only owner. */
 inline run_msg(mm) {
+#if LOCK
+  if
+  :: mm / M == NS - 1 -> (lk == 0 || lk == _pid + 1)   /* the handler takes the lock */
+  :: else -> skip
+  fi;
+#endif
   d_step {
     assert(owners == 1);
     assert(mm % M == nextseq[mm / M]);
@@ -173,16 +192,15 @@ inline post_and_stop() {
   d_step { assert(len(cont) == 0); cont!1; owners-- }
 }
 
-/* The hand-over: the old owner stops; the claimant holds one unit as a message it ran. */
-inline hand_over() {
-  d_step { assert(off && tak); count = count - X + 1; off = 0; tak = 0; owners--; heir = 1; X = 0 }
-}
+/* The hand-over, in the same atomic step as its test of TAKEN (a CAS that expects it):
+ * the old owner stops; the claimant holds one unit as a message it ran. */
+#define HAND_OVER assert(off); count = count - X + 1; off = 0; tak = 0; owners--; heir = 1; X = 0
 
 /* actor_base::drain(X, turn): owner only. Ends released, handed to the executor, or
  * handed over to a successor. `offd`: this owner offers the drain. */
 inline drain(X, turn, got, ok, mm, offd) {
   do
-  :: offd && tak -> hand_over(); offd = 0; turn = 0; break
+  :: d_step { offd && tak -> HAND_OVER; offd = 0; turn = 0 } -> break
   :: true ->                                /* no look for a claim now: the code looks every
                                                16 messages, so any message may go first */
      if
@@ -255,13 +273,13 @@ inline drain(X, turn, got, ok, mm, offd) {
 #ifndef BROKEN_WITHDRAW
         d_step {                            /* the offering owner's CAS loop */
           if
-          :: tak -> ok = 2
+          :: tak -> HAND_OVER; ok = 2
           :: !tak && count == X -> count = 0; off = 0; owners--; ok = 1
           :: else -> count = count - X; ok = 0
           fi
         }
         if
-        :: ok == 2 -> hand_over(); offd = 0; turn = 0; ok = 0; break
+        :: ok == 2 -> offd = 0; turn = 0; ok = 0; break
         :: ok == 1 -> X = 0; offd = 0; turn = 0; ok = 0; break
         :: ok == 0 -> X = 0
         fi
@@ -299,6 +317,12 @@ proctype sender(byte s) {
   do
   :: k < M ->
      mm = s * M + k;
+#if LOCK
+     if
+     :: s == 0 -> lk = _pid + 1             /* the sender holds the lock across its send */
+     :: else -> skip
+     fi;
+#endif
 #ifndef BROKEN_ORDER
      d_step {                               /* try_acquire(): count_.fetch_add(1) */
        if
@@ -320,12 +344,23 @@ proctype sender(byte s) {
         }
         if
         :: claimed ->
+           claimed = 0;
 #ifndef BROKEN_EARLY_HEIR
-           atomic { !tak -> heir = 0; owners++; assert(owners == 1) };  /* wait for the hand-over */
+           if
+           :: atomic { !tak -> heir = 0; owners++; assert(owners == 1) };  /* handed over */
+              X = 1; turn = 0; drain(X, turn, got, ok, mm, offd)
+#ifndef BROKEN_WAIT_FOREVER
+#ifndef BROKEN_WITHDRAW
+           :: d_step { tak -> tak = 0 }      /* withdraw: a CAS that clears TAKEN while set */
+#else
+           :: d_step { tak = 0 }             /* clears TAKEN, a hand-over or not */
+#endif
+#endif
+           fi
 #else
            d_step { owners++ };
+           X = 1; turn = 0; drain(X, turn, got, ok, mm, offd)
 #endif
-           claimed = 0; X = 1; turn = 0; drain(X, turn, got, ok, mm, offd)
         :: else -> skip
         fi
      :: prev == 0 ->
@@ -365,6 +400,12 @@ proctype sender(byte s) {
      fi;
 #endif
      mm = 0;
+#if LOCK
+     if
+     :: s == 0 -> lk = 0
+     :: else -> skip
+     fi;
+#endif
      k++
   :: else -> break
   od;

@@ -1,18 +1,20 @@
 // The hand-over (detail/ownership.hpp): an owner without an executor that has spent its
 // budget offers the drain; the next sender at top level takes it over and the old owner
-// returns; with nobody arriving the owner goes on; sends from inside a handler never take
-// over.
+// returns; with nobody arriving, or the claimant withdrawing past its bound, the owner
+// goes on; sends from inside a handler or other work the library runs never take over.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #endif
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -23,6 +25,10 @@
 #include "handoff/actor.hpp"
 #include "handoff/actor_options.hpp"
 #include "handoff/basic_actor.hpp"
+#include "handoff/keyed_mutex.hpp"
+#include "handoff/task.hpp"
+#include "handoff/testing.hpp"
+#include "handoff/timer_service.hpp"
 
 namespace {
 
@@ -40,6 +46,13 @@ struct gate {
     reached.store(true);
     ASSERT_TRUE(eventually([&] { return open.load(); }));
   }
+};
+
+// Tests that hold the old owner at a gate while a successor waits: the successor must not
+// withdraw however slow the test thread is to open the gate.
+struct patient_successors {
+  std::int64_t before = handoff::detail::successor_wait_ns.exchange(std::int64_t{60'000'000'000});
+  ~patient_successors() { handoff::detail::successor_wait_ns.store(before); }
 };
 
 struct run_log {
@@ -96,6 +109,7 @@ struct offered_actor {
 
 TEST(ActorHandOver, AnOwnerPastItsBudgetHandsTheDrainToTheNextSender) {
   const test_timeout limit(60s);
+  const patient_successors patient;
   offered_actor t;
   t.start();
   std::atomic<bool> successor_returned{false};
@@ -114,6 +128,43 @@ TEST(ActorHandOver, AnOwnerPastItsBudgetHandsTheDrainToTheNextSender) {
   EXPECT_EQ(access::word(access::base(t.a)), 0u);
 }
 
+// A sender that holds a lock the old owner's handler waits for: it claims the drain, stops
+// waiting for the hand-over past its bound and returns, its message queued; the owner then
+// gets the lock and runs everything. A claimant that waited for ever would deadlock here.
+TEST(ActorHandOver, AClaimantHoldingALockTheOwnersHandlerNeedsWithdraws) {
+  const test_timeout limit(20s);
+  handoff::actor<int> a{actor_options{.max_messages = 1}, 0};
+  run_log runs;
+  gate g0;
+  std::mutex held;
+  std::atomic<bool> waiting_for_lock{false};
+  std::thread owner([&] {
+    a.post([&](int&) {
+      runs.add(0);
+      g0.wait();
+    });
+  });
+  ASSERT_TRUE(eventually([&] { return g0.reached.load(); }));
+  a.post([&](int&) {
+    waiting_for_lock.store(true);
+    const std::lock_guard g(held);
+    runs.add(1);
+  });
+  {
+    const std::lock_guard g(held);
+    g0.open.store(true);  // spent after m0: the owner offers, then waits for `held` in m1
+    ASSERT_TRUE(eventually([&] { return waiting_for_lock.load(); }));
+    EXPECT_TRUE(access::offered(access::base(a)));
+    a.post([&](int&) { runs.add(2); });  // claims, withdraws, returns
+    EXPECT_FALSE(access::taken(access::base(a)));
+    EXPECT_TRUE(access::offered(access::base(a))) << "the offer outlives a withdrawn claim";
+  }
+  const std::thread::id owner_id = owner.get_id();
+  owner.join();
+  EXPECT_EQ(runs.ran_on(2), owner_id);
+  EXPECT_EQ(access::word(access::base(a)), 0u);
+}
+
 TEST(ActorHandOver, WithNoSenderArrivingTheOwnerGoesOn) {
   const test_timeout limit(60s);
   handoff::actor<int> a{actor_options{.max_messages = 1}, 0};
@@ -126,18 +177,17 @@ TEST(ActorHandOver, WithNoSenderArrivingTheOwnerGoesOn) {
   EXPECT_EQ(a.ask([](int& n) { return n; }).get(), 100);
 }
 
-TEST(ActorHandOver, ASendFromInsideAHandlerNeverTakesOver) {
+// `context` sends `message` to `a` from some work the library runs, on a thread of its own:
+// the send returns while the old owner still holds the actor, and the old owner runs it.
+template <class Context>
+void expect_no_take_over(Context context) {
   const test_timeout limit(60s);
+  const patient_successors patient;  // a claim, if any, would hold on until the gate opens
   offered_actor t;
   t.start();
-  handoff::actor<int> other;
-  std::atomic<bool> nested_returned{false};
-  std::thread sender([&] {
-    other.post([&](int&) { t.a.post([&](int&) { t.runs.add(3); }); });  // inside other's handler
-    nested_returned.store(true);
-  });
-  // It returns while m2 still holds the actor: it did not wait to take over.
-  ASSERT_TRUE(eventually([&] { return nested_returned.load(); }));
+  std::atomic<bool> sent{false};
+  std::thread sender([&] { context(t.a, [&](int&) { t.runs.add(3); }, sent); });
+  ASSERT_TRUE(eventually([&] { return sent.load(); }));
   EXPECT_FALSE(access::taken(access::base(t.a)));
   const std::thread::id owner_id = t.owner.get_id();
   t.g2.open.store(true);
@@ -147,8 +197,54 @@ TEST(ActorHandOver, ASendFromInsideAHandlerNeverTakesOver) {
   EXPECT_EQ(access::word(access::base(t.a)), 0u);
 }
 
+TEST(ActorHandOver, ASendFromInsideAHandlerNeverTakesOver) {
+  expect_no_take_over([](handoff::actor<int>& a, auto message, std::atomic<bool>& sent) {
+    handoff::actor<int> other;
+    other.post([&](int&) { a.post(message); });
+    sent.store(true);
+  });
+}
+
+TEST(ActorHandOver, ASendFromAKeyedGrantNeverTakesOver) {
+  expect_no_take_over([](handoff::actor<int>& a, auto message, std::atomic<bool>& sent) {
+    handoff::keyed_mutex<> m;
+    handoff::key_guard held = m.lock("k");
+    m.lock_async("k", [&](handoff::key_guard) { a.post(message); });
+    held.unlock();  // grants the callback here, through this thread's run queue
+    sent.store(true);
+  });
+}
+
+TEST(ActorHandOver, ASendFromAResumedCoroutineNeverTakesOver) {
+  expect_no_take_over([](handoff::actor<int>& a, auto message, std::atomic<bool>& sent) {
+    handoff::keyed_mutex<> m;
+    handoff::key_guard held = m.lock("k");
+    auto body = [&]() -> handoff::task<> {
+      auto g = co_await m.async_lock("k");
+      a.post(message);
+    };
+    std::thread waiter([&] { handoff::sync_wait(body()); });
+    ASSERT_TRUE(eventually([&] { return m.waiting() != 0; }));
+    held.unlock();  // resumes the coroutine here
+    waiter.join();
+    sent.store(true);
+  });
+}
+
+TEST(ActorHandOver, ATimerDeliveryNeverTakesOver) {
+  expect_no_take_over([](handoff::actor<int>& a, auto message, std::atomic<bool>& sent) {
+    handoff::timer_service timers;
+    timers.start();
+    const std::uint64_t queued = access::count(access::base(a));
+    timers.after(0ms, a, message).detach();  // sent by the service's thread; runs however long it waits
+    ASSERT_TRUE(eventually([&] { return access::count(access::base(a)) == queued + 1; }));
+    sent.store(true);
+  });
+}
+
 TEST(ActorHandOver, AskFromTheSuccessorsHandlerStillThrowsDeadlock) {
   const test_timeout limit(60s);
+  const patient_successors patient;
   offered_actor t;
   t.start();
   std::atomic<int> outcome{0};
@@ -198,6 +294,7 @@ TEST(ActorHandOver, DestroyingAnOfferingActorRunsEveryMessageSentBeforeIt) {
 // hands the drain to a sender that arrives.
 TEST(ActorHandOver, AnActorWithoutOptionsHandsOverPastTheDefaultBudget) {
   const test_timeout limit(60s);
+  const patient_successors patient;
   constexpr int budget = static_cast<int>(handoff::detail::default_max_messages);
   constexpr int backlog = budget + 40;
   constexpr int hold = budget + 5;  // offered at the budget; the next look for a claim 16 later
@@ -303,6 +400,34 @@ TEST(ActorHandOver, BasicActorSendsHandOverToo) {
   }
   EXPECT_TRUE(c.ok);
   EXPECT_EQ(c.total, long{senders} * each);
+}
+
+// Under a test scheduler nothing is taken over inline: a top-level send past the budget
+// runs nothing, and the senders' messages are events that explore() reorders.
+TEST(ActorHandOver, UnderATestSchedulerSendsAreEventsThatExploreReorders) {
+  const test_timeout limit(60s);
+  const auto body = [](handoff::testing::scheduler& s) {
+    handoff::actor<std::vector<int>> a{actor_options{.max_messages = 1}, std::vector<int>{}};
+    handoff::actor<int> x{0};
+    handoff::actor<int> y{0};
+    int ran = 0;
+    for (int i = 0; i < 3; ++i) {
+      a.post([&ran, i](std::vector<int>& v) {
+        ++ran;
+        v.push_back(i);
+      });
+    }
+    handoff::testing::check(ran == 0, "a send ran a message inline");
+    x.post([&](int&) { a.post([](std::vector<int>& v) { v.push_back(10); }); });
+    y.post([&](int&) { a.post([](std::vector<int>& v) { v.push_back(20); }); });
+    s.run_all();
+    const auto v = a.ask([](std::vector<int>& w) { return w; }).get();
+    handoff::testing::check(v.size() == 5 && std::is_sorted(v.begin(), v.begin() + 3), "every message once, in order");
+    handoff::testing::check(std::find(v.begin(), v.end(), 10) < std::find(v.begin(), v.end(), 20), "x's message first");
+  };
+  const auto r = handoff::testing::explore(body);
+  ASSERT_TRUE(r.failed);
+  EXPECT_NE(r.trace.find("x's message first"), std::string::npos) << r.trace;
 }
 
 TEST(ActorHandOver, ABudgetWithoutAnExecutorIsAcceptedForAnUnboundedActor) {

@@ -53,6 +53,10 @@ namespace handoff::detail {
 // The budget of an unbounded actor without an executor whose options set none.
 inline constexpr std::uint32_t default_max_messages = 256;
 
+// The longest a sender that claimed the drain waits for the hand-over before it withdraws
+// (docs/design.md, "The hand-over"). Tests change it; nothing else does.
+inline std::atomic<std::int64_t> successor_wait_ns{1'000'000};
+
 // A runnable of the run queue (detail/run_queue.hpp): its base is the queue's link word.
 class actor_base : public runnable {
  public:
@@ -107,7 +111,8 @@ class actor_base : public runnable {
   // After an `offered` admission: the push's after_push() calls take_over(). Cold, out of line.
   [[gnu::cold, gnu::noinline]] void offered_to() noexcept;
   // `offered` and enqueued: at top level, claim the drain, wait for the old owner's last
-  // handler, drain. Inside a handler or under a test scheduler: stay queued.
+  // handler (at most successor_wait_ns, then withdraw), drain. Inside a handler or under a
+  // test scheduler: stay queued.
   void take_over() noexcept;
 
   // Winner of the hand-off: its own message goes in front, through the owner's end (no atomic).
