@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <latch>
@@ -171,6 +172,18 @@ TEST(ActorStress, BudgetedActorsWithoutAnExecutorHandTheDrainOverAndKeepEveryGua
   auto shared = std::make_shared<const handoff::actor_options>(o);
   auto actors = make_actors(4, shared);
   hammer(actors, 3, true);
+}
+
+// The same with claimants that withdraw as soon as they have spun: the withdrawal races
+// the owner's hand-over on nearly every claim.
+TEST(ActorStress, ClaimantsThatWithdrawAtOnceKeepEveryGuarantee) {
+  const std::int64_t before = handoff::detail::successor_wait_ns.exchange(0);
+  handoff::actor_options o;
+  o.max_messages = 4;
+  auto shared = std::make_shared<const handoff::actor_options>(o);
+  auto actors = make_actors(4, shared);
+  hammer(actors, 3, true);
+  handoff::detail::successor_wait_ns.store(before);
 }
 
 // Actors on a pool forwarding to each other (nested sends, which the pool's idle workers
