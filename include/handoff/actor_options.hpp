@@ -34,7 +34,8 @@ struct actor_options {
   // budget), the owner hands the actor to `executor` and returns to its caller. Without
   // an executor it offers the drain instead and goes on: the next sender that posts or
   // sends from outside any handler takes it over (it first waits for the handler running
-  // then), and the owner returns once that successor has claimed it. An unbounded actor
+  // then, for at most 1 ms: past that it leaves its message queued and returns), and the
+  // owner returns once that successor has claimed it. An unbounded actor
   // without an executor whose options set neither budget drains at most 256 messages a
   // turn this way. A budget without an executor on a bounded actor is rejected
   // (std::invalid_argument) at construction.
