@@ -45,7 +45,12 @@
 // section, so compare throughput in the matrix above, not here. Counters: share_min and share_max, the fewest and most
 // messages a sender got handled as a fraction of an equal share (1 each: fair; a barging mutex lets one thread run long
 // streaks), lat_p50_ns and lat_p99_ns, send-to-handled (for the mutex: the wait for the lock and the handler; for the
-// actor: the queueing behind the owner).
+// actor: the queueing behind the owner), post_max_us, the longest single send call of any
+// sender that ended by the deadline (an owner's drain included), in_post_max, the largest
+// share of the run one sender spent inside its sends (up to the deadline), and
+// last_post_us, the longest last send (for an unbounded actor, the drain of the backlog
+// left when no sender remains to take it over). `handoff_post` is actor::post with default
+// options.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -315,16 +320,22 @@ struct fair_targets {
   alignas(64) fair_state mutex_state;
   alignas(64) fair_state actor_state;
   alignas(64) fair_state bounded_state;
+  alignas(64) fair_state posted_state;
   alignas(64) handoff::basic_actor<fair_msg, fair_handler> actor;
+  alignas(64) handoff::actor<fair_state*> posted;                    // actor::post, default options
   alignas(64) handoff::basic_actor<fair_msg, fair_handler> bounded;  // capacity 256, senders block
   alignas(64) std::atomic<std::int64_t> deadline{0};
-  std::atomic<std::uint64_t> sent{0};    // all senders' sends of a run, checked against the handled
-  std::atomic<double> per_message_s{0};  // the run's result, written by thread 0 for every thread
-  std::int64_t start_ns = 0;             // thread 0's
+  std::atomic<std::uint64_t> sent{0};             // all senders' sends of a run, checked against the handled
+  std::atomic<double> per_message_s{0};           // the run's result, written by thread 0 for every thread
+  std::atomic<std::int64_t> send_max_ns{0};       // the longest single send call of the run, any sender
+  std::atomic<std::int64_t> in_send_max_ns{0};    // the most time one sender spent inside its sends
+  std::atomic<std::int64_t> last_send_max_ns{0};  // the longest last send of a sender (the final drain)
+  std::int64_t start_ns = 0;                      // thread 0's
   alignas(64) end_barrier started, done, reported;
   explicit fair_targets(std::uint32_t work)
-      : actor(fair_handler{&actor_state}), bounded(bounded_options(), fair_handler{&bounded_state}) {
-    for (fair_state* st : {&mutex_state, &actor_state, &bounded_state}) {
+      : actor(fair_handler{&actor_state}), posted(&posted_state),
+        bounded(bounded_options(), fair_handler{&bounded_state}) {
+    for (fair_state* st : {&mutex_state, &actor_state, &bounded_state, &posted_state}) {
       st->work = work;
       st->latency.reserve(max_latencies);
     }
@@ -341,6 +352,9 @@ void bm_fair(benchmark::State& state, fair_targets& t, fair_state& st, Send&& se
     if (me == 0) {
       st.reset();
       t.sent.store(0, std::memory_order_relaxed);
+      t.send_max_ns.store(0, std::memory_order_relaxed);
+      t.in_send_max_ns.store(0, std::memory_order_relaxed);
+      t.last_send_max_ns.store(0, std::memory_order_relaxed);
       t.done.reset();
       t.reported.reset();
       t.start_ns = now_ns();
@@ -349,11 +363,25 @@ void bm_fair(benchmark::State& state, fair_targets& t, fair_state& st, Send&& se
     t.started.arrive_and_wait(state.threads());
     const std::int64_t deadline = t.deadline.load(std::memory_order_acquire);
     std::uint64_t sent = 0;
-    for (std::int64_t now = now_ns(); now < deadline; now = now_ns()) {
+    // The loop's own clock reads time each send: the longest that ended by the deadline, the
+    // time inside sends up to the deadline, and the last send's (the backlog's drain, when
+    // no sender is left to take it over).
+    std::int64_t longest = 0, inside = 0, last = 0;
+    for (std::int64_t now = now_ns(), next = 0; now < deadline; now = next) {
       send(fair_msg{me, now});
       ++sent;
+      next = now_ns();
+      if (next <= deadline) longest = std::max(longest, next - now);
+      inside += std::min(next, deadline) - now;
+      last = next - now;
     }
     t.sent.fetch_add(sent, std::memory_order_relaxed);  // before the barrier, which orders it
+    for (auto [slot, v] : {std::pair{&t.send_max_ns, longest}, std::pair{&t.in_send_max_ns, inside},
+                           std::pair{&t.last_send_max_ns, last}}) {
+      for (std::int64_t seen = slot->load(std::memory_order_relaxed);
+           v > seen && !slot->compare_exchange_weak(seen, v, std::memory_order_relaxed);) {
+      }
+    }
     t.done.arrive_and_wait(state.threads());
     if (me == 0) t.started.reset();
     if (me != 0) {
@@ -391,6 +419,10 @@ void bm_fair(benchmark::State& state, fair_targets& t, fair_state& st, Send&& se
     state.counters["lat_p50_ns"] = at(0.5);
     state.counters["lat_p99_ns"] = at(0.99);
     state.counters["handled"] = static_cast<double>(total);
+    state.counters["post_max_us"] = static_cast<double>(t.send_max_ns.load(std::memory_order_relaxed)) / 1e3;
+    state.counters["in_post_max"] =
+        static_cast<double>(t.in_send_max_ns.load(std::memory_order_relaxed)) / (fair_run_s * 1e9);
+    state.counters["last_post_us"] = static_cast<double>(t.last_send_max_ns.load(std::memory_order_relaxed)) / 1e3;
   }
 }
 
@@ -418,6 +450,11 @@ void register_fair(const std::string& workload, fair_targets& t) {
         [p] {
           p->actor.send(fair_msg{-1, 0});
         });
+  });
+  add("handoff_post", [p](benchmark::State& s) {
+    bm_fair(
+        s, *p, p->posted_state, [p](const fair_msg& m) { p->posted.post([m](fair_state*& st) { st->run(m); }); },
+        [p] { p->posted.post([](fair_state*&) {}); });
   });
   add("handoff_send_bounded256", [p](benchmark::State& s) {
     bm_fair(

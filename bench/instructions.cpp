@@ -9,6 +9,7 @@
 // Every keyed mode hashes with std::hash<std::string>, as the striped baseline does. The
 // program uses only the public API, so that the same source builds against any revision.
 #include <handoff/actor.hpp>
+#include <handoff/actor_options.hpp>
 #include <handoff/keyed_mutex.hpp>
 #include <handoff/timer_service.hpp>
 
@@ -23,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "thin_keyed.hpp"  // the thin keyed locks' prototype: this folder, not the library
@@ -96,6 +98,7 @@ constexpr mode modes[] = {
     {"mutex", "std::mutex lock/unlock"},
     {"post", "actor post to an idle actor, which runs it inline"},
     {"post48", "the same, 48-byte capture"},
+    {"post_bounded", "actor post to an idle bounded actor (capacity 256), which runs it inline"},
     {"chain", "a hop along a 1,000-actor forwarding chain"},
     {"mutex_chain", "a hop along 1,000 mutexes locked in turn"},
     {"backlog", "a message queued behind the busy owner, then run"},
@@ -228,6 +231,12 @@ int main(int argc, char** argv) {
     }
   } else if (m == "post") {
     handoff::actor<counter> a;
+    for (long i = 0; i < n; ++i) a.post([](counter& c) { ++c.n; });
+    sink = a.ask([](counter& c) { return c.n; }).get();
+  } else if (m == "post_bounded") {
+    handoff::actor_options o;
+    o.capacity = 256;
+    handoff::actor<counter> a{std::move(o)};
     for (long i = 0; i < n; ++i) a.post([](counter& c) { ++c.n; });
     sink = a.ask([](counter& c) { return c.n; }).get();
   } else if (m == "post48") {

@@ -231,7 +231,7 @@ class actor : private detail::actor_base {
       ask_driven(m, a, &answered<result_of<std::decay_t<F>>>, &answer);  // a test scheduler's event
       return answer;
     }
-    if (a == admission::queued) {
+    if (a != admission::owner) {  // queued, or offered: an ask never takes over (it waits for its answer)
       enqueue(m);
       // The caller may block on the answer: first run what this thread owns through its
       // run queue (the target itself, perhaps), which nobody else can run.

@@ -1,8 +1,10 @@
 // Per-actor options: drain budget, executor, error hook and mailbox capacity.
 //
-// An actor without options (the default) drains on the threads that send to it, for as
-// long as messages keep arriving, accepts every message (its mailbox is unbounded), and
-// reports exceptions from `post` handlers to stderr.
+// An actor without options (the default) drains on the threads that send to it: the
+// sender that finds it idle drains up to 256 messages, then the next sender that arrives
+// at top level takes the drain over (with nobody arriving, the owner goes on). It accepts
+// every message (its mailbox is unbounded) and reports exceptions from `post` handlers
+// to stderr.
 #pragma once
 
 #include <chrono>
@@ -28,9 +30,15 @@ struct actor_options {
   // Must outlive the actor.
   executor_ref executor;
 
-  // Budget of one drain turn: after this many messages (0: unlimited) or this much time
-  // (0: unlimited), the owner hands the actor to `executor` and returns to its caller.
-  // A budget without an executor is rejected (std::invalid_argument) at construction.
+  // Budget of one drain turn: after this many messages or this much time (0: no such
+  // budget), the owner hands the actor to `executor` and returns to its caller. Without
+  // an executor it offers the drain instead and goes on: the next sender that posts or
+  // sends from outside any handler takes it over (it first waits for the handler running
+  // then, for at most 1 ms: past that it leaves its message queued and returns), and the
+  // owner returns once that successor has claimed it. An unbounded actor
+  // without an executor whose options set neither budget drains at most 256 messages a
+  // turn this way. A budget without an executor on a bounded actor is rejected
+  // (std::invalid_argument) at construction.
   std::uint32_t max_messages = 0;
   std::chrono::nanoseconds max_time{0};  // negative: rejected (std::invalid_argument)
 

@@ -28,6 +28,11 @@ namespace {
 constexpr unsigned yields_before_hand_off = 16;
 constexpr unsigned spins_before_hand_off = spins_before_yield + yields_before_hand_off;
 
+// An offering owner looks for a successor once per this many messages: a successor waits
+// at most this many handlers, and the owner's drain loop keeps its one test per message
+// (docs/design.md, "The hand-over").
+constexpr std::uint64_t offer_check_interval = 16;
+
 // The destructor's message: when the owner reaches it, every message posted before the
 // destructor started has run; the owner signals and stops touching the actor.
 struct destroy_marker final : message {
@@ -60,8 +65,10 @@ actor_base::actor_base(std::shared_ptr<const actor_options> options) : options_(
   if (tls.driver != nullptr) [[unlikely]]
     name_under_driver();
   if (options_ == nullptr) return;
-  if ((options_->max_messages != 0 || options_->max_time.count() != 0) && !options_->executor) {
-    throw std::invalid_argument("handoff: a drain budget needs an executor to hand the actor to");
+  // The hand-over keeps no room accounting: a bounded actor hands a spent budget only to an executor.
+  if ((options_->max_messages != 0 || options_->max_time.count() != 0) && !options_->executor &&
+      options_->capacity != 0) {
+    throw std::invalid_argument("handoff: a drain budget on a bounded actor needs an executor to hand the actor to");
   }
   if (options_->max_time.count() < 0) throw std::invalid_argument("handoff: negative max_time");
   if (options_->max_block.count() < 0) throw std::invalid_argument("handoff: negative max_block");
@@ -76,38 +83,63 @@ void actor_base::report_error(const std::exception_ptr& e) noexcept {
   }
 }
 
-bool actor_base::budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns) const noexcept {
-  const actor_options& o = *options_;
-  if (o.max_messages != 0 && run_this_turn >= o.max_messages) return true;
-  return o.max_time.count() != 0 && now_ns() - start_ns >= o.max_time.count();
+bool actor_base::budget_spent(const drain_cursor& c) const noexcept {
+  if (c.max_messages != 0 && c.turn >= c.max_messages) return true;
+  const actor_options* o = options_.get();
+  return o != nullptr && o->max_time.count() != 0 && now_ns() - c.turn_start >= o->max_time.count();
 }
 
 actor_base::drain_cursor actor_base::start_turn(std::uint64_t ran, std::int64_t turn_start,
                                                 drain_frame& frame) const noexcept {
   const actor_options* opt = options_.get();
-  const bool budgeted = opt != nullptr && (opt->max_messages != 0 || opt->max_time.count() != 0);
-  if (budgeted && turn_start == 0 && opt->max_time.count() != 0) turn_start = now_ns();
   const bool bounded = opt != nullptr && opt->capacity != 0;
   const bool stepped = tls.driver != nullptr;
-  return drain_cursor{&frame, ran, ran, turn_start, 0, budgeted, bounded, stepped, budgeted || bounded || stepped};
+  const bool executor = opt != nullptr && static_cast<bool>(opt->executor);
+  const bool timed = opt != nullptr && opt->max_time.count() != 0;
+  std::uint32_t max_messages = opt != nullptr ? opt->max_messages : 0;
+  if (max_messages == 0 && !timed && !executor && !bounded) max_messages = default_max_messages;
+  const bool budgeted = max_messages != 0 || timed;
+  if (timed && turn_start == 0) turn_start = now_ns();
+  const std::uint64_t limit = bounded || stepped || timed ? 0 : max_messages != 0 ? max_messages : UINT64_MAX;
+  return drain_cursor{
+      &frame, ran, ran, limit, turn_start, max_messages, 0, budgeted, bounded, stepped, budgeted && !executor, false};
+}
+
+bool actor_base::drain_limits(drain_cursor& c) noexcept {
+  if (c.offered) {
+    // Handed over: the successor drains from here on, touch nothing more. Else nobody
+    // claimed, or the claimant withdrew: go on.
+    if (core_.taken() && core_.try_hand_over(c.uncounted)) return true;
+    c.limit = c.turn + offer_check_interval;
+    return false;
+  }
+  if (c.bounded && c.uncounted != 0) {  // room for the senders after every message, not per round
+    if (try_release(c.uncounted)) return true;
+    c.uncounted = 0;
+  }
+  if (c.stepped && c.turn != 0) {  // a test scheduler's event is one message: queue again
+    if (c.uncounted == 0 || !try_release(c.uncounted)) queue_later();
+    return true;
+  }
+  if (!c.budgeted || c.turn == 0 || !budget_spent(c)) return false;
+  // Account first, then hand on: only a still-owned actor may be handed over.
+  if (c.uncounted != 0 && try_release(c.uncounted)) return true;
+  c.uncounted = 0;
+  if (!c.hands_over) {
+    continue_elsewhere();
+    return true;
+  }
+  // No executor: offer the drain to the next sender and go on until one takes it.
+  core_.offer();
+  c.offered = true;
+  c.limit = c.turn + offer_check_interval;
+  return false;
 }
 
 actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
   const actor_options* opt = options_.get();
-  if (c.limited) [[unlikely]] {
-    if (c.bounded && c.uncounted != 0) {  // room for the senders after every message, not per round
-      if (try_release(c.uncounted)) return drain_status::done;
-      c.uncounted = 0;
-    }
-    if (c.stepped && c.turn != 0) {  // a test scheduler's event is one message: queue again
-      if (c.uncounted == 0 || !try_release(c.uncounted)) queue_later();
-      return drain_status::done;
-    }
-    if (c.budgeted && c.turn != 0 && budget_spent(c.turn, c.turn_start)) {
-      // Account first, then post: only a still-owned actor may be handed over.
-      if (c.uncounted == 0 || !try_release(c.uncounted)) continue_elsewhere();
-      return drain_status::done;
-    }
+  if (c.turn >= c.limit) [[unlikely]] {
+    if (drain_limits(c)) return drain_status::done;
   }
   if (auto* m = static_cast<message*>(core_.pop())) {
     c.idle_spins = 0;
@@ -119,7 +151,13 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
     }
     if (c.frame->stop != 0 || !keep) [[unlikely]] {
       // Destroyed: *this belongs to its destructor now. Else a handler deferred to its own actor.
-      if ((c.frame->stop & stop_destroyed) == 0 && keep) yield_turn(c.uncounted + 1);
+      if ((c.frame->stop & stop_destroyed) == 0 && keep) {
+        if (c.offered) {
+          yield_offered(c.uncounted + 1);
+        } else {
+          yield_turn(c.uncounted + 1);
+        }
+      }
       return drain_status::done;
     }
     ++c.uncounted;
@@ -127,11 +165,18 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
     return drain_status::running;
   }
   if (c.uncounted != 0) {  // unbounded: a bounded drain has released everything it ran above
-    if (try_release_unbounded(c.uncounted)) return drain_status::done;
+    if (c.offered) [[unlikely]] {
+      if (core_.release_offered(c.uncounted) != lockfree_ownership::offered_release::kept) return drain_status::done;
+    } else if (try_release_unbounded(c.uncounted)) {
+      return drain_status::done;
+    }
     c.uncounted = 0;  // more were counted meanwhile: still ours, keep draining
     return drain_status::running;
   }
   // count_ > 0 and nothing linked: a sender is between fetch_add and push.
+  if (c.offered && core_.taken() && core_.try_hand_over(0)) [[unlikely]] {  // a successor need not wait for that push
+    return drain_status::done;
+  }
   if (opt != nullptr && opt->executor && c.idle_spins >= spins_before_hand_off) {
     continue_elsewhere();
     return drain_status::done;
@@ -192,7 +237,7 @@ void actor_base::run_after_current(message* m) noexcept {
 }
 
 void actor_base::submit_deferred(message* m, admission a) noexcept {
-  if (a == admission::queued) {
+  if (a != admission::owner) {  // queued, or offered: a deferred send never takes over
     enqueue(m);
     // From one of its own handlers: the actor yields this turn (see actor::defer).
     if (tls.top != nullptr && tls.top->actor == this) tls.top->stop |= stop_yield;
@@ -215,6 +260,34 @@ void actor_base::continue_elsewhere() noexcept {
   queue_later();
   // A thread that ends with deferred work runs it as it exits: nobody else can.
   if (tls.top == nullptr) run_at_thread_exit<&run_deferred_at_exit>();
+}
+
+void actor_base::yield_offered(std::uint64_t ran) noexcept {
+  // The deferred message is still counted: never a release.
+  if (core_.release_offered(ran, false) == lockfree_ownership::offered_release::handed_over) return;
+  continue_elsewhere();
+}
+
+void actor_base::offered_to() noexcept {
+  tls.after_push = this;
+  tls.take_over = true;
+}
+
+void actor_base::take_over() noexcept {
+  if (tls.top != nullptr || tls.driver != nullptr) return;  // never inline inside other work
+  // Before claiming: a successor must not hold the actor while it runs other work that
+  // could wait on it (an ask() from a deferred send's handler).
+  if (has_queued()) run_before_blocking();
+  if (!core_.claim()) return;
+  // The old owner hands over after the handler it is running and a few more; it never
+  // waits for us. That handler may wait for something this thread holds (a lock around
+  // the post): past the bound, withdraw, and the owner goes on as if nobody had claimed.
+  const std::int64_t deadline = now_ns() + successor_wait_ns.load(std::memory_order_relaxed);
+  for (unsigned spins = 0; !core_.handed_over(); ++spins) {
+    if (spins >= spins_before_yield && now_ns() >= deadline && core_.withdraw()) return;
+    backoff(spins);
+  }
+  drain_now(1);  // the unit the hand-over left us, uncounted like a message run
 }
 
 void actor_base::yield_turn(std::uint64_t ran) noexcept {
@@ -258,7 +331,7 @@ void actor_base::resume(void* a) noexcept {
 void actor_base::name_under_driver() noexcept { tls.driver->actor_created(this); }
 
 void actor_base::ask_driven(message* m, admission a, test_driver::ready_fn ready, const void* answer) {
-  if (a == admission::queued) {
+  if (a != admission::owner) {
     enqueue(m);
   } else {
     run_after_current(m);  // an event, even when idle: nothing runs by itself

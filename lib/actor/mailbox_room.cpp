@@ -146,7 +146,7 @@ actor_base::admission actor_base::admit_bounded(message* built, std::uint64_t k)
       if (a == admission::full) {
         bucket_of(this).mutex.unlock();  // it waits again, in its old place
       } else {
-        tls.room_held = this;                               // enqueue() calls pass_room() once the message is in
+        tls.after_push = this;                              // enqueue() calls pass_room() once the message is in
         tls.room_owed = core_.pending() <= o.capacity / 2;  // read while counted: the actor lives on
         if (a == admission::owner) pass_room();             // no push: its message runs first
         return a;
@@ -246,8 +246,17 @@ bool actor_base::wait_for_room(room_wait& wait, std::int64_t deadline, std::uint
   return room;
 }
 
+void actor_base::after_push() noexcept {
+  if (tls.take_over) {
+    tls.take_over = false;
+    static_cast<actor_base*>(std::exchange(tls.after_push, nullptr))->take_over();
+    return;
+  }
+  pass_room();
+}
+
 void actor_base::pass_room() noexcept {
-  const void* actor = std::exchange(tls.room_held, nullptr);
+  const void* actor = std::exchange(tls.after_push, nullptr);
   room_bucket& b = bucket_of(actor);
   if (tls.room_owed) b.wake_first(actor);
   b.mutex.unlock();  // locked by admit_bounded()

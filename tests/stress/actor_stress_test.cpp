@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <latch>
@@ -161,6 +162,28 @@ TEST(ActorStress, BudgetedActorsHandedToAThreadPoolKeepEveryGuarantee) {
   auto actors = make_actors(32, shared);
   hammer(actors, 3, true);
   actors.clear();  // destroyed while continuations may still be queued on the pool
+}
+
+// A budget without an executor: owners past it offer the drain and the next sender takes
+// it over; a few actors keep the hand-overs frequent.
+TEST(ActorStress, BudgetedActorsWithoutAnExecutorHandTheDrainOverAndKeepEveryGuarantee) {
+  handoff::actor_options o;
+  o.max_messages = 4;
+  auto shared = std::make_shared<const handoff::actor_options>(o);
+  auto actors = make_actors(4, shared);
+  hammer(actors, 3, true);
+}
+
+// The same with claimants that withdraw as soon as they have spun: the withdrawal races
+// the owner's hand-over on nearly every claim.
+TEST(ActorStress, ClaimantsThatWithdrawAtOnceKeepEveryGuarantee) {
+  const std::int64_t before = handoff::detail::successor_wait_ns.exchange(0);
+  handoff::actor_options o;
+  o.max_messages = 4;
+  auto shared = std::make_shared<const handoff::actor_options>(o);
+  auto actors = make_actors(4, shared);
+  hammer(actors, 3, true);
+  handoff::detail::successor_wait_ns.store(before);
 }
 
 // Actors on a pool forwarding to each other (nested sends, which the pool's idle workers

@@ -21,6 +21,15 @@ struct actor_core_access {
   static void enqueue_first(actor_base& a, message* m) { a.enqueue_first(m); }
   static void drain_now(actor_base& a, std::uint64_t ran) { a.drain_now(ran); }
   static std::uint64_t count(const actor_base& a) { return a.core_.pending(); }
+  // The hand-over's flags in the ownership word: the owner offers the drain, a successor claimed it.
+  static bool offered(const actor_base& a) { return (a.core_.word() & lockfree_ownership::offer_bit) != 0; }
+  static bool taken(const actor_base& a) { return (a.core_.word() & lockfree_ownership::taken_bit) != 0; }
+  static std::uint64_t word(const actor_base& a) { return a.core_.word(); }
+  // The protocol under an actor type that keeps actor_base a private base (actor, basic_actor).
+  template <class Actor>
+  static const actor_base& base(const Actor& a) {
+    return (const actor_base&)a;  // NOLINT: a C-style cast is the one way to a private base
+  }
   // The two halves of a mailbox push, and one pop, as the owner would do it.
   static mailbox_node* claim(actor_base& a, message* m) { return a.core_.mailbox().claim(m); }
   static void link(mailbox_node* prev, message* m) { mpsc_queue::link(prev, m); }

@@ -297,16 +297,18 @@ TEST(DrainBudget, AnExecutorWhoseExecuteThrowsLeavesTheActorToThisThreadsRunQueu
   EXPECT_GE(ex.calls, backlog - 1) << "the budget did not try the executor";
 }
 
-TEST(ActorOptions, ABudgetWithoutAnExecutorIsRejectedAtConstruction) {
+TEST(ActorOptions, ABudgetWithoutAnExecutorIsRejectedForABoundedActor) {
   using handoff::actor_options;
-  EXPECT_THROW((handoff::actor<int>{actor_options{.max_messages = 1}, 0}), std::invalid_argument);
-  EXPECT_THROW((handoff::actor<int>{actor_options{.max_time = 1ms}, 0}), std::invalid_argument);
-  EXPECT_THROW((handoff::actor<int>{std::make_shared<const actor_options>(actor_options{.max_messages = 8}), 0}),
-               std::invalid_argument);
+  EXPECT_THROW((handoff::actor<int>{actor_options{.max_messages = 1, .capacity = 4}, 0}), std::invalid_argument);
+  EXPECT_THROW((handoff::actor<int>{actor_options{.max_time = 1ms, .capacity = 4}, 0}), std::invalid_argument);
+  EXPECT_THROW(
+      (handoff::actor<int>{std::make_shared<const actor_options>(actor_options{.max_messages = 8, .capacity = 4}), 0}),
+      std::invalid_argument);
   struct sink {
     void operator()(int) {}
   };
-  EXPECT_THROW((handoff::basic_actor<int, sink>{actor_options{.max_messages = 1}}), std::invalid_argument);
+  EXPECT_THROW((handoff::basic_actor<int, sink>{actor_options{.max_messages = 1, .capacity = 4}}),
+               std::invalid_argument);
 }
 
 TEST(ActorOptions, ANegativeTimeBudgetIsRejectedAtConstruction) {

@@ -14,7 +14,8 @@
 //            wait for it (pause, then yield) and never release.
 //   budget:  spent -> fetch_sub(X) first; only if the count is still non-zero hand the
 //            still-owned actor to the executor (posting first would let the continuation
-//            run while our subtraction reaches 0: two owners).
+//            run while our subtraction reaches 0: two owners). No executor: offer the
+//            drain to the next top-level sender (the hand-over, detail/ownership.hpp).
 //
 // The count is incremented before the enqueue so that it never under-counts: a drainer
 // cannot run a message that is not counted yet. `fetch_sub` releases in one atomic per
@@ -49,6 +50,13 @@
 
 namespace handoff::detail {
 
+// The budget of an unbounded actor without an executor whose options set none.
+inline constexpr std::uint32_t default_max_messages = 256;
+
+// The longest a sender that claimed the drain waits for the hand-over before it withdraws
+// (docs/design.md, "The hand-over"). Tests change it; nothing else does.
+inline std::atomic<std::int64_t> successor_wait_ns{1'000'000};
+
 // A runnable of the run queue (detail/run_queue.hpp): its base is the queue's link word.
 class actor_base : public runnable {
  public:
@@ -69,7 +77,7 @@ class actor_base : public runnable {
     if (tls.driver != nullptr) [[unlikely]]
       name_under_driver();
   }
-  // Both throw std::invalid_argument for a budget without an executor or a negative time.
+  // Both throw std::invalid_argument: a negative time, a bounded actor's budget without an executor.
   explicit actor_base(actor_options options);
   explicit actor_base(std::shared_ptr<const actor_options> options);
   ~actor_base() = default;
@@ -82,11 +90,9 @@ class actor_base : public runnable {
   [[nodiscard]] admission try_acquire() noexcept { return core_.try_acquire(); }
 
   // Owner only. Uncounts `ran` messages that were run; true if that released the actor.
-  // release; pairs with the acquire in try_acquire() of the next owner. A bounded actor
-  // whose count this release takes down to half its capacity wakes the oldest sender
-  // waiting for room (they sleep while it is full), which wakes the next while it leaves
-  // the mailbox at most half full: one wake-up per half a mailbox, not one per message nor
-  // one per sleeper, so that a drainer outnumbered by blocked senders keeps its core.
+  // release; pairs with the acquire in try_acquire() of the next owner. A bounded actor's
+  // release to half its capacity wakes the oldest sender waiting for room, which wakes the
+  // next while the mailbox stays at most half full (lib/actor/mailbox_room.cpp).
   [[nodiscard]] bool try_release(std::uint64_t ran) noexcept {
     if (options_ != nullptr && options_->capacity != 0) [[unlikely]]
       return try_release_bounded(ran);
@@ -95,42 +101,51 @@ class actor_base : public runnable {
   // try_release() where the actor is known to be unbounded (nobody waits for room).
   [[nodiscard]] bool try_release_unbounded(std::uint64_t ran) noexcept { return core_.try_release(ran); }
 
-  // Loser of the hand-off: hand the (already counted) message to the owner; then, for a
-  // woken sender of a bounded actor (admit_bounded()), hand the room on.
+  // Loser of the hand-off: hand the (already counted) message to the owner; then hand a
+  // bounded actor's room on (admit_bounded()), or try to take the drain over (offered_to()).
   void enqueue(message* m) noexcept {
     core_.enqueue(m);
-    if (tls.room_held != nullptr) [[unlikely]]
-      pass_room();
+    if (tls.after_push != nullptr) [[unlikely]]
+      after_push();
   }
+  // After an `offered` admission: the push's after_push() calls take_over(). Cold, out of line.
+  [[gnu::cold, gnu::noinline]] void offered_to() noexcept;
+  // `offered` and enqueued: at top level, claim the drain, wait for the old owner's last
+  // handler (at most successor_wait_ns, then withdraw), drain. Inside a handler or under a
+  // test scheduler: stay queued.
+  void take_over() noexcept;
 
-  // Winner of the hand-off: its own message goes in front of the mailbox, through the
-  // owner's end (no atomic; the producers' end is never touched), to run first.
+  // Winner of the hand-off: its own message goes in front, through the owner's end (no atomic).
   void enqueue_first(message* m) noexcept { core_.push_front(m); }
 
   // Winner of the hand-off while this thread is inside a handler: no recursion, the
   // actor joins this thread's run queue carrying `m`, its first message.
   void run_after_current(message* m) noexcept;
-  // The same once its first message is in place: the actor joins the run queue after the
-  // current work (push_now).
+  // The same once its first message is in place: the actor joins the run queue (push_now).
   void queue_now() noexcept { push_now(entry_of(this), &ready_next); }
 
   // A send that never runs here (defer), counted as `a` by admit(): a loser enqueues `m`;
-  // the winner puts it in front of the mailbox and continues elsewhere (its executor, else
-  // the FIFO end of this thread's run queue, which runs at this thread's next drain: the
-  // next send or grant it runs at top level, run_deferred(), a blocking call, or its exit).
+  // the winner puts it in front and continues elsewhere (its executor, else the FIFO end of
+  // this thread's run queue: its next top-level send or grant, run_deferred(), a blocking
+  // call, or its exit).
   void submit_deferred(message* m, admission a) noexcept;
 
   // Counts one message for a send: owner (the caller won the actor) or queued. A bounded
   // actor's full mailbox counts nothing: with TryOnly that is `full` (and `built`, if any,
   // is destroyed unrun); otherwise the send waits or throws mailbox_full by the actor's
-  // policy (admit_bounded). An unbounded actor pays one load and branch for the check.
-  // (Always inlined, as the other steps of a send: at -O3 GCC otherwise calls them out of
-  // line, and the uncontended post costs more instructions than at -O2.)
-  // `k` messages at once (a batch, linked from `built`): all or none.
-  template <bool TryOnly>
+  // policy (admit_bounded). Always inlined, as the other steps of a send (at -O3 GCC
+  // otherwise calls them). `k` messages: a batch, linked from `built`; all or none.
+  // `offered` is reported as `queued`; with MayTakeOver (post, send, their batches; never
+  // defer, ask, async_ask) the push that follows may take the drain over (offered_to()).
+  template <bool TryOnly, bool MayTakeOver = false>
   [[gnu::always_inline]] admission admit(message* built, std::uint64_t k = 1) {
     if (options_ == nullptr || options_->capacity == 0) [[likely]] {
-      return core_.try_acquire(k);
+      const admission a = core_.try_acquire(k);
+      if (a == admission::offered) [[unlikely]] {
+        if constexpr (MayTakeOver) offered_to();
+        return admission::queued;
+      }
+      return a;
     }
     if constexpr (TryOnly) {
       const admission a = core_.try_acquire_below(options_->capacity, k);
@@ -154,8 +169,8 @@ class actor_base : public runnable {
     if (a == admission::full) return false;
     if (a == admission::queued) {
       core_.enqueue_all(b.first, b.last);
-      if (tls.room_held != nullptr) [[unlikely]]
-        pass_room();
+      if (tls.after_push != nullptr) [[unlikely]]
+        after_push();
       return true;
     }
     core_.push_front_all(b.first, b.last);
@@ -180,10 +195,11 @@ class actor_base : public runnable {
   bool submit(Make&& make, Run&& run, Carry&& carry = Carry{}) {
     if constexpr (BuildFirst) {
       message* m = make();
-      const admission a = admit<TryOnly>(m);
+      const admission a = admit<TryOnly, true>(m);
       switch (a) {
         case admission::full:
           return false;
+        case admission::offered:  // admit() reports it as queued
         case admission::queued:
           enqueue(m);
           return true;
@@ -201,10 +217,11 @@ class actor_base : public runnable {
       // the compiler read it again): inlined into a carried turn, which has just set it,
       // the test folds away, and with it the top-level path and the registers it keeps.
       const bool nested = tls.top != nullptr;
-      const admission a = admit<TryOnly>(nullptr);
+      const admission a = admit<TryOnly, true>(nullptr);
       switch (a) {
         case admission::full:
           return false;
+        case admission::offered:  // admit() reports it as queued
         case admission::queued:
           enqueue(build_counted(make));
           return true;
@@ -285,8 +302,7 @@ class actor_base : public runnable {
     }
   }
 
-  // Executor continuation: drain `a` (or defer it when the executor runs work inline
-  // inside a handler).
+  // Executor continuation: drain `a` (or defer it when the executor runs work inline in a handler).
   static void resume(void* a) noexcept;
 
  private:
@@ -304,7 +320,7 @@ class actor_base : public runnable {
   template <bool TryOnly>
   admission admit_batch(const message_batch& b) {
     if (options_ != nullptr && options_->capacity != 0) check_batch_fits(b);
-    return admit<TryOnly>(b.first, b.size);
+    return admit<TryOnly, true>(b.first, b.size);
   }
   // Bounded: throws std::invalid_argument (having destroyed the batch) when it can never fit.
   void check_batch_fits(const message_batch& b);
@@ -313,8 +329,7 @@ class actor_base : public runnable {
   // Bounded and full (lib/actor/mailbox_room.cpp): under full_policy::block at top level, runs
   // this thread's queue, then waits for room until max_block; inside a handler, under
   // full_policy::fail, or past max_block, destroys `built` (if any) and throws
-  // mailbox_full. Never returns `full`.
-  // `k` messages at once (a batch, linked from `built`): all or none.
+  // mailbox_full. Never returns `full`. `k` messages: a batch, all or none.
   admission admit_bounded(message* built, std::uint64_t k = 1);
   // Reports a send that found the mailbox full to the process-wide metrics sink, if any.
   static void count_full() noexcept;
@@ -326,35 +341,37 @@ class actor_base : public runnable {
   // try_release() of a bounded actor, out of line so that an unbounded one's release (the
   // uncontended post's) saves no registers around the wake-up's call.
   [[nodiscard]] bool try_release_bounded(std::uint64_t ran) noexcept;
-  // Wake the oldest sender sleeping in wait_for_room() for this actor (wake_senders), or
-  // for tls.room_held if room_owed, then unlock its bucket (pass_room). Both use only the
-  // address, never the actor's members: callable after a release.
+  // Wake the oldest sender sleeping in wait_for_room() for this actor (wake_senders), or for
+  // tls.after_push if room_owed, then unlock its bucket (pass_room): callable after a release.
   void wake_senders() noexcept;
   static void pass_room() noexcept;
+  // A push found tls.after_push set: take_over() or pass_room().
+  static void after_push() noexcept;
 
-  // The drain loop, one protocol action per drain_step() so that tests can interleave the
-  // owner's steps with senders' steps (tests/model/interleaving_test.cpp).
+  // The drain loop, one protocol action per drain_step(), so that tests interleave it with senders (interleaving_test).
   enum class drain_status {
     running,  // ran a message or uncounted a round: call again
     waiting,  // a counted message is not linked yet: back off, call again
-    done,     // released, handed to the executor, or the actor was destroyed
+    done,     // released, handed on or over, or the actor was destroyed
   };
   struct drain_cursor {
     drain_frame* frame;
-    std::uint64_t uncounted;  // run but not yet subtracted from count_
-    std::uint64_t turn;       // run in this turn (the owner's inline message included)
-    std::int64_t turn_start;  // for a time budget
-    unsigned idle_spins;      // consecutive `waiting` steps
-    bool budgeted;
-    bool bounded;  // give back room after every message
-    bool stepped;  // under a test scheduler: one message per turn (each an event)
-    bool limited;  // any of the three: one test per step for all
+    std::uint64_t uncounted;     // run but not yet subtracted from count_
+    std::uint64_t turn;          // run in this turn (the owner's inline message included)
+    std::uint64_t limit;         // drain_limits() runs once turn >= limit (0: every step)
+    std::int64_t turn_start;     // for a time budget
+    std::uint32_t max_messages;  // the budget: the options' or the default; 0: none
+    unsigned idle_spins;         // consecutive `waiting` steps
+    bool budgeted;               // max_messages or a time budget
+    bool bounded;                // give back room after every message
+    bool stepped;                // under a test scheduler: one message per turn (each an event)
+    bool hands_over;             // a spent budget offers the drain to senders (no executor)
+    bool offered;                // the offer is out: look for a successor every few messages
   };
   [[nodiscard]] drain_cursor start_turn(std::uint64_t ran, std::int64_t turn_start, drain_frame& frame) const noexcept;
   drain_status drain_step(drain_cursor& c) noexcept;
   void drain(std::uint64_t ran, std::int64_t turn_start) noexcept;
-  // run_carried_turn() for an actor with options: run_inline<false>.
-  void run_carried_limited(void (*message)(actor_base*)) noexcept;
+  void run_carried_limited(void (*message)(actor_base*)) noexcept;  // run_inline<false>: with options
   // After a turn's handler set frame.stop: hand the actor on unless it was destroyed.
   void after_stopped_turn(unsigned char stop) noexcept;
   void drain_turn(std::uint64_t ran, std::int64_t turn_start) noexcept;  // drain()'s body, inlined
@@ -374,7 +391,11 @@ class actor_base : public runnable {
   // Run-queue pop of an actor with more work queued behind it: hands it to its executor
   // if that executor reports idle workers (spreading work over a pool). True if handed.
   [[nodiscard]] bool hand_to_idle_executor() noexcept;
-  [[nodiscard]] bool budget_spent(std::uint64_t run_this_turn, std::int64_t start_ns) const noexcept;
+  [[nodiscard]] bool budget_spent(const drain_cursor& c) const noexcept;
+  // drain_step()'s slow path: budget, room, events, the offer. True: the turn is over.
+  bool drain_limits(drain_cursor& c) noexcept;
+  // yield_turn() for an offering owner: hand over to a claimant, else withdraw the offer.
+  void yield_offered(std::uint64_t ran) noexcept;
 
   // The ownership word (messages accepted and not yet run) and the mailbox: see above.
   lockfree_ownership core_;

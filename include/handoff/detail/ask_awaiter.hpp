@@ -44,7 +44,8 @@ class [[nodiscard]] ask_awaiter final : message {
         full_ = true;  // await_resume throws: a coroutine never waits for room
         return false;
       case lockfree_ownership::admission::queued:
-        target_.enqueue(this);  // the owner resumes us; touch nothing of *this after this line
+      case lockfree_ownership::admission::offered:  // a coroutine never takes over: it suspends
+        target_.enqueue(this);                      // the owner resumes us; touch nothing of *this after this line
         return true;
       case lockfree_ownership::admission::owner:
         break;

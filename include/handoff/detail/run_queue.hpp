@@ -91,10 +91,15 @@ struct thread_state {
   unsigned now_streak;     // entries run from `now` since `later` last had a turn (see run_next)
   std::uintptr_t later;    // FIFO list (tagged links), 0: empty
   std::uintptr_t* tail;    // link word of the last `later` entry; nullptr: empty
-  // A bounded actor whose room bucket this woken sender holds locked until its message is
-  // in, then wakes the next blocked sender if room_owed (lib/actor/mailbox_room.cpp).
-  const void* room_held;
+  // Set by a send between its admission and its push, which then calls
+  // actor_base::after_push(): with take_over, an actor whose owner offers the drain, which
+  // this sender may take over (detail/ownership.hpp); else a bounded actor whose room
+  // bucket this woken sender holds locked until its message is in, then wakes the next
+  // blocked sender if room_owed (lib/actor/mailbox_room.cpp). One field, so that a push
+  // tests one word for both.
+  void* after_push;
   bool room_owed;
+  bool take_over;
   // The handoff::testing::scheduler this thread runs under (detail/test_driver.hpp);
   // nullptr: none, everything runs as documented.
   test_driver* driver;
