@@ -193,6 +193,10 @@ class lock_table {
   // A thin hold's guard moved: deadlock detection forgets the thread (the record's, and
   // its entry's if the stripe inflated).
   void forget_thin_holder(thin_record* r) noexcept;
+  // With s locked and inflated, by a lock of a thin-capable key: counts a calm lock; at
+  // the lock_shard::deflate_after-th, if every entry of s is idle, removes them (their
+  // tokens into the floor) and deflates s (true: the caller takes the word thin).
+  bool deflate_if_calm(lock_shard& s) noexcept;
   // With s locked: deflates s when no entry is left (the word back to 0).
   static void deflate_if_empty(lock_shard& s) noexcept {
     if (s.size() == 0 && s.word.load(std::memory_order_relaxed) == thin_inflated) {
