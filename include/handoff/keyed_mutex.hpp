@@ -17,7 +17,8 @@
 // coroutine or a callback, or too big for a record (detail/thin_key.hpp) is an entry
 // in its stripe's table instead, which follows the actor's hand-off rule: a count and a
 // FIFO waiter queue of its own (detail/lock_table.hpp). The stripe's thin holder becomes
-// such an entry when the stripe inflates, and the stripe deflates once its table is empty.
+// such an entry when the stripe inflates, and the stripe deflates once calm: a lock that
+// finds it inflated with every entry idle, the 64th since a wait there.
 // docs/keyed_mutex.md is the guide.
 //
 // Guarantees:
@@ -36,9 +37,10 @@
 //  - Leases: when one runs out the key passes to the next waiter (or is freed) a moment
 //    after the old guard's expired() turns true; its check() throws, unlock() is a no-op.
 //  - Memory: size() counts keys with a holder, a waiter or an expired guard, and is 0 when
-//    no guard or waiter is alive. A thin key keeps nothing once unlocked; an entry of a key
-//    that cannot be thin may stay idle for its next lock: at most 16 per stripe, 4,096 per
-//    mutex, reclaimed by locks of new keys. Records (64 bytes) are kept per thread.
+//    no guard or waiter is alive. An uncontended thin key keeps nothing once unlocked; an
+//    entry may stay idle for its next lock: at most 16 per stripe (2 of thin keys), 4,096
+//    per mutex, reclaimed by locks of new keys and calm stripes. Records (64 bytes) are
+//    kept per thread.
 //
 // Not promised: fairness across keys; FIFO between a try_lock and waiters (try_lock fails
 // whenever the key is held; under fifo it never jumps the queue, under eventual it takes a
@@ -285,7 +287,8 @@ class keyed_mutex {
 
   // Every blocking and try request. A key that fits a record (detail/thin_key.hpp), with no
   // lease and no test scheduler, takes the thin path inline: one CAS on its stripe's word
-  // (false: the table's path, out of line but for a key type that is never thin).
+  // (false: the table's path, inline too: a call out of lock() for a key too long to be
+  // thin cost it about 30 instructions).
   [[gnu::always_inline]] bool thin_grant(const Key& key, const detail::lock_request& r, detail::grant& g) {
     if constexpr (detail::thin_capable<Key>) {
       if (r.lease == 0 && detail::thin_fits(key) && !table_.driven()) [[likely]] {
@@ -304,17 +307,13 @@ class keyed_mutex {
     detail::grant g;
     if (thin_grant(key, r, g)) [[likely]]
       return guard({}, &table_, g);
-    if constexpr (detail::thin_capable<Key>) return acquire_entry(key, r);
-    return guard({}, &table_, acquire_entry_inline(key, r));
-  }
-  [[gnu::noinline]] guard acquire_entry(const Key& key, const detail::lock_request& r) {
     return guard({}, &table_, acquire_entry_inline(key, r));
   }
   detail::grant grant_of(const Key& key, const detail::lock_request& r) {  // lock_all's
     detail::grant g;
     return thin_grant(key, r, g) ? g : acquire_entry_inline(key, r);
   }
-  // A key without the thin path, inline for a key type that never takes it.
+  // A key without the thin path.
   [[gnu::always_inline]] detail::grant acquire_entry_inline(const Key& key, const detail::lock_request& r) {
     if (r.lease != 0) return acquire_grant(key, r);
     const std::size_t h = detail::mix_hash(hash_(key));

@@ -93,6 +93,7 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
     return grant{e, token, r.lease};
   };
   if (e->own.try_take() || take_open(e)) return hold();
+  s.calm = 0;  // contended: the stripe stays inflated (deflate_if_calm)
   if (r.mode == lock_request::wait_mode::none || (r.mode == lock_request::wait_mode::until && r.deadline <= now())) {
     s.lock.unlock();
     if (r.mode == lock_request::wait_mode::until) note_timeout();
@@ -161,6 +162,7 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
 grant lock_table::acquire_or_enqueue(lock_shard& s, lock_entry* e, waiter* w, std::int64_t deadline) {
   bool free = e->own.try_take() || take_open(e);
   if (!free) {
+    s.calm = 0;  // see acquire()
     w->entry = e;
     w->table = this;
     w->queued_at = now();  // before the push: read by the waiter's completion

@@ -1,5 +1,6 @@
 // The lock table's side of thin keys (detail/thin_record.hpp): inflating a stripe around
 // its thin holder, the holder's unlock once inflated, and forgetting a moved guard's thread.
+#include <algorithm>
 #include <atomic>
 
 #include "handoff/detail/assert.hpp"
@@ -16,6 +17,7 @@ std::uintptr_t lock_table::seize(lock_shard& s) noexcept {
   while (!s.word.compare_exchange_weak(w, thin_inflated, std::memory_order_seq_cst, std::memory_order_relaxed)) {
   }
   HANDOFF_ASSERT(w != thin_inflated);  // the caller checked, under s's lock
+  s.calm = 0;
   if (w != 0) {
     const auto* holder = reinterpret_cast<const thin_record*>(w);  // NOLINT(performance-no-int-to-ptr): a record
     // The holder publishes its token a few instructions after its CAS. acquire; pairs with
@@ -31,6 +33,28 @@ void lock_table::adopt(lock_entry* e, thin_record* r) noexcept {
   e->token = r->token.load(std::memory_order_relaxed);  // seize() acquired it
   e->holder_thread.store(r->thread.load(std::memory_order_seq_cst), std::memory_order_relaxed);
   r->entry = e;  // read by the holder's unlock, under s's lock
+}
+
+bool lock_table::deflate_if_calm(lock_shard& s) noexcept {
+  if (++s.calm < lock_shard::deflate_after) return false;
+  s.calm = 0;
+  // Idle entries are may_idle ones (the others leave at their last release): at most
+  // kept_idle of them.
+  lock_entry* idle[lock_shard::kept_idle];
+  std::size_t n = 0;
+  bool all_idle = s.size() <= lock_shard::kept_idle;
+  s.for_each([&](lock_entry* e) {
+    all_idle = all_idle && lock_shard::reclaimable(e);
+    if (all_idle) idle[n++] = e;
+  });
+  if (!all_idle) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    s.token_floor = std::max(s.token_floor, idle[i]->token);
+    s.erase(idle[i]);
+    destroy_(idle[i]);  // rare (once per deflate_after calm locks): under the lock
+  }
+  deflate_if_empty(s);
+  return true;
 }
 
 void lock_table::release_thin_inflated(thin_record* r) noexcept {

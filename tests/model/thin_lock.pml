@@ -5,9 +5,10 @@
  * they are contended. Checked by spin through check.sh (MODEL=thin_lock.pml); see
  * tests/model/README.md.
  *
- * The library (include/handoff/detail/thin_record.hpp) runs the EVENTUAL 0 protocol under
- * both of its fairness modes: it does not park on the word yet, so model_thin_fifo and
- * model_thin_fifo_nested are its runs; the parking runs check the prototype's.
+ * The library (include/handoff/detail/thin_record.hpp) runs the EVENTUAL 0, LAZY 1
+ * protocol under both of its fairness modes: it does not park on the word yet, and its
+ * stripes deflate lazily, so model_thin_fifo and model_thin_fifo_nested are its runs; the
+ * parking runs check the prototype's (which deflates at once).
  *
  * One stripe, two keys on it (distinct keys share the word), NP threads (2 or 3). Thread 0
  * locks ROUNDS0 times in sequence, the others ROUNDS times, a key chosen nondeterministically
@@ -38,7 +39,12 @@
  *             published token, add its key as held with that token, and wake every parked
  *             thread if the parked bit was set; then this key held: wait on the condition
  *             (counted in `waiting`); else take it: token = ++counter, under the mutex.
- *   release_locked  waiters: notify_all; nobody waiting and no key held: deflate, word = 0.
+ *   release_locked  waiters: notify_all; nobody waiting and no key held: deflate, word = 0
+ *             (not with LAZY).
+ *   LAZY      a thread that finds INFL takes the mutex and, when the table holds no key and
+ *             nobody waits, may deflate (word = 0: the library does so at a stripe's
+ *             deflate_after-th calm lock, a choice here) and take the word thin; else the
+ *             table. The table's keys stay inflated meanwhile.
  *   futex     FUTEX_WAIT sleeps only while the sequence is unchanged, until a wake picks
  *             it; the condition variable: notify_all wakes every waiter.
  *
@@ -90,6 +96,12 @@
  *   NO_TOKEN_WAIT  the inflater does not wait for the holder's token: the entry gets 0 and
  *              the holder's unlock cannot find it (`found`)
  *   NO_INFLATE_WAKE  the inflater does not wake the parked threads: one is left asleep
+ *   DEFLATE_HELD  with LAZY, the deflation looks at the waiters only, not at the keys the
+ *              table holds: a thin lock takes the stripe while a key is held in the table
+ *              (`held[0] == 0`)
+ *   DEFLATE_STALE  with LAZY, the deflation trusts the INFL read before the mutex: the
+ *              stripe deflated and was taken thin meanwhile, and the deflation frees the
+ *              holder's word (its unlock finds 0, `w == INFL`)
  */
 
 #ifndef NP
@@ -109,6 +121,14 @@
 #endif
 #ifndef NEST
 #define NEST 0
+#endif
+#ifndef LAZY
+#define LAZY 0
+#endif
+#ifndef DEFLATE_HELD
+#define DEFLATABLE (!held[0] && !held[1] && waiting == 0)
+#else
+#define DEFLATABLE (waiting == 0)
 #endif
 
 #if NP < 2 || NP > 3
@@ -199,7 +219,7 @@ inline release_locked() {
   :: waiting != 0 -> d_step { cvw[0] = 0; cvw[1] = 0; cvw[2] = 0 }   /* notify_all */
   :: else ->
      if
-     :: !held[0] && !held[1] -> word = 0                          /* deflate */
+     :: !LAZY && !held[0] && !held[1] -> word = 0                 /* deflate */
      :: else -> skip
      fi
   fi
@@ -344,7 +364,17 @@ inline lock(me, r, k, t, intab) {
         :: ok -> take_token(r, k, t); break
         :: else -> skip
         fi
-     :: w == INFL -> intab = 1; break
+     :: w == INFL && !LAZY -> intab = 1; break
+     :: w == INFL && LAZY ->
+        lock_mutex();
+        if
+#ifndef DEFLATE_STALE
+        :: word == INFL && DEFLATABLE -> word = 0; tm = 0; w = 0   /* calm: deflate, then the thin CAS */
+#else
+        :: DEFLATABLE -> word = 0; tm = 0; w = 0    /* w, read before the mutex, taken as the word */
+#endif
+        :: true -> tm = 0; intab = 1; break                 /* the table (relocks the mutex) */
+        fi
      :: ISREC(w) ->
         h = REC(w);
         if
@@ -497,7 +527,7 @@ init {
   };
   done == NP;
 #ifndef NO_END_CHECK
-  assert(word == 0 && !held[0] && !held[1] && waiting == 0 && tm == 0);
+  assert((word == 0 || (LAZY && word == INFL)) && !held[0] && !held[1] && waiting == 0 && tm == 0);
   assert(holders[0] == 0 && holders[1] == 0 && !fw[0] && !fw[1] && !fw[2])
 #endif
 }

@@ -1,6 +1,6 @@
 // handoff::keyed_mutex's thin keys: an uncontended key has no entry; a key inflates into
-// one when contended and deflates when idle, keeping exact keys, rising tokens, deadlock
-// detection and its holders' records valid across threads.
+// one when contended and its stripe deflates once calm, keeping exact keys, rising tokens,
+// deadlock detection and its holders' records valid across threads.
 #include <handoff/keyed_mutex.hpp>
 
 #include <gtest/gtest.h>
@@ -21,6 +21,7 @@
 namespace {
 
 using namespace handoff::test;  // keyed_mutex_support.hpp: helpers, chrono literals, the names used
+using handoff::detail::lock_shard;
 using handoff::detail::lock_table;
 using handoff::detail::lock_table_access;
 
@@ -49,7 +50,9 @@ TEST_F(KeyedMutex, AnUncontendedKeyLeavesNoEntryInTheTableAndItsHolderCountsInSi
   EXPECT_EQ(m.stats().keys, 1u);
 }
 
-TEST_F(KeyedMutex, AContendedKeyInflatesAndDeflatesWhenIdle) {
+// A key's entry outlives its hand-offs (no entry made and freed per hand-off); its stripe
+// deflates at the deflate_after-th lock that finds it inflated with every entry idle.
+TEST_F(KeyedMutex, AContendedKeyInflatesAndDeflatesOnceCalm) {
   keyed_mutex<std::uint64_t> m;
   const lock_table& table = lock_table_access::table(m);
   key_guard g = m.lock(5);
@@ -59,10 +62,35 @@ TEST_F(KeyedMutex, AContendedKeyInflatesAndDeflatesWhenIdle) {
   EXPECT_EQ(m.waiting(), 1u);
   g.unlock();
   waiter.join();
-  EXPECT_EQ(table.entries(), 0u);
+  EXPECT_EQ(table.entries(), 1u);  // idle, kept
   EXPECT_EQ(m.size(), 0u);
-  key_guard again = m.lock(5);
-  EXPECT_EQ(table.entries(), 0u);  // thin again
+  for (int i = 1; i < lock_shard::deflate_after; ++i) (void)m.lock(5);
+  EXPECT_EQ(table.entries(), 1u);
+  key_guard again = m.lock(5);  // the deflate_after-th: deflates, then takes the word
+  EXPECT_EQ(table.entries(), 0u);
+  EXPECT_EQ(m.size(), 1u);
+}
+
+// A wait on a key of the stripe starts the count again: a stripe that stays contended
+// keeps its entries.
+TEST_F(KeyedMutex, AWaitKeepsAStripeInflated) {
+  keyed_mutex<std::uint64_t> m;
+  const lock_table& table = lock_table_access::table(m);
+  const std::uint64_t other = same_stripe_as(5);
+  const auto contend = [&] {  // two locks that find the stripe inflated (or inflate it), one waits
+    key_guard g = m.lock(5);
+    blocking_call waiter([&] { key_guard w = m.lock(5); });
+    ASSERT_TRUE(waiter.wait_until_blocked());
+    g.unlock();
+    waiter.join();
+  };
+  contend();  // inflates
+  for (int i = 0; i < lock_shard::deflate_after - 3; ++i) (void)m.lock(other);
+  contend();  // the count is one short when the waiter waits
+  for (int i = 0; i < lock_shard::deflate_after - 1; ++i) (void)m.lock(other);
+  EXPECT_EQ(table.entries(), 2u);  // not calm yet: the wait started the count again
+  (void)m.lock(other);
+  EXPECT_EQ(table.entries(), 0u);
 }
 
 // Each step's token must exceed every earlier one of the key, with no other key locked
@@ -71,6 +99,8 @@ TEST_F(KeyedMutex, TokensRiseStrictlyAcrossInflationAndDeflationOfOneKey) {
   keyed_mutex<std::uint64_t> m;
   std::vector<std::uint64_t> tokens;
   for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < lock_shard::deflate_after; ++i) tokens.push_back(m.lock(9).token());  // the entry's, then thin
+    EXPECT_EQ(lock_table_access::table(m).entries(), 0u);
     key_guard g = m.lock(9);  // thin
     tokens.push_back(g.token());
     std::uint64_t waited = 0;
@@ -80,7 +110,7 @@ TEST_F(KeyedMutex, TokensRiseStrictlyAcrossInflationAndDeflationOfOneKey) {
     });
     ASSERT_TRUE(waiter.wait_until_blocked());
     g.unlock();
-    waiter.join();  // its unlock deflated the stripe
+    waiter.join();  // the stripe stays inflated, the entry idle
     tokens.push_back(waited);
   }
   for (std::size_t i = 1; i < tokens.size(); ++i) EXPECT_GT(tokens[i], tokens[i - 1]) << "step " << i;
@@ -98,7 +128,7 @@ TEST_F(KeyedMutex, TwoKeysOnOneStripeDoNotExcludeEachOther) {
   EXPECT_EQ(m.size(), 1u);
   ga.unlock();
   EXPECT_EQ(m.size(), 0u);
-  EXPECT_EQ(lock_table_access::table(m).entries(), 0u);
+  EXPECT_EQ(lock_table_access::table(m).entries(), 2u);  // idle until the stripe is calm
 }
 
 TEST_F(KeyedMutex, LockAllOfTwoKeysOnOneStripeFromTwoThreadsInOppositeOrdersNeverDeadlocks) {
@@ -197,7 +227,8 @@ TEST_F(KeyedMutex, AThreadMayHoldAHundredThousandThinKeysAtOnce) {
   all.unlock();
   held.clear();
   EXPECT_EQ(m.size(), 0u);
-  EXPECT_EQ(lock_table_access::table(m).entries(), 0u);
+  // Idle until their stripes are calm: at most kept_idle_thin a stripe.
+  EXPECT_LE(lock_table_access::table(m).entries(), lock_shard::kept_idle_thin * lock_table::shard_count());
   std::vector<std::uint64_t> keys(64);
   for (std::uint64_t k = 0; k < 64; ++k) keys[k] = k * 7;
   auto many = m.lock_all(keys);
@@ -227,6 +258,8 @@ TEST_F(KeyedMutex, AnEqThatThrowsWhileItsStripeInflatesLeavesTheHolderHoldingAnd
   EXPECT_FALSE(free_elsewhere(m, coin{1}));
   a.unlock();
   EXPECT_EQ(m.size(), 0u);
+  // coin{1}'s entry stays idle (any other key's lookup would meet this Eq) until calm.
+  for (int i = 0; i < lock_shard::deflate_after; ++i) (void)m.lock(coin{1});
   EXPECT_EQ(lock_table_access::table(m).entries(), 0u);
   key_guard b = m.lock(coin{2});
   EXPECT_TRUE(b.owns_lock());

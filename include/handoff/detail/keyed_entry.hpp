@@ -128,8 +128,8 @@ struct keyed_entry final : entry_key<Key>, lock_entry {
   // With s locked: a new entry of `key` inserted in s. It is, first choice, an idle one
   // that s gives up (when it holds lock_shard::kept_idle entries or more: the clock
   // hand's), then this thread's cached entry of this key type, else allocated. It may stay
-  // once idle if s held fewer than kept_idle entries before it, and its key is small and
-  // cannot take the thin path.
+  // once idle if s held fewer than kept_idle entries before it (kept_idle_thin for a key
+  // that can be thin) and its key is small.
   // Propagates what Key's copy or the allocation throws, with s unchanged but for an idle
   // entry given up (a cached entry whose key assignment threw stays cached). Out of line:
   // the lock of a key in use never comes here.
@@ -157,8 +157,9 @@ struct keyed_entry final : entry_key<Key>, lock_entry {
       }
     }
     fresh->token = s.token_floor;
-    // A key that takes the thin path never stays idle: its next lock needs no entry.
-    fresh->may_idle = s.size() < lock_shard::kept_idle && !thin_fits(key) && keep(fresh);
+    // A thin key's too, fewer of them: its stripe stays inflated until calm
+    // (lock_table::deflate_if_calm), its next lock needing no entry then.
+    fresh->may_idle = s.size() < (thin_fits(key) ? lock_shard::kept_idle_thin : lock_shard::kept_idle) && keep(fresh);
     try {
       s.insert(fresh);
     } catch (...) {

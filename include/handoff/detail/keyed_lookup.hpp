@@ -60,7 +60,7 @@ class keyed_lookup {
   // A thin lock that found its stripe's word held (w): lock_thin_contended, then the table.
   [[gnu::noinline]] grant acquire_contended(const Key& key, const lock_request& r, std::size_t h, lock_shard& s,
                                             thin_record* rec, std::uintptr_t w) {
-    const grant g = lock_thin_contended<Key>(s, h, rec, w, r.mode != wait_mode::none);
+    const grant g = lock_thin_contended<Key>(table_, s, h, rec, w, r.mode != wait_mode::none);
     if (g.record != nullptr) return g;
     return acquire_locked(key, r, h, s, find_locked(s, h, key));  // s locked, inflated
   }

@@ -1,6 +1,6 @@
 // The keyed mutex's thin path, for a key type (protocol in detail/thin_record.hpp): the
-// uncontended lock (one CAS on the stripe's word), the contended one (a short spin on a
-// holder of the same hash, then the table), and inflating a stripe around its thin holder
+// uncontended lock (one CAS on the stripe's word), the contended one (a short spin on
+// another thread's holder, then the table), and inflating a stripe around its thin holder
 // before its table is used.
 #pragma once
 
@@ -60,12 +60,14 @@ template <class Key>
   return true;
 }
 
-// After try_lock_thin found the word w: spins a while (may_spin: not a try-lock) on a
-// holder of the same hash, taking the key thin if it is freed; else gives rec back and
-// returns an empty grant with s locked and inflated, for the table's request.
+// After try_lock_thin found the word w: spins a while on another thread's thin holder
+// (most release within nanoseconds; a try-lock only on another key's), taking the word
+// if it is freed; finding the stripe inflated, deflates it if calm (t.deflate_if_calm)
+// and takes it thin. Else gives rec back and returns an empty grant with s locked and
+// inflated, for the table's request.
 template <class Key>
-[[gnu::noinline]] grant lock_thin_contended(lock_shard& s, std::size_t h, thin_record* rec, std::uintptr_t w,
-                                            bool may_spin) {
+[[gnu::noinline]] grant lock_thin_contended(lock_table& t, lock_shard& s, std::size_t h, thin_record* rec,
+                                            std::uintptr_t w, bool may_spin) {
   const std::uintptr_t me = lock_table::this_thread_id();
   for (unsigned spins = 0;;) {
     if (w == 0) {
@@ -74,11 +76,14 @@ template <class Key>
         return {.token = lock_table::take_thin_token(s, rec), .record = rec};
       continue;
     }
-    if (w != thin_inflated && may_spin && spins < spins_before_yield) {
-      // Relaxed: hints only (the record may be reused meanwhile); the table decides.
+    if (w != thin_inflated && spins < spins_before_yield) {
+      // Relaxed: hints only (the record may be reused meanwhile); the table decides. This
+      // thread's own record (stable) sends it to the table: the same key is a deadlock,
+      // another key of the stripe waits for nothing there.
       // NOLINTNEXTLINE(performance-no-int-to-ptr): a record in the word
       const auto* holder = reinterpret_cast<const thin_record*>(w);
-      if (holder->hash.load(std::memory_order_relaxed) == h && holder->thread.load(std::memory_order_relaxed) != me) {
+      if (holder->thread.load(std::memory_order_relaxed) != me &&
+          (may_spin || holder->hash.load(std::memory_order_relaxed) != h)) {
         backoff(spins++);
         w = s.word.load(std::memory_order_acquire);
         continue;
@@ -86,8 +91,9 @@ template <class Key>
     }
     s.lock.lock();
     w = s.word.load(std::memory_order_relaxed);
-    if (w == 0) {  // freed meanwhile: take it thin
+    if (w == 0 || (w == thin_inflated && t.deflate_if_calm(s))) {  // free, or freed now: take it thin
       s.lock.unlock();
+      w = 0;
       continue;
     }
     push_thin_record(rec);

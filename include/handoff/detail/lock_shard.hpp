@@ -42,10 +42,10 @@ struct table_slot {
 // touched only under `lock`, or by the word's thin owner (the counter).
 //
 // Entries may stay in the table while idle (no holder, no waiter), keeping the stripe
-// inflated: only keys that cannot take the thin path (detail/thin_key.hpp), so that a
-// lock of such a key used recently finds its entry instead of creating one. Which ones
-// may, and how many, the inserting lock decides (lock_entry::may_idle,
-// detail/keyed_entry.hpp).
+// inflated, so that a lock of a key used recently finds its entry instead of creating
+// one. Which ones may, and how many, the inserting lock decides (lock_entry::may_idle,
+// detail/keyed_entry.hpp). A stripe whose entries are all idle deflates at the
+// deflate_after-th calm lock of a thin-capable key (lock_table::deflate_if_calm).
 struct alignas(cache_line_bytes) lock_shard {
   // Two 16-byte slots are what is left of the 64-byte line after the lock and counters.
   static constexpr std::size_t inline_slots = 2;
@@ -60,11 +60,23 @@ struct alignas(cache_line_bytes) lock_shard {
   // * 16 = 4,096 per mutex (about 1 MB with short keys). 16: 1,024 keys in use spread
   // over 256 shards leave about one shard in 100,000 with more (Poisson, mean 4).
   static constexpr std::uint32_t kept_idle = 16;
+  // The same for an entry of a key that can be thin (detail/thin_key.hpp): one that was
+  // contended, kept across its hand-offs; two, so that a colliding key's may stay too. The
+  // entries of many keys of a stripe held at once (by one thread, say) leave but two.
+  static constexpr std::uint32_t kept_idle_thin = 2;
   // Slots an insert into a full shard looks at for an idle entry to take over, from the
   // clock hand on: a few, so that a shard full of held keys costs an insert little.
   static constexpr std::uint32_t evict_scan = 4;
+  // Calm locks (see `calm`) before an inflated stripe deflates: an entry outlives the
+  // hand-offs of a key that stays contended, instead of leaving at each one and being
+  // made again by the next inflation.
+  static constexpr std::uint16_t deflate_after = 64;
 
   spin_lock lock;
+  // Locks of thin-capable keys that found the stripe inflated since it last saw a wait
+  // or an inflation: at deflate_after, a lock deflates it if every entry is idle. Under
+  // `lock` (in the line's padding after it).
+  std::uint16_t calm = 0;
   std::uint32_t entries = 0;              // idle ones included (4 bytes, so that two slots fit in the line)
   std::uint32_t mask = inline_slots - 1;  // capacity - 1; capacity is a power of two
   std::uint32_t hand = 0;                 // the clock hand: where evict_idle() looks first

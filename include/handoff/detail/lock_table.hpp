@@ -58,9 +58,10 @@
 // Entry lifetime: the entry lives while count > 0 (a holder, or a queued request, live or
 // given up) or refs > 0 (guards whose lease expired: they no longer count, but still read
 // the entry), and after that, idle, while its table keeps it: an entry inserted while its
-// shard held fewer than lock_shard::kept_idle entries stays (lock_entry::may_idle), until
-// the lock of a new key in a full shard reclaims it (lock_shard::evict_idle, under the
-// shard lock, only with count == 0 and refs == 0) or the table goes. The others leave at
+// shard held fewer than lock_shard::kept_idle entries (kept_idle_thin for a key that can
+// be thin) stays (lock_entry::may_idle), until the lock of a new key in a full shard
+// reclaims it (lock_shard::evict_idle, under the shard lock, only with count == 0 and
+// refs == 0), a calm shard deflates (deflate_if_calm) or the table goes. The others leave at
 // their last release, under the shard lock. Idle entries are so at most shard_count() *
 // kept_idle per mutex. Tokens of reclaimed entries go to the shard's token floor, from
 // which a new entry starts, so a key's tokens rise across its entries.
@@ -193,6 +194,10 @@ class lock_table {
   // A thin hold's guard moved: deadlock detection forgets the thread (the record's, and
   // its entry's if the stripe inflated).
   void forget_thin_holder(thin_record* r) noexcept;
+  // With s locked and inflated, by a lock of a thin-capable key: counts a calm lock; at
+  // the lock_shard::deflate_after-th, if every entry of s is idle, removes them (their
+  // tokens into the floor) and deflates s (true: the caller takes the word thin).
+  bool deflate_if_calm(lock_shard& s) noexcept;
   // With s locked: deflates s when no entry is left (the word back to 0).
   static void deflate_if_empty(lock_shard& s) noexcept {
     if (s.size() == 0 && s.word.load(std::memory_order_relaxed) == thin_inflated) {

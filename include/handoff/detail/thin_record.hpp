@@ -17,7 +17,9 @@
 //   inflate:  under the stripe's lock, CAS R -> inflated: R's holder can no longer release
 //             without that lock, so R is stable; its key goes into the table as held,
 //             with its token, and R.entry names the entry for the holder's unlock
-//   deflate:  under the stripe's lock, the table's last entry leaves: word = 0 (release)
+//   deflate:  under the stripe's lock, the table's last entry leaves, or a thin-capable
+//             lock finds every entry idle, calm (lock_table::deflate_if_calm): word = 0
+//             (release)
 //
 // Records are type-stable: never freed while the process runs, recycled through a
 // per-thread cache in front of a global list, so that a contender reading a holder's
