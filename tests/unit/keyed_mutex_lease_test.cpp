@@ -332,6 +332,19 @@ TEST_F(KeyedMutex, TenMutexesWithLeasesAndWaitTimesAddAtMostOneThreadBesideTheSe
   mutexes.clear();
 }
 
+TEST_F(KeyedMutex, TenMutexesGivenNoServiceShareTheLibrarysServiceAndCompletionThread) {
+  const std::size_t before = threads_of_this_process();
+  std::vector<std::unique_ptr<keyed_mutex<>>> mutexes;
+  std::vector<key_guard> guards;
+  for (int i = 0; i < 10; ++i) {
+    guards.push_back(mutexes.emplace_back(std::make_unique<keyed_mutex<>>())->lock("held", lease{1ms}));
+  }
+  for (auto& g : guards) ASSERT_TRUE(eventually([&] { return g.expired(); }));
+  EXPECT_LE(threads_of_this_process(), before + 2);  // the service's and the completion thread, if new
+  guards.clear();
+  mutexes.clear();
+}
+
 TEST_F(KeyedMutex, DestroyingTheTimerServiceOfALiveMutexTerminatesNamingTheProblem) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the process has threads: re-execute, not fork
   EXPECT_DEATH(
