@@ -2,6 +2,7 @@
 #include "lease_timer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <utility>
@@ -24,7 +25,8 @@ timer_service& default_lease_service() {
   static timer_service* const s = [] {
     // Made outside any test scheduler the calling thread runs: its clock is steady_clock.
     test_driver* const d = std::exchange(tls.driver, nullptr);
-    auto* p = new timer_service();  // never deleted: see the header
+    // A finer resolution than a service's default: a lease is late by up to one step.
+    auto* p = new timer_service({.resolution = std::chrono::microseconds(64)});  // never deleted
     try {
       p->start();
     } catch (...) {

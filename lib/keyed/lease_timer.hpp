@@ -33,7 +33,7 @@ class lock_table;
 // it). Throws std::system_error if it cannot start.
 task_thread& completion_thread();
 // The service of the mutexes given none: the library's own, started at first use (one
-// thread), never destroyed. Throws std::system_error if its thread cannot start.
+// thread, a resolution of 2^16 ns), never destroyed. Throws std::system_error if its thread cannot start.
 timer_service& default_lease_service();
 
 // A binary min-heap of deadlines under a mutex. Firing a lease CASes the entry's `leased`
