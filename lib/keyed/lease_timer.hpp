@@ -94,7 +94,7 @@ class lease_timer {
   // (the service calls on_due once at a time).
   std::vector<lock_entry*> expired_;
   std::vector<waiter*> timed_out_;
-  task_thread* completions_ = nullptr;     // completion_thread(); nullptr with a manual clock
+  task_thread* completions_ = nullptr;    // completion_thread(); nullptr with a manual clock
   std::optional<timer_callback> engine_;  // last: armed once the members it uses exist
 };
 

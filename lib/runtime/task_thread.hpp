@@ -39,8 +39,8 @@ class task_thread {
   std::mutex mutex_;  // guards everything below but thread_
   std::condition_variable wake_;
   std::condition_variable flushed_;  // a flush's marker ran
-  std::uintptr_t head_ = 0;        // FIFO of task* through task::next
-  std::uintptr_t* tail_ = &head_;  // link word of the last task
+  std::uintptr_t head_ = 0;          // FIFO of task* through task::next
+  std::uintptr_t* tail_ = &head_;    // link word of the last task
   bool stop_ = false;
   std::thread thread_;  // last: started once the members it uses exist
 };
