@@ -136,8 +136,9 @@ class keyed_mutex {
   // from when it queued). Throws
   // std::system_error(resource_deadlock_would_occur) if this thread holds the key through
   // a blocking lock (not reentrant); std::bad_alloc; std::system_error if the first lease
-  // cannot start the completion thread or the default timer service. Allocates the key's state when the key has none (operator new,
-  // or this thread's recycled entry), and a pooled waiter node when it must wait.
+  // cannot start the completion thread or the default timer service. Allocates the key's
+  // state when the key has none (operator new, or this thread's recycled entry), and a
+  // pooled waiter node when it must wait.
   [[gnu::always_inline]] guard lock(const Key& key) { return acquire(key, wait_forever); }
   guard lock(const Key& key, lease l) { return acquire(key, {.lease = l.duration.count()}); }
 

@@ -80,8 +80,8 @@ inline constexpr std::size_t metric_wait_count = 3;
 // thread and threads inside a keyed_mutex or an actor's protocol: they must be thread-safe,
 // must not throw, must not block for long (a lock wait is reported by the waiter itself,
 // but a timeout or lease expiry is reported by the timer service's driver that every
-// lease on that service depends on), and must not call back into the object reporting (no locking from
-// inside add()).
+// lease on that service depends on), and must not call back into the object reporting
+// (no locking from inside add()).
 class metrics_sink {
  public:
   metrics_sink() = default;
