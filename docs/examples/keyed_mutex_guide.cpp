@@ -7,6 +7,7 @@
 // main() runs each snippet and checks what the guide says about it; a failed check exits
 // with status 1.
 #include <handoff/keyed_mutex.hpp>
+#include <handoff/timer_service.hpp>
 
 #include <chrono>
 #include <coroutine>
@@ -202,7 +203,7 @@ task add_gold_async(handoff::keyed_mutex<>& locks, player_table& players, std::s
 // [snippet:async_lock_timeout]
 task try_join(handoff::keyed_mutex<>& locks, std::string room, std::promise<bool> joined) {
   auto g = co_await locks.async_lock("room:" + room, 20ms);  // gives up after 20 ms
-  joined.set_value(g.owns_lock());  // false if it timed out: then the mutex's completion thread resumed it
+  joined.set_value(g.owns_lock());  // false if it timed out: then the completion thread resumed it
 }
 // [/snippet]
 
@@ -262,6 +263,17 @@ void check_leases(handoff::keyed_mutex<>& locks) {
   expect(locks.size() == 0, "the expired guard's state went with its unlock");
 }
 
+void check_lease_service() {
+  // [snippet:lease_service]
+  handoff::timer_service timers;
+  timers.start();
+  handoff::keyed_mutex<> locks({.timers = &timers});  // destroy it before `timers`
+  // [/snippet]
+  auto g = locks.lock("room:7", handoff::lease{5ms});
+  while (!g.expired()) std::this_thread::sleep_for(1ms);
+  expect(timers.stats().sent >= 1, "the lease expired on the program's service");
+}
+
 void check_lock_all(handoff::keyed_mutex<>& locks) {
   player_table players{{"a", {1000, 500}}, {"b", {1000, 500}}};
   expect(trade(locks, players, "a", "a", 2), "a trade with oneself locks the key once (and changes nothing)");
@@ -315,7 +327,7 @@ void check_coroutines(handoff::keyed_mutex<>& locks) {
   // [/snippet]
   expect(ran_now, "lock_async on a free key calls back at once");
 
-  // A wait time: resumed by the mutex's completion thread, without the key.
+  // A wait time: resumed by the completion thread, without the key.
   auto g = locks.lock("room:3");
   std::promise<bool> joined;
   auto result = joined.get_future();
@@ -357,6 +369,7 @@ int main() {
   check_per_player(locks);
   check_try_lock(locks);
   check_leases(locks);
+  check_lease_service();
   check_lock_all(locks);
   check_coroutines(locks);
   check_not_reentrant(locks);

@@ -5,7 +5,7 @@
 //   handoff::keyed_mutex<> m;
 //   auto g = m.lock("player:42");                        // blocks; RAII guard
 //   auto t = m.try_lock_for("room:7", 50ms);             // t.owns_lock() says if it got it
-//   auto l = m.lock("order:9", handoff::lease{2s});      // released by the lease timer after 2 s
+//   auto l = m.lock("order:9", handoff::lease{2s});      // released by the mutex after 2 s
 //   auto all = m.lock_all({"a", "b", "c"});              // sorted, deduplicated: no deadlock
 //   auto some = m.try_lock_all_for({"a", "b"}, 50ms);    // all keys by the deadline, or none
 //   auto g2 = co_await m.async_lock("player:42");        // suspends, never blocks a thread
@@ -45,7 +45,8 @@
 // Not promised: fairness across keys; FIFO between a try_lock and waiters (try_lock fails
 // whenever the key is held; under fifo it never jumps the queue, under eventual it takes a
 // key an unlock freed, waiters or not); that a lease expires at its exact
-// deadline (the timer thread may run late under load: expiry is never early); destroying
+// deadline (the timer service may run late under load, and rounds a deadline up to its
+// resolution: expiry is never early); destroying
 // a coroutine while it is suspended in async_lock (its waiter would be resumed after the
 // frame is gone: let it time out or be granted).
 //
@@ -57,10 +58,13 @@
 //
 // Where waiters run: a blocked thread wakes on its own thread; a coroutine or callback
 // waiter is resumed by the thread that unlocks the key (inside unlock() or the guard's
-// destructor) or, when a lease expires or an async wait times out, by the mutex's
-// completion thread (one per mutex, started with the lease timer thread, joined by the
-// destructor). The timer thread itself never runs user code: a callback or coroutine that
-// blocks delays only the completions queued after it, never a lease. Resumptions triggered
+// destructor) or, when a lease expires or an async wait times out, by the process-wide
+// completion thread (the mutex has no executor; one thread for every keyed mutex, started
+// by the first lease or wait time, never stopped; the destructor waits for what the
+// mutex's expiries queued there). The timer service that fires leases and wait times
+// (keyed_mutex_options::timers; by default the library's own, one thread per process)
+// never runs user code there: a callback or coroutine that blocks delays only the
+// completions queued after it, of any keyed mutex, never a lease. Resumptions triggered
 // while one is running on a thread are queued and run after it, so chains of hand-offs do
 // not grow the stack. A blocking call inside an actor's handler that must wait first runs
 // what this thread owns only through its run queue (actors won by nested sends, granted
@@ -120,6 +124,7 @@ class keyed_mutex {
   explicit keyed_mutex(keyed_mutex_options o, Hash hash = Hash(), Eq eq = Eq())
       : hash_(std::move(hash)), eq_(std::move(eq)), longest_(o.longest_waits, eq_) {
     table_.observe(o.metrics, &longest_);
+    table_.use_timers(o.timers);
     if (o.fairness == fairness::eventual) table_.use_fairness(o.fair_after.count());
   }
   // Precondition: no guard and no waiter of this mutex is alive (checked: violating it
@@ -132,9 +137,10 @@ class keyed_mutex {
   // waiter competes for the freed key and waits again if it loses, at most fair_after
   // from when it queued). Throws
   // std::system_error(resource_deadlock_would_occur) if this thread holds the key through
-  // a blocking lock (not reentrant); std::bad_alloc; std::system_error if the lease timer
-  // thread cannot start. Allocates the key's state when the key has none (operator new,
-  // or this thread's recycled entry), and a pooled waiter node when it must wait.
+  // a blocking lock (not reentrant); std::bad_alloc; std::system_error if the first lease
+  // cannot start the completion thread or the default timer service. Allocates the key's
+  // state when the key has none (operator new, or this thread's recycled entry), and a
+  // pooled waiter node when it must wait.
   [[gnu::always_inline]] guard lock(const Key& key) { return acquire(key, wait_forever); }
   guard lock(const Key& key, lease l) { return acquire(key, {.lease = l.duration.count()}); }
 
@@ -226,8 +232,8 @@ class keyed_mutex {
   // Thread-safe. `co_await m.async_lock(key)` yields a guard, suspending the coroutine (never blocking
   // a thread) while the key is held; FIFO with every other waiter. With a wait time, the
   // guard does not own the lock if it timed out. The coroutine is resumed by the thread
-  // that hands the key over (or, at its wait timeout, the mutex's completion thread: see
-  // the overview). The key is copied.
+  // that hands the key over (or, at its wait timeout, the completion thread: see the
+  // overview). The key is copied.
   [[nodiscard]] auto async_lock(Key key) { return lock_awaiter(*this, std::move(key), detail::no_deadline, 0); }
   [[nodiscard]] auto async_lock(Key key, lease l) {
     return lock_awaiter(*this, std::move(key), detail::no_deadline, l.duration.count());

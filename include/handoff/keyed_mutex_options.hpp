@@ -24,6 +24,8 @@
 
 namespace handoff {
 
+class timer_service;
+
 // How a keyed_mutex passes a key on when its holder unlocks with waiters queued.
 enum class fairness : unsigned char {
   // The unlock hands the key to the oldest waiter: nobody else can take it in between
@@ -54,6 +56,13 @@ struct keyed_mutex_options {
   // thread relocking a hot key in a loop takes it hundreds of times before it must hand it
   // on. Zero or less behaves as fifo. Ignored under fifo.
   std::chrono::nanoseconds fair_after = std::chrono::microseconds(500);
+  // The timer service that fires this mutex's leases and async wait times (one entry in
+  // it, made by the first of them; it must be started, or driven by its owner's run_due()).
+  // nullptr: the library's own, started at the first lease or wait time in the process
+  // (one thread, shared by every mutex given none, never stopped). Not owned: it must
+  // outlive the mutex; a service destroyed first terminates the program with a message.
+  // Under a test scheduler, ignored: the scheduler's virtual clock fires them.
+  timer_service* timers = nullptr;
 };
 
 // One key's longest wait in a stats() window.

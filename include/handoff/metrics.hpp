@@ -76,12 +76,12 @@ enum class metric_wait : std::uint8_t {
 inline constexpr std::size_t metric_wait_count = 3;
 
 // The interface a metrics system implements. Both functions may be called from any
-// thread, concurrently, including the lease timer thread, a Redis client's background
+// thread, concurrently, including a timer service's driver, a Redis client's background
 // thread and threads inside a keyed_mutex or an actor's protocol: they must be thread-safe,
 // must not throw, must not block for long (a lock wait is reported by the waiter itself,
-// but a timeout or lease expiry is reported by the timer thread that every lease of the
-// mutex depends on), and must not call back into the object reporting (no locking from
-// inside add()).
+// but a timeout or lease expiry is reported by the timer service's driver that every
+// lease on that service depends on), and must not call back into the object reporting
+// (no locking from inside add()).
 class metrics_sink {
  public:
   metrics_sink() = default;

@@ -22,8 +22,8 @@
 //
 // Where a task runs: on the thread that awaits it, until its first suspension; after
 // that, on whatever thread resumes it (async_ask: the thread that ran the handler, after
-// it finished draining; async_lock: the thread that unlocked the key, or the mutex's
-// completion thread at a wait timeout). A task has no scheduler of its own.
+// it finished draining; async_lock: the thread that unlocked the key, or the keyed
+// mutexes' completion thread at a wait timeout). A task has no scheduler of its own.
 //
 // Not promised: destroying a task while it is suspended inside an awaiter that will still
 // resume it (async_ask, async_lock: the same rule as for any coroutine awaiting them);

@@ -81,6 +81,9 @@ template <class State>
 class actor;
 template <class Message, class Handler>
 class basic_actor;
+namespace detail {
+class timer_callback;
+}
 
 class timer_service {
  public:
@@ -165,6 +168,8 @@ class timer_service {
   }
 
  private:
+  friend class detail::timer_callback;  // the keyed mutex's deadlines (lib/timer/timer_callback.hpp)
+
   template <class Rep, class Period>
   [[nodiscard]] std::int64_t deadline_after(std::chrono::duration<Rep, Period> d) const noexcept {
     return detail::deadline_after(detail::timer_deadline_now(core_), d);

@@ -5,28 +5,65 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <utility>
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/lock_table.hpp"
+#include "handoff/detail/test_driver.hpp"
+#include "handoff/timer_service.hpp"
 #include "lock_parking.hpp"
 
 namespace handoff::detail {
 
-lease_timer::lease_timer(lock_table& t, bool start_threads) : table_(t) {
-  if (!start_threads) return;
-  completions_.emplace();
-  thread_ = std::thread([this] { run(); });
+task_thread& completion_thread() {
+  static task_thread* const t = new task_thread();  // never deleted: see the header
+  return *t;
+}
+
+timer_service& default_lease_service() {
+  static timer_service* const s = [] {
+    // Made outside any test scheduler the calling thread runs: its clock is steady_clock.
+    test_driver* const d = std::exchange(tls.driver, nullptr);
+    // A finer resolution than a service's default: a lease is late by up to one step.
+    auto* p = new timer_service({.resolution = std::chrono::microseconds(64)});  // never deleted
+    try {
+      p->start();
+    } catch (...) {
+      delete p;
+      tls.driver = d;
+      throw;
+    }
+    tls.driver = d;
+    return p;
+  }();
+  return *s;
+}
+
+lease_timer::lease_timer(lock_table& t, timer_service* service) : table_(t) {
+  if (service == nullptr) return;
+  completions_ = &completion_thread();
+  engine_.emplace(*service, &on_due, &on_dropped, this);
 }
 
 void lease_timer::stop() noexcept {
+  engine_.reset();  // no on_due runs after this
+  // What the firings queued refers to the mutex. Only then: the thread is shared, and a
+  // callback of another mutex may be blocking it.
+  bool fired = false;
   {
     std::lock_guard lock(mutex_);
-    stop_ = true;
+    fired = std::exchange(fired_, false);
   }
-  wake_.notify_one();
-  if (thread_.joinable()) thread_.join();
-  if (completions_) completions_->stop();  // after the timer: nothing posts to it any more
+  if (fired) completions_->flush();
+}
+
+void lease_timer::on_dropped(void*) noexcept {
+  std::fputs(
+      "handoff: a timer_service was destroyed while a keyed_mutex that keeps its leases and "
+      "wait times on it still exists; destroy the keyed_mutex first\n",
+      stderr);
+  std::terminate();
 }
 
 void lease_timer::schedule(timer_node* n, std::int64_t deadline) noexcept {
@@ -38,7 +75,10 @@ void lease_timer::schedule(timer_node* n, std::int64_t deadline) noexcept {
     push(heap_, n);  // out of memory here would lose a lease: terminate (see push)
   }
   fix(n->index);
-  if (heap_.front() == n) wake_.notify_one();
+  if (engine_ && deadline < armed_) {
+    armed_ = deadline;
+    engine_->arm(deadline);  // under the mutex: arms made in the order of the heap's changes
+  }
 }
 
 bool lease_timer::cancel(timer_node* n) noexcept {
@@ -97,31 +137,25 @@ void lease_timer::fix(std::size_t i) noexcept {
   }
 }
 
-void lease_timer::run() noexcept {
-  redirect_completions(&*completions_);  // user code runs there, never here
-  std::unique_lock lock(mutex_);
-  while (!stop_) {
-    if (heap_.empty()) {
-      wake_.wait(lock);
-      continue;
-    }
-    const std::int64_t now = now_ns();
-    if (heap_.front()->deadline > now) {
-      // wait_until on the absolute deadline: a wait_for of (deadline - now) would overflow
-      // inside the standard library for a deadline far in the future.
-      wake_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(heap_.front()->deadline)));
-      continue;
-    }
-    while (!heap_.empty() && heap_.front()->deadline <= now) {
-      timer_node* n = heap_.front();
-      cancel(n);
-      fire(n);
-    }
-    // Releases take shard locks and the timer mutex again: never under the timer's mutex.
-    lock.unlock();
-    run_fired();
-    lock.lock();
+// On the service's driver, once at a time: fires what is due and arms the entry at what
+// is left. A cancelled deadline stays armed: its call finds nothing due and re-arms.
+void lease_timer::on_due(void* self) noexcept {
+  auto& t = *static_cast<lease_timer*>(self);
+  redirect_completions(t.completions_);  // user code runs there, never on the driver
+  std::unique_lock lock(t.mutex_);
+  const std::int64_t now = now_ns();
+  while (!t.heap_.empty() && t.heap_.front()->deadline <= now) {
+    timer_node* n = t.heap_.front();
+    t.cancel(n);
+    t.fire(n);
   }
+  t.fired_ = t.fired_ || !t.expired_.empty() || !t.timed_out_.empty();
+  t.armed_ = t.heap_.empty() ? no_deadline : t.heap_.front()->deadline;
+  t.engine_->arm(t.armed_);
+  // Releases take shard locks and the timer mutex again: never under the timer's mutex.
+  lock.unlock();
+  t.run_fired();
+  redirect_completions(nullptr);
 }
 
 // Under the mutex: decides the outcome of a due deadline; the work is left in

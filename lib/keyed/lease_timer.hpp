@@ -1,45 +1,58 @@
-// lease_timer: a keyed mutex's deadlines (leases, and async wait times), one thread per
-// mutex started by the first of them; and the completion thread that runs what they
-// complete. Private to lib/.
+// lease_timer: a keyed mutex's deadlines (leases, and async wait times), kept in a heap of
+// the mutex and driven by one entry in a timer_service (lib/timer/timer_callback.hpp),
+// armed at the heap's earliest deadline: no thread of the mutex's own. Private to lib/.
 //
-// The timer thread only fires deadlines and runs the protocol (a lease expiry releases the
-// key; a wait time cancels the waiter). The coroutines and callbacks that this grants or
-// times out go through complete_waiter to the completion thread: the timer never runs
-// user code, so a callback that blocks cannot delay another lease.
+// The service's driver only fires deadlines and runs the protocol (a lease expiry releases
+// the key; a wait time cancels the waiter). The coroutines and callbacks that this grants
+// or times out go through complete_waiter to the process-wide completion thread
+// (completion_thread()): the driver never runs user code, so a callback that blocks
+// cannot delay a lease, of this mutex or of any other on the service.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "../runtime/task_thread.hpp"
+#include "../timer/timer_callback.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/lock_entry.hpp"
+
+namespace handoff {
+class timer_service;
+}
 
 namespace handoff::detail {
 
 class lock_table;
 
+// The thread where the deadlines' completions run, one per process: started by the first
+// lease_timer on a service, never stopped (a keyed mutex may be destroyed at exit after
+// it). Throws std::system_error if it cannot start.
+task_thread& completion_thread();
+// The service of the mutexes given none: the library's own, started at first use (one
+// thread, a resolution of 2^16 ns), never destroyed. Throws std::system_error if its thread cannot start.
+timer_service& default_lease_service();
+
 // A binary min-heap of deadlines under a mutex. Firing a lease CASes the entry's `leased`
 // word under the mutex, so a concurrent unlock or extend sees either the live lease or none.
 class lease_timer {
  public:
-  // With `start_threads` false (the tests' manual clock), deadlines fire only in advance(),
-  // and their completions run on advance()'s caller. Throws std::system_error if a thread
-  // cannot start.
-  lease_timer(lock_table& t, bool start_threads);
+  // On `service`, which must outlive this (its destructor terminates otherwise). nullptr
+  // (the manual clock of tests and test schedulers): deadlines fire only in advance(), and
+  // their completions run on advance()'s caller. Throws std::system_error if the completion
+  // thread cannot start, std::bad_alloc.
+  lease_timer(lock_table& t, timer_service* service);
   lease_timer(const lease_timer&) = delete;
   lease_timer& operator=(const lease_timer&) = delete;
   lease_timer(lease_timer&&) = delete;
   lease_timer& operator=(lease_timer&&) = delete;
   ~lease_timer() { stop(); }
 
-  // Joins the timer thread, then runs the completions it queued and joins the completion
-  // thread. Idempotent.
+  // Leaves the service (waits for a firing in progress), then for the completions it
+  // queued to run. Idempotent; not from the completion thread (see completion_thread()).
   void stop() noexcept;
 
   std::mutex& mutex() noexcept { return mutex_; }
@@ -63,26 +76,26 @@ class lease_timer {
   void swap_at(std::size_t a, std::size_t b) noexcept;
   static bool before(const timer_node* a, const timer_node* b) noexcept;
   void fix(std::size_t i) noexcept;
-  void run() noexcept;
+  static void on_due(void* self) noexcept;
+  static void on_dropped(void* self) noexcept;
   void fire(timer_node* n) noexcept;
   void run_fired() noexcept;
   template <class T>
   static void push(std::vector<T*>& v, T* p) noexcept;
 
   lock_table& table_;
-  // A plain std::mutex (not annotated_mutex): the condition variable needs one. Every
-  // member below up to thread_, and every timer_node, is touched only under it.
+  // Every member below but engine_, and every timer_node, is touched only under it.
   std::mutex mutex_;
-  std::condition_variable wake_;
   std::vector<timer_node*> heap_;
   std::uint64_t seq_ = 0;
-  bool stop_ = false;
-  // Fired, not yet processed (see run_fired): touched only by the thread that fired them.
+  std::int64_t armed_ = no_deadline;  // where engine_ is armed: at or before the heap's front
+  bool fired_ = false;                // on_due fired a deadline: stop() waits for its completions
+  // Fired, not yet processed (see run_fired): touched only by the thread that fired them
+  // (the service calls on_due once at a time).
   std::vector<lock_entry*> expired_;
   std::vector<waiter*> timed_out_;
-  // Started before the timer thread, stopped after it (stop()); empty with a manual clock.
-  std::optional<task_thread> completions_;
-  std::thread thread_;  // last: started once the members it uses exist
+  task_thread* completions_ = nullptr;    // completion_thread(); nullptr with a manual clock
+  std::optional<timer_callback> engine_;  // last: armed once the members it uses exist
 };
 
 }  // namespace handoff::detail

@@ -32,8 +32,9 @@ lock_table::~lock_table() {
     abandon_driven();
     driver_->detach(this);
   }
-  // Joins the timer and completion threads before anything they might touch goes away
-  // (a completion may still be unlocking through this table).
+  // Leaves the timer service and waits for the completions the timer queued before
+  // anything they might touch goes away (a completion may still be unlocking through this
+  // table).
   if (timer_) timer_->stop();
   timer_.reset();
   if (const std::size_t live = size(); live != 0) {
@@ -65,7 +66,9 @@ std::size_t lock_table::entries() const noexcept {
 
 lease_timer& lock_table::timer() {
   std::call_once(timer_once_, [this] {
-    timer_ = std::make_unique<lease_timer>(*this, !manual_clock_);
+    timer_service* on = nullptr;  // the manual clock: advance_manual_clock() fires
+    if (!manual_clock_) on = timers_ != nullptr ? timers_ : &default_lease_service();
+    timer_ = std::make_unique<lease_timer>(*this, on);
     timer_started_.store(true, std::memory_order_release);  // pairs with timer_if_started()
   });
   return *timer_;

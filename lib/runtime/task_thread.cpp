@@ -1,6 +1,7 @@
 // task_thread (see task_thread.hpp).
 #include "task_thread.hpp"
 
+#include <thread>
 #include <utility>
 
 namespace handoff::detail {
@@ -15,6 +16,26 @@ void task_thread::post(task* t) noexcept {
     tail_ = &t->next;
   }
   wake_.notify_one();
+}
+
+void task_thread::flush() noexcept {
+  if (std::this_thread::get_id() == thread_.get_id()) return;
+  struct marker : task {
+    task_thread* owner;
+    bool done = false;  // under owner->mutex_: the marker is gone once the waiter sees it
+  } m;
+  m.owner = this;
+  m.run = [](task* t) noexcept {
+    task_thread& owner = *static_cast<marker*>(t)->owner;
+    {
+      const std::lock_guard lock(owner.mutex_);
+      static_cast<marker*>(t)->done = true;
+    }
+    owner.flushed_.notify_all();
+  };
+  post(&m);
+  std::unique_lock lock(mutex_);
+  flushed_.wait(lock, [&] { return m.done; });
 }
 
 void task_thread::stop() noexcept {

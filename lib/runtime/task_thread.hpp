@@ -27,6 +27,9 @@ class task_thread {
   // Thread-safe, never blocks for long, allocates nothing (t is linked through its
   // `next`). t runs once on the thread, after the tasks posted before it.
   void post(task* t) noexcept;
+  // Returns once every task posted before the call has run. On the thread itself (from a
+  // task) it returns at once: what was posted before runs after that task.
+  void flush() noexcept;
   // Runs what is queued and joins the thread. Idempotent; not concurrent with post().
   void stop() noexcept;
 
@@ -35,8 +38,9 @@ class task_thread {
 
   std::mutex mutex_;  // guards everything below but thread_
   std::condition_variable wake_;
-  std::uintptr_t head_ = 0;        // FIFO of task* through task::next
-  std::uintptr_t* tail_ = &head_;  // link word of the last task
+  std::condition_variable flushed_;  // a flush's marker ran
+  std::uintptr_t head_ = 0;          // FIFO of task* through task::next
+  std::uintptr_t* tail_ = &head_;    // link word of the last task
   bool stop_ = false;
   std::thread thread_;  // last: started once the members it uses exist
 };

@@ -1,6 +1,7 @@
 // handoff::keyed_mutex<Key>, leases: expiry, hand-over to the next waiter, extend, never-expiring leases, and leases
 // that keep firing while completions block: one test per point of the contract in keyed_mutex.hpp.
 #include <handoff/keyed_mutex.hpp>
+#include <handoff/timer_service.hpp>
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <latch>
 #include <memory>
@@ -283,6 +285,76 @@ TEST_F(KeyedMutex, LeasesKeepExpiringWhileACallbackGrantedByALeaseExpiryBlocks) 
   a.unlock();
   c.unlock();
   EXPECT_EQ(m.size(), 0u);
+}
+
+// --- the timer service ------------------------------------------------------------------
+
+std::size_t threads_of_this_process() {
+  const auto it = std::filesystem::directory_iterator("/proc/self/task");
+  return static_cast<std::size_t>(std::distance(std::filesystem::begin(it), std::filesystem::end(it)));
+}
+
+TEST_F(KeyedMutex, LeasesAndWaitTimesFireOnTheServiceTheOptionsName) {
+  handoff::timer_service timers;  // not started: only run_due() below fires anything
+  keyed_mutex<> m({.timers = &timers});
+  key_guard g = m.lock("k", lease{1ms});
+  key_guard w = m.lock("w");
+  async_outcome out;
+  await_lock([&m] { return m.async_lock("w", 1ms); }, &out, false);  // behind w
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(g.expired());  // nothing drives the service
+  EXPECT_FALSE(out.done());
+  timers.run_due();
+  EXPECT_TRUE(g.expired());
+  // The timed-out coroutine never resumes on the service's driver (this thread, here).
+  ASSERT_TRUE(eventually([&] { return out.done(); }));
+  EXPECT_NE(out.thread, std::this_thread::get_id());
+  EXPECT_TRUE(eventually([&] { return free_elsewhere(m, std::string("k")); }));
+}
+
+TEST_F(KeyedMutex, TenMutexesWithLeasesAndWaitTimesAddAtMostOneThreadBesideTheService) {
+  handoff::timer_service timers;
+  timers.start();
+  const std::size_t before = threads_of_this_process();
+  std::vector<std::unique_ptr<keyed_mutex<>>> mutexes;
+  std::vector<key_guard> guards;
+  std::vector<std::unique_ptr<async_outcome>> outs;
+  for (int i = 0; i < 10; ++i) {
+    auto& m = *mutexes.emplace_back(std::make_unique<keyed_mutex<>>(handoff::keyed_mutex_options{.timers = &timers}));
+    guards.push_back(m.lock("held", lease{5ms}));
+    auto& out = *outs.emplace_back(std::make_unique<async_outcome>());
+    await_lock([&m] { return m.async_lock("held", 1ms); }, &out, false);  // times out first
+  }
+  for (auto& out : outs) ASSERT_TRUE(eventually([&] { return out->done(); }));
+  for (auto& g : guards) ASSERT_TRUE(eventually([&] { return g.expired(); }));
+  EXPECT_LE(threads_of_this_process(), before + 1);  // the completion thread, if not yet started
+  guards.clear();
+  mutexes.clear();
+}
+
+TEST_F(KeyedMutex, TenMutexesGivenNoServiceShareTheLibrarysServiceAndCompletionThread) {
+  const std::size_t before = threads_of_this_process();
+  std::vector<std::unique_ptr<keyed_mutex<>>> mutexes;
+  std::vector<key_guard> guards;
+  for (int i = 0; i < 10; ++i) {
+    guards.push_back(mutexes.emplace_back(std::make_unique<keyed_mutex<>>())->lock("held", lease{1ms}));
+  }
+  for (auto& g : guards) ASSERT_TRUE(eventually([&] { return g.expired(); }));
+  EXPECT_LE(threads_of_this_process(), before + 2);  // the service's and the completion thread, if new
+  guards.clear();
+  mutexes.clear();
+}
+
+TEST_F(KeyedMutex, DestroyingTheTimerServiceOfALiveMutexTerminatesNamingTheProblem) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the process has threads: re-execute, not fork
+  EXPECT_DEATH(
+      {
+        auto* timers = new handoff::timer_service;
+        keyed_mutex<> m({.timers = timers});
+        key_guard g = m.lock("k", lease{1h});
+        delete timers;
+      },
+      "timer_service was destroyed while a keyed_mutex");
 }
 
 }  // namespace

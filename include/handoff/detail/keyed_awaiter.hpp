@@ -2,9 +2,9 @@
 // looks the key up (under a test scheduler, after a scheduling point) and asks the mutex's
 // table for the key, which grants a free one at once (the coroutine goes on without
 // suspending) or queues a coroutine waiter; the holder's unlock (or, at a wait timeout, the
-// mutex's completion thread) resumes the coroutine, whose await_resume asks the table for
-// the waiter's outcome and turns it into a guard. It reaches the mutex's table, hash and
-// lookup as its friend.
+// process-wide completion thread) resumes the coroutine, whose await_resume asks the table
+// for the waiter's outcome and turns it into a guard. It reaches the mutex's table, hash
+// and lookup as its friend.
 #pragma once
 
 #include <coroutine>

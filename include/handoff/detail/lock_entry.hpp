@@ -32,8 +32,8 @@
 
 namespace handoff::detail {
 
-// One deadline in the lease timer's heap: a lease (owner: a lock_entry) or an async wait
-// time (owner: a waiter). Touched only under the timer's mutex.
+// One deadline in the mutex's heap (lib/keyed/lease_timer.hpp): a lease (owner: a
+// lock_entry) or an async wait time (owner: a waiter). Touched only under the heap's mutex.
 struct timer_node {
   std::int64_t deadline = 0;  // steady_clock nanoseconds
   std::size_t index = npos;   // position in the heap, npos when not scheduled
@@ -81,9 +81,9 @@ struct waiter : task, mailbox_node {
 
 // Completes a waiter that was granted or timed out: resumes its coroutine or runs its
 // callback. The ONE place a coroutine or callback waiter is scheduled to run: on this
-// thread, after any completion already running here (no recursion), except on the lease
-// timer's thread, which hands it to the mutex's completion thread (the timer never runs
-// user code).
+// thread, after any completion already running here (no recursion), except where a timer
+// service fires the mutex's deadlines, which hands it to the process-wide completion
+// thread (the timer never runs user code).
 void complete_waiter(waiter* w) noexcept;
 // Drops one reference to a waiter node, freeing it with the last.
 void release_waiter(waiter* w) noexcept;

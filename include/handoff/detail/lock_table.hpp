@@ -4,8 +4,8 @@
 // detail/entry_cache.hpp (the per-thread recycled entry), detail/keyed_entry.hpp (the
 // entry with its key); in lib/keyed/: lock_protocol.cpp (this protocol), lock_parking.cpp
 // (blocking and completing waiters), lease_timer.hpp and lib/runtime/task_thread.hpp
-// (leases, async wait times, and where their completions run), lock_shard.cpp,
-// entry_cache.cpp.
+// (leases and async wait times on a timer service, and where their completions run),
+// lock_shard.cpp, entry_cache.cpp.
 //
 // A key's entry follows the actor's hand-off rule with a word and a queue of its own
 // (lock_word, detail/lock_entry.hpp): owning the entry's word is holding the lock (design
@@ -66,11 +66,12 @@
 // kept_idle per mutex. Tokens of reclaimed entries go to the shard's token floor, from
 // which a new entry starts, so a key's tokens rise across its entries.
 //
-// Threads: the lease timer thread (one per mutex, started by the first lease or async
-// wait time) only fires deadlines and runs this protocol; the coroutines and callbacks it
-// grants or times out run on the mutex's completion thread (a task_thread started with
-// it), so user code that blocks there never delays a lease. Everywhere else, completions
-// run through the completing thread's run queue (detail/run_queue.hpp).
+// Threads: none of the table's own. Its leases and async wait times fire on a timer
+// service's driver (lease_timer.hpp: one entry per table, joined by the first of them),
+// which only runs this protocol; the coroutines and callbacks it grants or times out run
+// on the process-wide completion thread, so user code that blocks there never delays a
+// lease. Everywhere else, completions run through the completing thread's run queue
+// (detail/run_queue.hpp).
 #pragma once
 
 #include <atomic>
@@ -102,6 +103,11 @@ struct lock_request {
 
 class lease_timer;
 class test_driver;
+}  // namespace handoff::detail
+namespace handoff {
+class timer_service;
+}
+namespace handoff::detail {
 
 // The key-independent part of a keyed_mutex: shards, protocol, timer.
 class lock_table {
@@ -113,8 +119,8 @@ class lock_table {
   // and every request goes through it (see detail/test_driver.hpp).
   lock_table(destroy_fn destroy, keep_fn keep, describe_fn describe = nullptr);
   // Terminates with a message if a key still has live state (a guard or a waiter outlived
-  // the mutex): continuing would leave them pointing into freed memory. Joins the timer
-  // and completion threads first.
+  // the mutex): continuing would leave them pointing into freed memory. Leaves the timer
+  // service, and waits for the completions its expiries queued, first.
   ~lock_table();
   lock_table(const lock_table&) = delete;
   lock_table& operator=(const lock_table&) = delete;
@@ -165,7 +171,7 @@ class lock_table {
     return {w->entry, w->token, 0};
   }
 
-  // The holder's release of e (its unlock, or the lease timer's expiry). Hands the key to
+  // The holder's release of e (its unlock, or a lease expiry). Hands the key to
   // the next live waiter or releases it; may complete async waiters (complete_waiter).
   void release(lock_entry* e) noexcept {
     if (!release_uncontended(e)) release_contended(e);
@@ -205,9 +211,12 @@ class lock_table {
     }
   }
 
-  // Starts the timer thread if it is not running: called before any request with a lease
-  // or a wait time changes state, so that a failure to start it (std::system_error)
-  // changes nothing.
+  // The timer service that fires leases and async wait times, before the mutex is used;
+  // nullptr: the library's own (see lib/keyed/lease_timer.hpp). Not owned.
+  void use_timers(timer_service* s) noexcept { timers_ = s; }
+  // Joins the timer service if not yet done: called before any request with a lease or a
+  // wait time changes state, so that a failure (std::system_error, std::bad_alloc) changes
+  // nothing.
   void start_timer() { (void)timer(); }
 
   // Leases (durations in ns, saturating: no_deadline never runs out): arm after a grant
@@ -239,7 +248,7 @@ class lock_table {
   // The table's clock: steady_clock ns (detail/clock.hpp), or the manual clock below.
   [[nodiscard]] std::int64_t now() const noexcept;
 
-  // Tests only (the fuzz target): a manual clock starting at `start`, no timer thread.
+  // Tests only (the fuzz target): a manual clock starting at `start`, no timer service.
   // Call before the mutex is first used. Leases and async wait times then fire only in
   // advance_manual_clock(), on the caller's thread (completions too); blocking timed waits
   // are not supported.
@@ -344,6 +353,7 @@ class lock_table {
   std::int64_t fair_after_ = 0;              // ns; 0: fifo (see use_fairness())
   std::atomic<std::int64_t> manual_now_{0};  // relaxed: the manual clock has one thread
   std::once_flag timer_once_;
+  timer_service* timers_ = nullptr;  // see use_timers()
   std::unique_ptr<lease_timer> timer_;
   // Statistics: set by observe() before use, read on slow paths only.
   metrics_sink* sink_ = nullptr;
