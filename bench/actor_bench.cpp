@@ -561,8 +561,7 @@ int main(int argc, char** argv) {
   add_memory("mem_idle_100k/mutex", [](benchmark::State& s) { bm_idle_memory<mutex_slot>(s, idle_n); });
 
   // Heap kept by 20,000 long-queued messages among 10 million short-lived ones.
-  benchmark::RegisterBenchmark("mem_mixed_lifetimes/handoff_actor",
-                               [](benchmark::State& s) { bm_mixed_lifetimes(s); })
+  benchmark::RegisterBenchmark("mem_mixed_lifetimes/handoff_actor", [](benchmark::State& s) { bm_mixed_lifetimes(s); })
       ->UseRealTime()
       ->Iterations(1);
 

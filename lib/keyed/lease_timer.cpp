@@ -17,7 +17,7 @@
 namespace handoff::detail {
 
 task_thread& completion_thread() {
-  static task_thread* const t = new task_thread();  // never deleted: see the header
+  static auto* const t = new task_thread();  // never deleted: see the header
   return *t;
 }
 

@@ -21,7 +21,7 @@ void task_thread::post(task* t) noexcept {
 void task_thread::flush() noexcept {
   if (std::this_thread::get_id() == thread_.get_id()) return;
   struct marker : task {
-    task_thread* owner;
+    task_thread* owner = nullptr;
     bool done = false;  // under owner->mutex_: the marker is gone once the waiter sees it
   } m;
   m.owner = this;

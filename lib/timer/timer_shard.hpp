@@ -52,7 +52,7 @@ class timer_core;
 
 // Aligned to a cache line: the shards of two threads, often allocated one after the
 // other, share no line (one's counts at its end, the next one's lock at its start).
-class alignas(64) timer_shard {
+class alignas(64) timer_shard {  // NOLINT(clang-analyzer-optin.performance.Padding): padded on purpose
  public:
   // timer_entry::flags (handoff/detail/timer_entry.hpp)
   static constexpr std::uint8_t live = timer_flag::live;

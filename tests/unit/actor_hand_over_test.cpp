@@ -186,7 +186,10 @@ void expect_no_take_over(Context context) {
   offered_actor t;
   t.start();
   std::atomic<bool> sent{false};
-  std::thread sender([&] { context(t.a, [&](int&) { t.runs.add(3); }, sent); });
+  std::thread sender([&] {
+    context(
+        t.a, [&](int&) { t.runs.add(3); }, sent);
+  });
   ASSERT_TRUE(eventually([&] { return sent.load(); }));
   EXPECT_FALSE(access::taken(access::base(t.a)));
   const std::thread::id owner_id = t.owner.get_id();

@@ -1,8 +1,7 @@
 // The hand-off protocol, shared by every actor type.
 //
-// State of an actor: its ownership word, the number of messages accepted and not yet
-// run, and its mailbox. A non-zero count means exactly one thread owns the actor (it alone
-// runs handlers).
+// State of an actor: its ownership word, the number of messages accepted and not yet run,
+// and its mailbox. A non-zero count means exactly one thread owns it (it alone runs handlers).
 //
 //   send:    prev = count.fetch_add(1)          (acquire)
 //            prev != 0 -> mailbox.push(m), return: the owner will run it
@@ -17,10 +16,9 @@
 //            run while our subtraction reaches 0: two owners). No executor: offer the
 //            drain to the next top-level sender (the hand-over, detail/ownership.hpp).
 //
-// The count is incremented before the enqueue so that it never under-counts: a drainer
-// cannot run a message that is not counted yet. `fetch_sub` releases in one atomic per
-// round and cannot fail spuriously (a weak CAS's failure path could reach 0 while the
-// owner still drains). Both are lockfree_ownership's (detail/ownership.hpp).
+// The count is incremented before the enqueue, so a drainer never runs a message not yet
+// counted. `fetch_sub` releases once per round and cannot fail spuriously (a weak CAS could
+// reach 0 while the owner still drains); both in lockfree_ownership (detail/ownership.hpp).
 //
 // Nested sends: a thread that wins an actor while draining one (inside a handler) does not
 // recurse: the actor joins its run queue (detail/run_queue.hpp), drained after the current
@@ -53,8 +51,7 @@ namespace handoff::detail {
 // The budget of an unbounded actor without an executor whose options set none.
 inline constexpr std::uint32_t default_max_messages = 256;
 
-// The longest a sender that claimed the drain waits for the hand-over before it withdraws
-// (docs/design.md, "The hand-over"). Tests change it; nothing else does.
+// How long a claimant waits for the hand-over before it withdraws (design.md); tests set it.
 inline std::atomic<std::int64_t> successor_wait_ns{1'000'000};
 
 // A runnable of the run queue (detail/run_queue.hpp): its base is the queue's link word.
@@ -110,9 +107,8 @@ class actor_base : public runnable {
   }
   // After an `offered` admission: the push's after_push() calls take_over(). Cold, out of line.
   [[gnu::cold, gnu::noinline]] void offered_to() noexcept;
-  // `offered` and enqueued: at top level, claim the drain, wait for the old owner's last
-  // handler (at most successor_wait_ns, then withdraw), drain. Inside a handler or under a
-  // test scheduler: stay queued.
+  // `offered` and enqueued: at top level, claim the drain, wait for the old owner's last handler
+  // (at most successor_wait_ns, then withdraw), drain. In a handler or a test scheduler: stay queued.
   void take_over() noexcept;
 
   // Winner of the hand-off: its own message goes in front, through the owner's end (no atomic).
@@ -124,19 +120,18 @@ class actor_base : public runnable {
   // The same once its first message is in place: the actor joins the run queue (push_now).
   void queue_now() noexcept { push_now(entry_of(this), &ready_next); }
 
-  // A send that never runs here (defer), counted as `a` by admit(): a loser enqueues `m`;
-  // the winner puts it in front and continues elsewhere (its executor, else the FIFO end of
-  // this thread's run queue: its next top-level send or grant, run_deferred(), a blocking
-  // call, or its exit).
+  // A send that never runs here (defer), counted as `a` by admit(): a loser enqueues `m`; the
+  // winner puts it in front and continues on its executor, else at the FIFO end of this thread's
+  // run queue (its next top-level send or grant, run_deferred(), a blocking call, or its exit).
   void submit_deferred(message* m, admission a) noexcept;
 
   // Counts one message for a send: owner (the caller won the actor) or queued. A bounded
   // actor's full mailbox counts nothing: with TryOnly that is `full` (and `built`, if any,
   // is destroyed unrun); otherwise the send waits or throws mailbox_full by the actor's
   // policy (admit_bounded). Always inlined, as the other steps of a send (at -O3 GCC
-  // otherwise calls them). `k` messages: a batch, linked from `built`; all or none.
-  // `offered` is reported as `queued`; with MayTakeOver (post, send, their batches; never
-  // defer, ask, async_ask) the push that follows may take the drain over (offered_to()).
+  // otherwise calls them). `k` messages: a batch, linked from `built`; all or none. `offered`
+  // reads `queued`; with MayTakeOver (post, send, their batches; never defer, ask, async_ask)
+  // the push that follows may take the drain over (offered_to()).
   template <bool TryOnly, bool MayTakeOver = false>
   [[gnu::always_inline]] admission admit(message* built, std::uint64_t k = 1) {
     if (options_ == nullptr || options_->capacity == 0) [[likely]] {
