@@ -77,6 +77,16 @@ std::vector<timer_entry*> entries_of(entry_pool& pool, target_table& t, const vo
   return v;
 }
 
+// One schedule's steps on the table: reserve (the pool's entry, the target's slot), then add.
+timer_entry* add_entry(entry_pool& pool, target_table& t, void* target) {
+  pool.reserve_one();
+  t.reserve_one(target);
+  timer_entry* e = pool.take();
+  e->target = target;
+  t.add(pool, e);
+  return e;
+}
+
 TEST(TimerTargetTable, ListsEachTargetsEntriesThroughGrowthShrinkageAndBackwardShifts) {
   test_timeout timeout{30s};
   int owner = 0;
@@ -97,12 +107,7 @@ TEST(TimerTargetTable, ListsEachTargetsEntriesThroughGrowthShrinkageAndBackwardS
     // Grow to about 3000 targets, then shrink to none: the table doubles and halves.
     const bool add = step < 20'000 ? rng() % 4 != 0 : rng() % 4 == 0;
     if (add || live.empty()) {
-      void* target = &actors[rng() % (step < 20'000 ? actors.size() : 64)];
-      pool.reserve_one();
-      table.reserve_one(target);
-      timer_entry* e = pool.take();
-      e->target = target;
-      table.add(pool, e);
+      timer_entry* e = add_entry(pool, table, &actors[rng() % (step < 20'000 ? actors.size() : 64)]);
       truth[e->target].insert(e);
       live.push_back(e);
     } else {
@@ -134,14 +139,7 @@ TEST(TimerTargetTable, AResizeMovesAFewSlotsPerCallNotTheWholeTable) {
   target_table table;
   std::vector<int> actors(4096);
   std::vector<timer_entry*> live;
-  auto add = [&](void* target) {
-    pool.reserve_one();
-    table.reserve_one(target);
-    timer_entry* e = pool.take();
-    e->target = target;
-    table.add(pool, e);
-    live.push_back(e);
-  };
+  auto add = [&](void* target) { live.push_back(add_entry(pool, table, target)); };
   bool saw_growth = false;
   for (int& a : actors) {
     const std::size_t before = table.bytes();
@@ -172,14 +170,7 @@ TEST(TimerTargetTable, SettleKeepsOneSlotPerTargetAcrossAResizeStartedMeanwhile)
   entry_pool pool(&owner);
   target_table table;
   std::vector<int> actors(64);
-  auto add = [&](void* target) {
-    pool.reserve_one();
-    table.reserve_one(target);
-    timer_entry* e = pool.take();
-    e->target = target;
-    table.add(pool, e);
-    return e;
-  };
+  auto add = [&](void* target) { return add_entry(pool, table, target); };
   timer_entry* first = add(&actors[0]);
   pool.reserve_one();
   table.reserve_one(&actors[0]);  // the second schedule for actors[0] reserves, then lets go
