@@ -135,6 +135,13 @@ room_bucket& bucket_of(const void* actor) noexcept {
 }  // namespace
 
 actor_base::admission actor_base::admit_bounded(message* built, std::uint64_t k) {
+  const admission a = core_.try_acquire_below(options_->capacity, k);
+  if (a != admission::full) [[likely]]
+    return a;
+  return wait_or_throw_full(built, k);
+}
+
+actor_base::admission actor_base::wait_or_throw_full(message* built, std::uint64_t k) {
   const actor_options& o = *options_;
   bool ran_queue = false;
   std::int64_t deadline = 0;
@@ -240,7 +247,7 @@ bool actor_base::wait_for_room(room_wait& wait, std::int64_t deadline, std::uint
   if (node.woken) {
     --b.woken_linked;
     wait.holder = true;
-    lock.release();  // held until its message is in (admit_bounded(), pass_room())
+    lock.release();  // held until its message is in (wait_or_throw_full(), pass_room())
     return true;
   }
   return room;
@@ -259,7 +266,7 @@ void actor_base::pass_room() noexcept {
   const void* actor = std::exchange(tls.after_push, nullptr);
   room_bucket& b = bucket_of(actor);
   if (tls.room_owed) b.wake_first(actor);
-  b.mutex.unlock();  // locked by admit_bounded()
+  b.mutex.unlock();  // locked by wait_or_throw_full()
 }
 
 std::size_t actor_base::waiting_senders() const noexcept {

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -219,6 +220,37 @@ TEST(BatchSend, ABlockedBatchWaitsForRoomForAllOfItThenGoesInWhole) {
   std::vector<int> want = iota(0, 7);
   for (int i : iota(100, 4)) want.push_back(i);
   EXPECT_EQ(b.log(), want);
+}
+
+// Five senders blocked on batches of half the capacity: each released batch must leave
+// room that wakes the next waiter, or some sender sleeps forever (the watchdog fires).
+TEST(BatchSend, FiveSendersOfBlockedBatchesOnCapacityEightAllGetThroughWholeAndInOrder) {
+  const test_timeout watchdog(60s);
+  constexpr int senders = 5;
+  constexpr int batches = 30;
+  constexpr int k = 4;
+  busy_log b(bounded(8));
+  b.a.post_all(recorders(-7, 4));
+  b.a.post_all(recorders(-3, 3));  // full: the held message and these 7
+  std::vector<std::unique_ptr<blocking_call>> threads;
+  for (int s = 0; s < senders; ++s) {
+    threads.push_back(std::make_unique<blocking_call>([&b, s] {
+      for (int j = 0; j < batches; ++j) b.a.post_all(recorders(1000 * (s + 1) + j * k, k));
+    }));
+  }
+  for (auto& t : threads) ASSERT_TRUE(t->wait_until_blocked());
+  b.owner.release();
+  for (auto& t : threads) t->join();
+  const std::vector<int> log = b.log();
+  ASSERT_EQ(log.size(), std::size_t{7 + senders * batches * k});
+  EXPECT_EQ(std::vector<int>(log.begin(), log.begin() + 7), iota(-7, 7));
+  std::vector<int> next(senders);
+  for (int s = 0; s < senders; ++s) next[static_cast<std::size_t>(s)] = 1000 * (s + 1);
+  for (std::size_t i = 7; i < log.size(); i += k) {  // whole batches, each sender's in order
+    const auto s = static_cast<std::size_t>(log[i] / 1000 - 1);
+    ASSERT_LT(s, next.size()) << "at " << i;
+    for (int j = 0; j < k; ++j) ASSERT_EQ(log[i + static_cast<std::size_t>(j)], next[s]++) << "at " << i;
+  }
 }
 
 TEST(BatchSend, APostAllFromInsideAHandlerToAnIdleActorRunsAfterTheHandlerInOrder) {

@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "../support/keyed_mutex_support.hpp"  // blocking_call
@@ -215,6 +216,57 @@ TEST(BoundedMailbox, ManyMoreBlockedSendersThanCoresAllGetThroughAndEveryMessage
   const auto [next, out_of_order] = a.ask([](tally& t) { return std::pair(t.next, t.out_of_order); }).get();
   EXPECT_EQ(next, std::vector<int>(senders, per_sender));
   EXPECT_EQ(out_of_order, 0);
+}
+
+void spin_for(std::chrono::nanoseconds d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+// The capacity is exact under concurrent senders: every handler, and a thread watching
+// meanwhile, finds at most `capacity` messages counted (the running one included).
+TEST(BoundedMailbox, ConcurrentSendersNeverHaveMoreThanTheCapacityCountedAndEachKeepsItsOrder) {
+  test_timeout limit{60s};
+  constexpr std::uint32_t capacity = 8;
+  constexpr int per_sender = 2000;
+  for (const int senders : {4, 8}) {
+    struct tally {
+      std::vector<int> next;
+      int out_of_order = 0;
+      std::uint64_t most = 0;
+    };
+    handoff::actor<tally> a{bounded(capacity)};
+    a.post([senders](tally& t) { t.next.assign(static_cast<std::size_t>(senders), 0); });
+    std::atomic<bool> stop{false};
+    std::uint64_t watched = 0;
+    std::jthread watcher([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        watched = std::max<std::uint64_t>(watched, a.pending());
+        std::this_thread::sleep_for(10us);
+      }
+    });
+    std::latch start{senders};
+    handoff::test::run_threads(senders, [&a, &start](int s) {
+      start.arrive_and_wait();
+      for (int i = 0; i < per_sender; ++i) {
+        a.post([&a, s, i](tally& t) {
+          t.out_of_order += t.next[static_cast<std::size_t>(s)]++ == i ? 0 : 1;
+          t.most = std::max<std::uint64_t>(t.most, a.pending());
+          spin_for(1us);  // slower than the senders: the mailbox fills
+        });
+      }
+    });
+    stop = true;
+    watcher.join();
+    const auto [next, out_of_order, most] =
+        a.ask([](tally& t) { return std::tuple(t.next, t.out_of_order, t.most); }).get();
+    EXPECT_EQ(next, std::vector<int>(static_cast<std::size_t>(senders), per_sender)) << senders << " senders";
+    EXPECT_EQ(out_of_order, 0) << senders << " senders";
+    EXPECT_LE(most, capacity) << senders << " senders";
+    EXPECT_LE(watched, capacity) << senders << " senders";
+    EXPECT_EQ(most, capacity) << senders << " senders: the mailbox never filled";
+  }
 }
 
 TEST(BoundedMailbox, ASenderWhoseMaxBlockPassesWhileOthersWaitLeavesTheWayClearForThem) {

@@ -99,7 +99,7 @@ class actor_base : public runnable {
   [[nodiscard]] bool try_release_unbounded(std::uint64_t ran) noexcept { return core_.try_release(ran); }
 
   // Loser of the hand-off: hand the (already counted) message to the owner; then hand a
-  // bounded actor's room on (admit_bounded()), or try to take the drain over (offered_to()).
+  // bounded actor's room on (wait_or_throw_full()), or try to take the drain over (offered_to()).
   void enqueue(message* m) noexcept {
     core_.enqueue(m);
     if (tls.after_push != nullptr) [[unlikely]]
@@ -321,15 +321,15 @@ class actor_base : public runnable {
   void check_batch_fits(const message_batch& b);
   void name_under_driver() noexcept;  // tls.driver set: the test scheduler's trace names actors
 
-  // Bounded and full (lib/actor/mailbox_room.cpp): under full_policy::block at top level, runs
-  // this thread's queue, then waits for room until max_block; inside a handler, under
-  // full_policy::fail, or past max_block, destroys `built` (if any) and throws
-  // mailbox_full. Never returns `full`. `k` messages: a batch, all or none.
+  // A bounded send (lib/actor/mailbox_room.cpp): one try below the capacity (small: inlined,
+  // it lengthened other sends at -O2), else wait_or_throw_full(): at top level under
+  // full_policy::block, runs this thread's queue, then waits for room until max_block; else
+  // (or past it) destroys `built` and throws mailbox_full. Never `full`; `k`: all or none.
   admission admit_bounded(message* built, std::uint64_t k = 1);
+  [[gnu::noinline]] admission wait_or_throw_full(message* built, std::uint64_t k);
   // Reports a send that found the mailbox full to the process-wide metrics sink, if any.
   static void count_full() noexcept;
-  // A send's place and wake-up across its waits for room (lib/actor/mailbox_room.cpp).
-  struct room_wait;
+  struct room_wait;  // a send's place and wake-up across its waits for room (mailbox_room.cpp)
   // Sleeps until a bounded mailbox has room for `k`, this sender is woken (true), or
   // `deadline` passes without that room (false).
   bool wait_for_room(room_wait& wait, std::int64_t deadline, std::uint64_t k);
