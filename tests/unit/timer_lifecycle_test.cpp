@@ -13,6 +13,10 @@
 #include <stdexcept>
 #include <thread>
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 #include "../support/test_timeout.hpp"
 
 namespace {
@@ -43,6 +47,20 @@ TEST(TimerLifecycle, StartAfterStopRunsTimersAgain) {
   EXPECT_TRUE(fires_within(timers, a, 2s));
   timers.stop();
 }
+
+#if defined(__linux__)
+// The kernel's default timer slack would make every batch that much later.
+TEST(TimerLifecycle, TheServicesThreadAsksTheKernelToWakeItWithoutTimerSlack) {
+  test_timeout timeout{10s};
+  handoff::timer_service timers;
+  handoff::actor<int> a{0};
+  timers.start();  // an actor without an executor: its handler runs on the service's thread
+  std::promise<long> slack;
+  auto t = timers.after(1ms, a, [&slack](int&) { slack.set_value(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)); });
+  EXPECT_EQ(slack.get_future().get(), 1);
+  timers.stop();
+}
+#endif
 
 TEST(TimerLifecycle, RunDueFromAHandlerThatRunDueRunsSendsWhatIsDue) {
   test_timeout timeout{5s};  // before: the nested call deadlocked on the driving mutex
