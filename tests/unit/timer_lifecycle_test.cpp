@@ -62,6 +62,28 @@ TEST(TimerLifecycle, TheServicesThreadAsksTheKernelToWakeItWithoutTimerSlack) {
 }
 #endif
 
+// With start(executor) the service's thread sends each batch itself and only the actors it
+// won wait for a worker: a worker that is busy elsewhere holds up no later batch.
+TEST(TimerLifecycle, StartOnAnExecutorSendsLaterBatchesWhileEveryWorkerIsBusy) {
+  test_timeout timeout{10s};
+  handoff::thread_pool pool{1};
+  std::promise<void> go;
+  pool.execute([f = go.get_future().share()] { f.wait(); });  // the one worker, held
+  handoff::timer_service timers;
+  timers.start(pool);
+  handoff::actor<int> a{0};
+  handoff::actor<int> b{0};
+  auto t1 = timers.after(1ms, a, [](int& x) { ++x; });
+  auto t2 = timers.after(20ms, b, [](int& x) { ++x; });
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (timers.stats().sent < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(timers.stats().sent, 2U);  // the second batch went out behind the held worker
+  go.set_value();
+  EXPECT_EQ(a.ask([](int& x) { return x; }).get(), 1);
+  EXPECT_EQ(b.ask([](int& x) { return x; }).get(), 1);
+  timers.stop();
+}
+
 TEST(TimerLifecycle, RunDueFromAHandlerThatRunDueRunsSendsWhatIsDue) {
   test_timeout timeout{5s};  // before: the nested call deadlocked on the driving mutex
   handoff::timer_service timers;
