@@ -13,8 +13,8 @@
 // Where time comes from (no thread per actor, nor per timer):
 //   start()          one thread of the service's: it sleeps until the next deadline (or a
 //                    schedule that makes it earlier) and sends the due messages itself;
-//   start(executor)  the same thread only waits: each due batch runs as one job on the
-//                    executor (a thread_pool, an Asio adapter), which sends;
+//   start(executor)  the same thread sends each due batch, and the actors it won run as
+//                    one job on the executor (a thread_pool, an Asio adapter);
 //   run_due()        the user's loop (a game server's tick) sends what is due; with
 //                    next_deadline() and set_wakeup() an event loop (Asio's steady_timer,
 //                    epoll's timerfd) waits exactly as long as needed (docs/timers.md).
@@ -29,9 +29,9 @@
 // messages are sent with try_post / try_send from the driving thread, as from inside a
 // handler: an idle actor the send wins joins the driving thread's run queue, and runs
 // there once the whole batch is sent and the service's locks let go (with start(executor),
-// on the executor's worker, while the service's thread waits for the next deadline; an
-// actor with an executor may be handed to it). A send refused by a full bounded mailbox is retried
-// at the next run and counted (stats().retried): the driver never blocks on an actor.
+// on the executor's worker, while the service's thread waits for the next deadline: it
+// never waits for a worker; an actor with an executor may be handed to it). A send refused by a full bounded mailbox is
+// retried at the next run and counted (stats().retried): the driver never blocks on an actor.
 //
 // Guarantees:
 //  - Never early: a message is sent at or after its deadline on the service's clock.
@@ -100,9 +100,9 @@ class timer_service {
   timer_service& operator=(const timer_service&) = delete;
 
   // Starts the service's thread, also again after stop(); throws std::system_error if it
-  // cannot, std::logic_error if already started. With an executor, each due batch is one
-  // job there (the thread waits for it before sleeping again); the executor must outlive
-  // stop() (from a handler: outlive the batch). Not concurrently with stop().
+  // cannot, std::logic_error if already started. With an executor, the thread sends each
+  // due batch and the actors it won run as one job there (the thread does not wait for
+  // it); the executor must outlive those jobs. Not concurrently with stop().
   void start();
   void start(executor_ref ex);
   // Joins the thread, after the batch it is sending. Idempotent; the destructor calls it.

@@ -108,6 +108,30 @@ void run_queued() noexcept {
   tls.insert = nullptr;  // it points into an entry that has run (perhaps freed since)
 }
 
+std::uintptr_t take_queue() noexcept {
+  std::uintptr_t list = tls.now;
+  if (list == 0) {
+    list = tls.later;
+  } else {
+    std::uintptr_t last = list;
+    while (*link_of(last) != 0) last = *link_of(last);
+    *link_of(last) = tls.later;
+  }
+  tls.now = 0;
+  tls.later = 0;
+  tls.tail = nullptr;
+  tls.insert = nullptr;
+  return list;
+}
+
+void adopt_queue(std::uintptr_t list) noexcept {
+  while (list != 0) {
+    const std::uintptr_t next = *link_of(list);
+    push_later(list, link_of(list));
+    list = next;
+  }
+}
+
 void run_before_blocking() noexcept {
   drain_frame* const top = tls.top;
   if (top == nullptr) {

@@ -4,13 +4,16 @@
 #include <array>
 #include <chrono>
 #include <mutex>
-#include <semaphore>
 #include <stdexcept>
 #include <thread>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #include "driver_interface.hpp"
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/clock.hpp"
+#include "handoff/detail/message.hpp"
 #include "handoff/detail/run_queue.hpp"
 #include "handoff/timer_service.hpp"
 #include "timer_core.hpp"
@@ -147,38 +150,54 @@ void timer_core::stop() noexcept {
   notify_shards();
 }
 
+namespace {
+// Where the service's thread marks its carry slot taken while it sends a batch for an
+// executor: never an actor's address.
+constinit runnable carry_held{};
+
+// The job of a batch sent for an executor: runs the actors the batch won (take_queue()
+// of the service's thread), on the worker, or after the work running on this thread.
+void run_won(void* list) noexcept {
+  adopt_queue(reinterpret_cast<std::uintptr_t>(list));
+  if (tls.top == nullptr) run_queued();
+}
+}  // namespace
+
 void timer_core::send_batch(std::int64_t now, executor_ref ex) {
   if (!ex) {
     (void)run_due_pinned(now);  // the thread's pin keeps the core
     return;
   }
-  struct batch {
-    timer_core* core;
-    std::int64_t now;
-    std::binary_semaphore done{0};  // per batch: a thread stopped earlier may still wait for its own
-  } b{this, now};
+  // The batch is sent here (a send only enqueues), and the actors it won go to the
+  // executor as one job: this thread never waits for a worker, so one that starts a long
+  // handler, or a core that handler holds, delays no later batch. The carry slot is held
+  // meanwhile, so that each won actor's message is in its mailbox and the queue can move.
+  HANDOFF_ASSERT(carried.actor == nullptr && tls.top == nullptr);
+  carried.actor = &carry_held;
   try {
-    ex.execute(work{[](void* p) noexcept {
-                      auto* x = static_cast<batch*>(p);
-                      const bool top_level = tls.top == nullptr;
-                      try {
-                        (void)x->core->send_due(x->now);  // the waiting thread's pin keeps the core
-                      } catch (...) {                     // only bad_alloc of the pool: retried next time
-                      }
-                      x->done.release();  // x is gone from here: the service's thread goes on
-                      // The actors the batch won drain here, while the service's thread
-                      // waits for the next deadline.
-                      if (top_level) run_queued();
-                    },
-                    &b});
+    (void)send_due(now);
   } catch (...) {
-    (void)run_due_pinned(now);  // the executor refused: send from here
-    return;
+    carried.actor = nullptr;
+    throw;
   }
-  b.done.acquire();  // b lives on this stack until the job is done
+  carried.actor = nullptr;
+  const std::uintptr_t won = take_queue();
+  if (won == 0) return;
+  try {
+    ex.execute(work{&run_won, reinterpret_cast<void*>(won)});  // NOLINT(performance-no-int-to-ptr): a tagged list
+  } catch (...) {
+    adopt_queue(won);  // the executor refused: they run here
+    run_queued();
+  }
 }
 
 void timer_core::run_thread(std::uint64_t epoch, executor_ref ex) noexcept {
+#if defined(__linux__)
+  // The kernel may end a timed wait up to the thread's timer slack late (the default adds
+  // it to every wake-up), and each batch is as late as the wake-up: this thread wakes only
+  // when something is due, so it asks to be woken on time.
+  (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+#endif
   drive_until_stopped(epoch, ex);
   release();  // the thread's pin, taken by start()
 }

@@ -13,6 +13,10 @@
 #include <stdexcept>
 #include <thread>
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 #include "../support/test_timeout.hpp"
 
 namespace {
@@ -41,6 +45,42 @@ TEST(TimerLifecycle, StartAfterStopRunsTimersAgain) {
   handoff::thread_pool pool{1};
   timers.start(pool);
   EXPECT_TRUE(fires_within(timers, a, 2s));
+  timers.stop();
+}
+
+#if defined(__linux__)
+// The kernel's default timer slack would make every batch that much later.
+TEST(TimerLifecycle, TheServicesThreadAsksTheKernelToWakeItWithoutTimerSlack) {
+  test_timeout timeout{10s};
+  handoff::timer_service timers;
+  handoff::actor<int> a{0};
+  timers.start();  // an actor without an executor: its handler runs on the service's thread
+  std::promise<long> slack;
+  auto t = timers.after(1ms, a, [&slack](int&) { slack.set_value(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)); });
+  EXPECT_EQ(slack.get_future().get(), 1);
+  timers.stop();
+}
+#endif
+
+// With start(executor) the service's thread sends each batch itself and only the actors it
+// won wait for a worker: a worker that is busy elsewhere holds up no later batch.
+TEST(TimerLifecycle, StartOnAnExecutorSendsLaterBatchesWhileEveryWorkerIsBusy) {
+  test_timeout timeout{10s};
+  handoff::thread_pool pool{1};
+  std::promise<void> go;
+  pool.execute([f = go.get_future().share()] { f.wait(); });  // the one worker, held
+  handoff::timer_service timers;
+  timers.start(pool);
+  handoff::actor<int> a{0};
+  handoff::actor<int> b{0};
+  auto t1 = timers.after(1ms, a, [](int& x) { ++x; });
+  auto t2 = timers.after(20ms, b, [](int& x) { ++x; });
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (timers.stats().sent < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(timers.stats().sent, 2U);  // the second batch went out behind the held worker
+  go.set_value();
+  EXPECT_EQ(a.ask([](int& x) { return x; }).get(), 1);
+  EXPECT_EQ(b.ask([](int& x) { return x; }).get(), 1);
   timers.stop();
 }
 

@@ -55,6 +55,26 @@ TEST(TimerWheel, EveryEntryComesOutOnceNeverEarlyAndAtTheFirstAdvancePastItsTick
   for (int n : seen) EXPECT_EQ(n, 1);
 }
 
+TEST(TimerWheel, AnEntryAtEachLevelsEdgeGoesToThatLevelAndComesOutAtItsTick) {
+  test_timeout timeout{10s};
+  struct edge {
+    std::uint64_t delta;
+    std::uint8_t level;
+  };
+  constexpr std::uint64_t one = 1;
+  for (const edge x : {edge{1, 0}, edge{255, 0}, edge{256, 1}, edge{65'535, 1}, edge{65'536, 2},
+                       edge{(one << 24) - 1, 2}, edge{one << 24, 3}, edge{(one << 32) - 1, 3}, edge{one << 40, 3}}) {
+    timer_wheel w(0, 0);  // 1 ns ticks: deadlines are ticks
+    timer_entry e;
+    e.where = timer_wheel::nowhere;
+    e.deadline = static_cast<std::int64_t>(x.delta);
+    w.insert(&e);
+    EXPECT_EQ(e.where, x.level) << x.delta;
+    EXPECT_TRUE(advance(w, x.delta - 1).empty()) << x.delta;
+    EXPECT_EQ(advance(w, x.delta), std::vector<timer_entry*>{&e}) << x.delta;
+  }
+}
+
 TEST(TimerWheel, NextTickIsTheEarliestDeadlineAndUnlinkRemovesAnEntry) {
   test_timeout timeout{10s};
   timer_wheel w(0, 0);

@@ -152,6 +152,15 @@ void run_entry(std::uintptr_t entry, drain_frame* parent) noexcept;
 // Runs the queue until it is empty. Top level only (tls.top == nullptr).
 void run_queued() noexcept;
 
+// Hands this thread's queue to another thread: take_queue() takes every entry off it, as
+// one list in the order they would have run (0: empty); adopt_queue(list) appends such a
+// list to the calling thread's FIFO list. For work that a thread made runnable and another
+// runs (a timer service's batch, sent on its thread, run on an executor). The entries
+// must not depend on the taking thread's carry slot (see detail/message.hpp): no send
+// queued them with the slot free.
+[[nodiscard]] std::uintptr_t take_queue() noexcept;
+void adopt_queue(std::uintptr_t list) noexcept;
+
 // Makes t runnable on this thread: runs it now (and then the queue) at top level, else
 // queues it after the current work (push_now).
 void schedule(task* t) noexcept;
