@@ -582,6 +582,38 @@ def ops_section(out, title, note, server_line, context, workloads):
     counter_tables(out, workloads)
 
 
+def speedup_table(out, by_workload, heading):
+    """Speed-ups between two handoff impls of one workload (SPEEDUP_TARGETS), under heading."""
+    speedups = [(w, impls) for w, impls in by_workload.items() if w.split("/")[0] in SPEEDUP_TARGETS]
+    if not speedups:
+        return
+    out.append(heading)
+    out.append("")
+    out.append("| Benchmark | slower | time | faster | time | speed-up | target |")
+    out.append("|---|---|---:|---|---:|---:|---|")
+    notes = []
+    for workload, impls in speedups:
+        for slow, fast, limit, desc, note in SPEEDUP_TARGETS[workload.split("/")[0]]:
+            sr, fr = impls.get(slow, (None, {}))[1], impls.get(fast, (None, {}))[1]
+            st, ft = sr.get("time"), fr.get("time")
+            if "error" in sr or "error" in fr or not st or not ft:
+                err = sr.get("error") or fr.get("error") or "missing result"
+                out.append(f"| {workload} | {slow} | {fmt_ns(st)} | {fast} | {fmt_ns(ft)} | n/a | ERROR: {err} |")
+                continue
+            speedup = st / ft
+            if limit is None:
+                target = f"no target ({desc})"
+            else:
+                target = f"{'met' if speedup >= limit else '**NOT met**'} ({desc})"
+            out.append(f"| {workload} | {slow} | {fmt_ns(st)} | {fast} | {fmt_ns(ft)} | {speedup:.2f} | {target} |")
+            if note and note not in notes:
+                notes.append(note)
+    out.append("")
+    for note in notes:
+        out.append(note[0].upper() + note[1:] + ".")
+        out.append("")
+
+
 def render(contexts, results):
     """Returns (markdown, [(plot label, ratio)], [(keyed-mutex plot label, ratio)])."""
     out = []
@@ -633,33 +665,7 @@ def render(contexts, results):
         batch_section(out, batch_workload)
 
     # Speed-ups between two handoff impls of one workload (the worker pool).
-    speedups = [(w, impls) for w, impls in by_workload.items() if w.split("/")[0] in SPEEDUP_TARGETS]
-    if speedups:
-        out.append("### Worker pool: speed-up with more workers")
-        out.append("")
-        out.append("| Benchmark | slower | time | faster | time | speed-up | target |")
-        out.append("|---|---|---:|---|---:|---:|---|")
-        notes = []
-        for workload, impls in speedups:
-            for slow, fast, limit, desc, note in SPEEDUP_TARGETS[workload.split("/")[0]]:
-                sr, fr = impls.get(slow, (None, {}))[1], impls.get(fast, (None, {}))[1]
-                st, ft = sr.get("time"), fr.get("time")
-                if "error" in sr or "error" in fr or not st or not ft:
-                    err = sr.get("error") or fr.get("error") or "missing result"
-                    out.append(f"| {workload} | {slow} | {fmt_ns(st)} | {fast} | {fmt_ns(ft)} | n/a | ERROR: {err} |")
-                    continue
-                speedup = st / ft
-                if limit is None:
-                    target = f"no target ({desc})"
-                else:
-                    target = f"{'met' if speedup >= limit else '**NOT met**'} ({desc})"
-                out.append(f"| {workload} | {slow} | {fmt_ns(st)} | {fast} | {fmt_ns(ft)} | {speedup:.2f} | {target} |")
-                if note and note not in notes:
-                    notes.append(note)
-        out.append("")
-        for note in notes:
-            out.append(note[0].upper() + note[1:] + ".")
-            out.append("")
+    speedup_table(out, by_workload, "### Worker pool: speed-up with more workers")
 
     # Counters per workload.
     counter_out = []
@@ -715,6 +721,7 @@ def render(contexts, results):
         out.append(TIMER_NOTE)
         out.append("")
         time_table(out, [], timer_workload)  # not in the main plot
+        speedup_table(out, timer_workload, "Speed-up with a second scheduling thread:")
         counter_tables(out, timer_workload)
 
     # The keyed mutex over Redis, then the actors over Redis: each its time table with
