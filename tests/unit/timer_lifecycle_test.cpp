@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "../support/test_support.hpp"
 #include "../support/test_timeout.hpp"
 
 namespace {
@@ -75,8 +76,7 @@ TEST(TimerLifecycle, StartOnAnExecutorSendsLaterBatchesWhileEveryWorkerIsBusy) {
   handoff::actor<int> b{0};
   auto t1 = timers.after(1ms, a, [](int& x) { ++x; });
   auto t2 = timers.after(20ms, b, [](int& x) { ++x; });
-  const auto until = std::chrono::steady_clock::now() + 5s;
-  while (timers.stats().sent < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  (void)handoff::test::eventually([&timers] { return timers.stats().sent >= 2; }, 5s);
   EXPECT_EQ(timers.stats().sent, 2U);  // the second batch went out behind the held worker
   go.set_value();
   EXPECT_EQ(a.ask([](int& x) { return x; }).get(), 1);
