@@ -115,7 +115,12 @@ SPEEDUP_TARGETS = {
                                        "timer_schedule_cancel_threads: 200,000 schedule + cancel pairs per iteration "
                                        "over 100,000 targets, split between 1 or 2 threads, each on its own targets "
                                        "with its own ring of pending timers (10,000 in all) (bench/timer_bench.cpp); "
-                                       "each thread schedules into a shard of its own. The ideal is the core count")],
+                                       "each thread schedules into a shard of its own. The ideal is the core count. "
+                                       "separate_services_2threads gives each thread a service and actors of its own "
+                                       "(nothing of the library shared): what two threads of one process reach on "
+                                       "the machine"),
+                                      ("handoff_1thread", "separate_services_2threads", None,
+                                       "nothing shared: the machine's two-thread ceiling", "")],
 }
 # (workload prefix, counter) -> (max value for handoff impls, description)
 COUNTER_TARGETS = {
