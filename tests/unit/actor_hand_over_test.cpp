@@ -138,7 +138,20 @@ TEST(ActorHandOver, AnOwnerThatSpendsItsBudgetInsideABatchHandsTheRestOfItToTheS
   handoff::actor<int> a{actor_options{.max_messages = 2}, 0};
   run_log runs;
   gate g0, g2;
-  std::thread owner([&] {
+  std::thread owner, successor;
+  struct on_exit {  // a failed assertion still lets the threads finish
+    gate& g0;
+    gate& g2;
+    std::thread& owner;
+    std::thread& successor;
+    ~on_exit() {
+      g0.open.store(true);
+      g2.open.store(true);
+      if (owner.joinable()) owner.join();
+      if (successor.joinable()) successor.join();
+    }
+  } const cleanup{g0, g2, owner, successor};
+  owner = std::thread([&] {
     a.post([&](int&) {
       runs.add(0);
       g0.wait();
@@ -156,7 +169,7 @@ TEST(ActorHandOver, AnOwnerThatSpendsItsBudgetInsideABatchHandsTheRestOfItToTheS
   g0.open.store(true);  // the owner spends its budget on 0 and 101, offers, then holds in 102
   ASSERT_TRUE(eventually([&] { return g2.reached.load(); }));
   ASSERT_TRUE(access::offered(access::base(a)));
-  std::thread successor([&] { a.post([&](int&) { runs.add(200); }); });
+  successor = std::thread([&] { a.post([&](int&) { runs.add(200); }); });
   ASSERT_TRUE(eventually([&] { return access::taken(access::base(a)); }));
   const std::thread::id owner_id = owner.get_id();
   g2.open.store(true);
