@@ -96,9 +96,10 @@ class batch_node final : public message {
     const std::uint64_t allowed = turn->limit > turn->turn ? turn->limit - turn->turn : 1;
     const std::size_t end = b->size_ - b->next_ > allowed ? b->next_ + allowed : b->size_;
     const std::size_t first = b->next_;
+    std::size_t i = first;  // in a register: a handler's writes could alias next_
     bool threw = false;
     do {
-      Elem* e = b->item(b->next_);
+      Elem* e = b->item(i);
       try {
         Deliver(a, *e);
       } catch (...) {
@@ -106,10 +107,11 @@ class batch_node final : public message {
         threw = true;
       }
       std::destroy_at(e);
-      ++b->next_;
-    } while (b->next_ != end && frame.stop == 0 && !threw);
-    turn->uncounted += b->next_ - first - 1;  // the drainer counts the first
-    turn->turn += b->next_ - first - 1;
+      ++i;
+    } while (i != end && frame.stop == 0 && !threw);
+    b->next_ = i;
+    turn->uncounted += i - first - 1;  // the drainer counts the first
+    turn->turn += i - first - 1;
     if (b->next_ == b->size_) {
       b->free();
     } else if ((frame.stop & stop_destroyed) != 0) {
