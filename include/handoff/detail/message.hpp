@@ -1,6 +1,7 @@
 // What an actor's mailbox holds: a message (a node that runs or destroys itself), a batch
-// of them built before it is sent (one node: detail/batch_node.hpp), and the thread's carry slot for a message that
-// wins an idle actor inside a handler (detail/actor_base.hpp uses all three).
+// of them built before it is sent (one node: detail/batch_node.hpp), and the thread's
+// carry slot for a message that wins an idle actor inside a handler (detail/actor_base.hpp
+// uses all three).
 #pragma once
 
 #include <atomic>
