@@ -159,15 +159,16 @@ class actor : private detail::actor_base {
         make_post_node<F>(f), [&] { call(f, *this); }, carry_of<F>(f));
   }
 
-  // Thread-safe. Posts a range of handlers (or [first, last)), in order, as one batch: builds
-  // every message first (from lvalue elements by copy; move iterators move them), then counts
-  // them with one atomic, so that they run one after another with no other sender's message
-  // between them, each exactly once as by post(); a caller that finds the actor idle runs
-  // them as post() runs its one. Bounded mailbox: all or none, waiting for room for the
-  // whole batch (or mailbox_full) as post() does; a batch larger than the capacity, or under
-  // full_policy::block than half of it (one message always may), throws
-  // std::invalid_argument. After a throw nothing was sent. try_post_all(): false instead of
-  // waiting or mailbox_full, having sent nothing.
+  // Thread-safe. Posts a range of handlers (or [first, last)), in order, as one batch: one node
+  // holds them all (copies; move iterators move; a single-pass range is gathered first), 32 +
+  // k * sizeof(handler) bytes, pooled up to 512, else from operator new. One atomic counts
+  // them, one exchange links them: they run one after another, no other sender's message
+  // between them, each exactly once as by post(); a throw or a spent budget leaves the rest
+  // first in the mailbox. A caller that finds the actor idle runs them as post() runs its one.
+  // Bounded mailbox: all or none (counting messages), waiting for room for the whole batch
+  // (or mailbox_full) as post() does; a batch larger than the capacity, or under block than
+  // half of it (one message always may), throws std::invalid_argument. After a throw nothing
+  // was sent. try_post_all(): false instead of waiting or mailbox_full, having sent nothing.
   template <std::ranges::input_range R>
     requires(batchable<std::ranges::iterator_t<R>>)
   void post_all(R&& handlers) { post_all(std::ranges::begin(handlers), std::ranges::end(handlers)); }
@@ -269,24 +270,23 @@ class actor : private detail::actor_base {
   // and metrics, not a synchronization point (relaxed load).
   [[nodiscard]] std::uint64_t pending() const noexcept { return pending_count(); }
 
-  // Thread-safe snapshot: the senders waiting for room in this bounded mailbox (0 when it
-  // is unbounded), each asleep or about to sleep. Takes a mutex shared by a few actors.
+  // Thread-safe snapshot: the senders waiting for room in this bounded mailbox (0 when
+  // unbounded), each asleep or about to sleep. Takes a mutex shared by a few actors.
   [[nodiscard]] std::size_t blocked_senders() const noexcept { return waiting_senders(); }
 
   // Awaitable form of ask(): `co_await a.async_ask(f)` yields f's result or rethrows its
-  // exception; f's run happens-before the code after co_await. Never blocks a thread. If
-  // the actor is idle and the caller is not inside a handler, f runs inline and the
-  // coroutine does not suspend; otherwise the coroutine is resumed from the run queue of
-  // the thread that ran f, after that thread has finished draining the actor (so code
-  // after co_await never runs under the actor's exclusion); from inside a handler, an
-  // idle target is queued on this thread's run queue, so the coroutine resumes on this
-  // thread after the current handler (unless the target's executor takes it over to
-  // spread work: see run_queue.hpp; then on the executor's thread). co_await throws std::future_error(broken_promise)
-  // if the actor is destroyed by its own handler before f ran, and mailbox_full at once if
-  // a bounded mailbox is full (whatever its policy). The awaiter is the mailbox
-  // node: no allocation; it is not copyable: await it at once. A reference returned by f
-  // is copied. Destroying the coroutine while it is suspended here is not supported (its
-  // node is still queued).
+  // exception; f's run happens-before the code after co_await. Never blocks a thread. If the
+  // actor is idle and the caller is not inside a handler, f runs inline and the coroutine
+  // does not suspend; otherwise the coroutine is resumed from the run queue of the thread
+  // that ran f, after that thread has finished draining the actor (so code after co_await
+  // never runs under the actor's exclusion); from inside a handler, an idle target is queued
+  // on this thread's run queue, so the coroutine resumes on this thread after the current
+  // handler (unless the target's executor takes it over to spread work: see run_queue.hpp;
+  // then on the executor's thread). co_await throws std::future_error(broken_promise) if the
+  // actor is destroyed by its own handler before f ran, and mailbox_full at once if a bounded
+  // mailbox is full (whatever its policy). The awaiter is the mailbox node: no allocation; it
+  // is not copyable: await it at once. A reference returned by f is copied. Destroying the
+  // coroutine while it is suspended here is not supported (its node is still queued).
   template <class F>
     requires(is_handler<std::decay_t<F>>)
   [[nodiscard]] auto async_ask(F&& f) { return detail::ask_awaiter<actor, std::decay_t<F>>(*this, std::forward<F>(f)); }
@@ -312,13 +312,13 @@ class actor : private detail::actor_base {
     };
   }
 
-  template <class It, class End>
-  detail::message_batch build_posts(It first, End last) {
-    auto make = [](auto&& f) {
-      return static_cast<detail::message*>(
-          detail::new_node<post_node<std::iter_value_t<It>>>(std::forward<decltype(f)>(f)));
-    };
-    return detail::build_batch(std::move(first), std::move(last), make, this);
+  template <class It, class End, class Fn = std::iter_value_t<It>>
+  static detail::message_batch build_posts(It first, End last) {
+    return detail::build_batch<Fn, &run_batched<Fn>>(std::move(first), std::move(last));
+  }
+  template <class Fn>
+  static void run_batched(detail::actor_base* a, Fn& f) {
+    call(f, *static_cast<actor*>(a));
   }
 
   // How a nested post that wins an idle actor carries f with it (see actor_base::submit):
@@ -354,9 +354,9 @@ class actor : private detail::actor_base {
     }
     Fn fn;
 
-    static bool run(detail::message* m, detail::actor_base* a, bool execute) {
+    static bool run(detail::message* m, detail::actor_base* a, detail::turn_tally* turn) {
       detail::node_guard<post_node> guard{static_cast<post_node*>(m)};
-      if (execute) call(guard.node->fn, *static_cast<actor*>(a));
+      if (turn != nullptr) call(guard.node->fn, *static_cast<actor*>(a));
       return true;
     }
   };
@@ -376,9 +376,9 @@ class actor : private detail::actor_base {
     Fn fn;
     std::promise<result_of<Fn>> promise;  // destroyed unrun: broken_promise
 
-    static bool run(detail::message* m, detail::actor_base* a, bool execute) {
+    static bool run(detail::message* m, detail::actor_base* a, detail::turn_tally* turn) {
       detail::node_guard<ask_node> guard{static_cast<ask_node*>(m)};
-      if (!execute) return true;
+      if (turn == nullptr) return true;
       auto& self = *guard.node;
       try {
         if constexpr (std::is_void_v<result_of<Fn>>) {

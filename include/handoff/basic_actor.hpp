@@ -110,8 +110,9 @@ class basic_actor : private detail::actor_base {
   }
 
   // Thread-safe. Sends a range of messages (or [first, last)), in order, as one batch: actor::post_all's
-  // contract (see actor.hpp): built first, counted with one atomic, run one after another,
-  // all or none on a bounded mailbox. try_send_all(): as actor::try_post_all.
+  // contract (see actor.hpp): one node built first, counted with one atomic, run one after
+  // another (the rest stays first in the mailbox after a throw or a spent budget), all or
+  // none on a bounded mailbox. try_send_all(): as actor::try_post_all.
   template <std::ranges::input_range R>
     requires(accepts_messages() && std::constructible_from<Message, std::ranges::range_reference_t<R>>)
   void send_all(R&& messages) { send_all(std::ranges::begin(messages), std::ranges::end(messages)); }
@@ -145,12 +146,13 @@ class basic_actor : private detail::actor_base {
     return [&m] { return static_cast<detail::message*>(detail::new_node<node>(std::move(m))); };
   }
 
+  // A batch is one node (detail/batch_node.hpp) holding its messages by value.
   template <class It, class End>
-  detail::message_batch build_nodes(It first, End last) {
-    auto make = [](auto&& m) {
-      return static_cast<detail::message*>(detail::new_node<node>(Message(std::forward<decltype(m)>(m))));
-    };
-    return detail::build_batch(std::move(first), std::move(last), make, this);
+  static detail::message_batch build_nodes(It first, End last) {
+    return detail::build_batch<Message, &deliver_batched>(std::move(first), std::move(last));
+  }
+  static void deliver_batched(detail::actor_base* a, Message& m) {
+    static_cast<basic_actor*>(a)->deliver(std::move(m));
   }
 
   // How a nested send that wins an idle actor carries m with it (see actor_base::submit).
@@ -183,9 +185,9 @@ class basic_actor : private detail::actor_base {
     explicit node(Message&& m) : msg(std::move(m)) { invoke = &run; }
     Message msg;
 
-    static bool run(detail::message* m, detail::actor_base* a, bool execute) {
+    static bool run(detail::message* m, detail::actor_base* a, detail::turn_tally* turn) {
       detail::node_guard<node> guard{static_cast<node*>(m)};
-      if (execute) static_cast<basic_actor*>(a)->deliver(std::move(guard.node->msg));
+      if (turn != nullptr) static_cast<basic_actor*>(a)->deliver(std::move(guard.node->msg));
       return true;
     }
   };

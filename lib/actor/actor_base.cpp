@@ -38,7 +38,7 @@ constexpr std::uint64_t offer_check_interval = 16;
 struct destroy_marker final : message {
   std::promise<void> done;
 
-  static bool run(message* m, actor_base*, bool) {
+  static bool run(message* m, actor_base*, turn_tally*) {
     auto* self = static_cast<destroy_marker*>(m);
     self->done.set_value();
     delete self;  // the promise is ours; the destructor holds only the future
@@ -101,8 +101,9 @@ actor_base::drain_cursor actor_base::start_turn(std::uint64_t ran, std::int64_t 
   const bool budgeted = max_messages != 0 || timed;
   if (timed && turn_start == 0) turn_start = now_ns();
   const std::uint64_t limit = bounded || stepped || timed ? 0 : max_messages != 0 ? max_messages : UINT64_MAX;
-  return drain_cursor{
-      &frame, ran, ran, limit, turn_start, max_messages, 0, budgeted, bounded, stepped, budgeted && !executor, false};
+  const bool hands_over = budgeted && !executor;
+  const turn_tally tally{ran, ran, limit};
+  return drain_cursor{tally, &frame, turn_start, max_messages, 0, budgeted, bounded, stepped, hands_over, false};
 }
 
 bool actor_base::drain_limits(drain_cursor& c) noexcept {
@@ -145,7 +146,7 @@ actor_base::drain_status actor_base::drain_step(drain_cursor& c) noexcept {
     c.idle_spins = 0;
     bool keep = true;
     try {
-      keep = m->invoke(m, this, true);
+      keep = m->invoke(m, this, &c);
     } catch (...) {
       report_handler_error(*c.frame);
     }
@@ -351,7 +352,7 @@ void actor_base::shut_down() noexcept {
   if (own_handler) {
     // Destroyed by one of its own handlers, which is still running: the messages behind
     // it cannot run any more. Destroying them breaks their ask() promises.
-    while (auto* m = static_cast<message*>(core_.pop())) m->invoke(m, this, false);
+    while (auto* m = static_cast<message*>(core_.pop())) m->invoke(m, this, nullptr);
     return forget_name(this);
   }
   // Idle: nothing pending, and now nobody else can own it.

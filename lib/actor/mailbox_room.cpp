@@ -193,7 +193,7 @@ actor_base::admission actor_base::wait_or_throw_full(message* built, std::uint64
     }
     // Never a holder here: a woken sender retries, and gives the wake-up up only on
     // finding the mailbox full (then a crossing is still to come).
-    discard_all(built);
+    discard_built(built);
     throw_full(why);
   }
 }
@@ -220,7 +220,7 @@ void actor_base::check_batch_fits(const message_batch& b) {
     why = "handoff: a batch that waits for room may hold at most half the mailbox's capacity";
   }
   if (why == nullptr) return;
-  discard_all(b.first);
+  discard_built(b.node);
   throw std::invalid_argument(why);
 }
 

@@ -54,9 +54,9 @@ struct logged : handoff::detail::message {
   logged(int s, int q, std::vector<std::pair<int, int>>* l) : sender(s), seq(q), log(l) { invoke = &run; }
   int sender, seq;
   std::vector<std::pair<int, int>>* log;
-  static bool run(handoff::detail::message* m, handoff::detail::actor_base*, bool execute) {
+  static bool run(handoff::detail::message* m, handoff::detail::actor_base*, handoff::detail::turn_tally* turn) {
     auto* self = static_cast<logged*>(m);
-    if (execute) self->log->emplace_back(self->sender, self->seq);
+    if (turn != nullptr) self->log->emplace_back(self->sender, self->seq);
     return true;
   }
 };

@@ -1,5 +1,6 @@
 // Stress: several threads, many actors, random posts, nested forwards (single and in
-// ordered pairs) and asks, for HANDOFF_STRESS_SECONDS seconds per test (default 2).
+// ordered pairs), batches (post_all) and asks, for HANDOFF_STRESS_SECONDS seconds per test
+// (default 2).
 // Asserts no loss, no duplication, no overlap, per-sender order.
 #include <handoff/actor.hpp>
 #include <handoff/thread_pool.hpp>
@@ -9,6 +10,7 @@
 #include "../support/stress_seconds.hpp"
 #include "../support/test_support.hpp"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -113,6 +115,15 @@ void hammer(std::vector<std::unique_ptr<handoff::actor<cell>>>& actors, int thre
                 target->post([pair](cell& d) { d.accept_second(pair); });
               });
               mine += 3;
+              break;
+            }
+            case 3: {  // a batch of 5 (one mailbox node, cut wherever a budget ends a turn)
+              const auto message = [t](long q) { return [t, q](cell& c) { c.accept(t, q); }; };
+              const std::array<decltype(message(0)), 5> batch{message(s), message(s + 1), message(s + 2),
+                                                              message(s + 3), message(s + 4)};
+              seq[i] += 4;
+              actors[i]->post_all(batch);
+              mine += 5;
               break;
             }
             case 1:  // an ask, waited on

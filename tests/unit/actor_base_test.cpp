@@ -21,8 +21,8 @@ using handoff::detail::probe;
 struct recorded : handoff::detail::message {
   explicit recorded(std::atomic<int>& r) : runs(&r) { invoke = &run; }
   std::atomic<int>* runs;
-  static bool run(handoff::detail::message* m, handoff::detail::actor_base*, bool execute) {
-    if (execute) static_cast<recorded*>(m)->runs->fetch_add(1);
+  static bool run(handoff::detail::message* m, handoff::detail::actor_base*, handoff::detail::turn_tally* turn) {
+    if (turn != nullptr) static_cast<recorded*>(m)->runs->fetch_add(1);
     return true;
   }
 };

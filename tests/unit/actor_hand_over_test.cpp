@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -126,6 +127,64 @@ TEST(ActorHandOver, AnOwnerPastItsBudgetHandsTheDrainToTheNextSender) {
   successor.join();
   EXPECT_EQ(t.runs.ran_on(3), successor_id) << "the old owner ran the successor's message";
   EXPECT_EQ(access::word(access::base(t.a)), 0u);
+}
+
+// A budget spent inside a batch: the owner runs the batch's messages up to the offer's next
+// check, then hands the actor over; the successor runs the rest of the batch, in order,
+// before its own message.
+TEST(ActorHandOver, AnOwnerThatSpendsItsBudgetInsideABatchHandsTheRestOfItToTheSuccessor) {
+  const test_timeout limit(60s);
+  const patient_successors patient;
+  handoff::actor<int> a{actor_options{.max_messages = 2}, 0};
+  run_log runs;
+  gate g0, g2;
+  std::thread owner, successor;
+  struct on_exit {  // a failed assertion still lets the threads finish
+    gate& g0;
+    gate& g2;
+    std::thread& owner;
+    std::thread& successor;
+    ~on_exit() {
+      g0.open.store(true);
+      g2.open.store(true);
+      if (owner.joinable()) owner.join();
+      if (successor.joinable()) successor.join();
+    }
+  } const cleanup{g0, g2, owner, successor};
+  owner = std::thread([&] {
+    a.post([&](int&) {
+      runs.add(0);
+      g0.wait();
+    });
+  });
+  ASSERT_TRUE(eventually([&] { return g0.reached.load(); }));
+  std::vector<std::function<void(int&)>> batch;  // 101 .. 140; 102 holds the owner
+  for (int i = 101; i <= 140; ++i) {
+    batch.emplace_back([&runs, &g2, i](int&) {
+      runs.add(i);
+      if (i == 102) g2.wait();
+    });
+  }
+  a.post_all(batch);
+  g0.open.store(true);  // the owner spends its budget on 0 and 101, offers, then holds in 102
+  ASSERT_TRUE(eventually([&] { return g2.reached.load(); }));
+  ASSERT_TRUE(access::offered(access::base(a)));
+  successor = std::thread([&] { a.post([&](int&) { runs.add(200); }); });
+  ASSERT_TRUE(eventually([&] { return access::taken(access::base(a)); }));
+  const std::thread::id owner_id = owner.get_id();
+  g2.open.store(true);
+  owner.join();
+  successor.join();
+  const std::lock_guard g(runs.mu);
+  ASSERT_EQ(runs.runs.size(), 42u);
+  for (std::size_t i = 1; i <= 40; ++i) EXPECT_EQ(runs.runs[i].first, 100 + static_cast<int>(i)) << "at " << i;
+  EXPECT_EQ(runs.runs.back().first, 200);
+  // The offer's check comes after 16 more messages: 101 .. 117 ran on the old owner.
+  for (std::size_t i = 0; i < runs.runs.size(); ++i) {
+    const bool old_owner = i <= 17;
+    EXPECT_EQ(runs.runs[i].second == owner_id, old_owner) << "message " << runs.runs[i].first;
+  }
+  EXPECT_EQ(access::word(access::base(a)), 0u);
 }
 
 // A sender that holds a lock the old owner's handler waits for: it claims the drain, stops

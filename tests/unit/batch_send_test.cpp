@@ -1,7 +1,9 @@
 // Batch sends: actor::post_all / try_post_all and basic_actor::send_all / try_send_all.
 // One atomic counts the whole batch, so its messages run in order with no other sender's
 // message between them; a throw while building sends nothing; a bounded mailbox takes all
-// or none.
+// or none. A batch is one mailbox node: a handler that throws, or a budget spent, in the
+// middle of it leaves the rest first in the mailbox; destroying the actor runs or destroys
+// the rest as for any queued message.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // designated actor_options
 #endif
@@ -10,14 +12,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <future>
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -25,12 +31,15 @@
 #include "../support/keyed_mutex_support.hpp"  // blocking_call
 #include "../support/test_support.hpp"
 #include "../support/test_timeout.hpp"
+#include "handoff/executor.hpp"
+#include "handoff/thread_pool.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using handoff::test::blocking_call;
 using handoff::test::bounded;
+using handoff::test::eventually;
 using handoff::test::owner_thread;
 using handoff::test::test_timeout;
 
@@ -277,6 +286,234 @@ TEST(BatchSend, MoveIteratorsMoveTheMessagesIn) {
   ASSERT_EQ(got.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(*got[i], i);
   EXPECT_EQ(msgs[0], nullptr);
+}
+
+// Values handled, in order; throws on the values listed in `fail` (after logging them).
+struct int_log {
+  std::vector<int>* log;
+  std::vector<int> fail;
+  void operator()(int v) const {
+    log->push_back(v);
+    if (std::find(fail.begin(), fail.end(), v) != fail.end()) throw std::runtime_error("handler failed");
+  }
+};
+using int_actor = handoff::basic_actor<int, int_log>;
+
+TEST(BatchSend, AHandlerThatThrowsInsideABatchLeavesTheRestToRunNextInOrderEachOnce) {
+  std::vector<int> log;
+  int errors = 0;
+  handoff::actor_options o;
+  o.on_error = [&](const std::exception_ptr&) { ++errors; };
+  int_actor a{o, int_log{&log, {3, 9, 15}}};
+  a.send_all(iota(0, 16));  // idle: runs here; the first and the last message throw too
+  EXPECT_EQ(log, iota(0, 16));
+  EXPECT_EQ(errors, 3);
+  EXPECT_EQ(a.pending(), 0u);
+}
+
+TEST(BatchSend, AThrowInABatchQueuedBehindABusyOwnerKeepsItAheadOfLaterMessages) {
+  std::vector<int> log;
+  std::atomic<int> errors{0};
+  handoff::actor_options o;
+  o.on_error = [&](const std::exception_ptr&) { ++errors; };
+  std::atomic<bool> in_handler{false};
+  std::atomic<bool> go{false};
+  handoff::basic_actor<int, std::function<void(int)>> b{o, [&](int v) {
+                                                          log.push_back(v);
+                                                          if (v == 100) {
+                                                            in_handler = true;
+                                                            ASSERT_TRUE(eventually([&] { return go.load(); }));
+                                                          }
+                                                          if (v == 2 || v == 7)
+                                                            throw std::runtime_error("handler failed");
+                                                        }};
+  std::thread first([&] { b.send(100); });
+  ASSERT_TRUE(eventually([&] { return in_handler.load(); }));
+  b.send_all(iota(0, 10));  // queued behind 100
+  b.send(50);               // after the batch
+  go = true;
+  first.join();
+  std::vector<int> want{100};
+  for (int i : iota(0, 10)) want.push_back(i);
+  want.push_back(50);
+  EXPECT_EQ(log, want);
+  EXPECT_EQ(errors.load(), 2);
+  EXPECT_EQ(b.pending(), 0u);
+}
+
+// Keeps the actor's continuations for the test to run one at a time.
+struct held_executor {
+  std::mutex mu;
+  std::vector<handoff::work> held;
+  void execute(handoff::work w) {
+    const std::lock_guard g(mu);
+    held.push_back(w);
+  }
+  bool run_one() {
+    handoff::work w;
+    {
+      const std::lock_guard g(mu);
+      if (held.empty()) return false;
+      w = held.front();
+      held.erase(held.begin());
+    }
+    w();
+    return true;
+  }
+};
+
+TEST(BatchSend, ABudgetSpentInsideABatchHandsTheRestToTheExecutorFirstInLine) {
+  std::vector<int> log;
+  held_executor ex;
+  int_actor a{handoff::actor_options{.executor = ex, .max_messages = 4}, int_log{&log, {}}};
+  a.send_all(iota(0, 10));  // idle: this thread runs the budget's four, then hands on
+  EXPECT_EQ(log, iota(0, 4));
+  EXPECT_EQ(a.pending(), 6u);
+  a.send(100);  // counted behind the batch's rest
+  ASSERT_TRUE(ex.run_one());
+  EXPECT_EQ(log, iota(0, 8));
+  ASSERT_TRUE(ex.run_one());
+  std::vector<int> want = iota(0, 10);
+  want.push_back(100);
+  EXPECT_EQ(log, want);
+  EXPECT_FALSE(ex.run_one());
+  EXPECT_EQ(a.pending(), 0u);
+}
+
+TEST(BatchSend, ABoundedActorRunsABatchOneMessageAtATimeAndGivesRoomBackAfterEach) {
+  std::vector<int> log;
+  held_executor ex;
+  handoff::actor_options o = bounded(16, handoff::full_policy::fail);
+  o.executor = ex;
+  o.max_messages = 3;
+  int_actor a{o, int_log{&log, {}}};
+  a.send_all(iota(0, 8));
+  EXPECT_EQ(log, iota(0, 3));
+  EXPECT_EQ(a.pending(), 5u) << "room given back for each message run";
+  EXPECT_TRUE(a.try_send_all(iota(8, 11)));  // exactly full again: 5 + 11
+  EXPECT_FALSE(a.try_send(99));
+  while (ex.run_one()) {
+  }
+  EXPECT_EQ(log, iota(0, 19));
+}
+
+// A message that counts its live copies, so that a test sees every one destroyed.
+struct tracked {
+  static inline std::atomic<int> alive{0};
+  int v;
+  explicit tracked(int x) : v(x) { ++alive; }
+  tracked(const tracked& o) : v(o.v) { ++alive; }
+  tracked(tracked&& o) noexcept : v(o.v) { ++alive; }
+  tracked& operator=(const tracked&) = delete;
+  tracked& operator=(tracked&&) = delete;
+  ~tracked() { --alive; }
+};
+
+TEST(BatchSend, AnActorDestroyedByAHandlerInsideABatchDestroysTheRestUnrun) {
+  using self_destroying = handoff::basic_actor<tracked, std::function<void(tracked)>>;
+  std::vector<int> ran;
+  std::unique_ptr<self_destroying> a;
+  a = std::make_unique<self_destroying>([&](tracked t) {
+    ran.push_back(t.v);
+    if (t.v == 3) a.reset();  // from its own handler: the rest must not run
+  });
+  std::vector<tracked> batch;
+  for (int i = 0; i < 10; ++i) batch.emplace_back(i);
+  const int before = tracked::alive.load();
+  a->send_all(batch);
+  EXPECT_EQ(a, nullptr);
+  EXPECT_EQ(ran, iota(0, 4));
+  EXPECT_EQ(tracked::alive.load(), before) << "the batch's unrun messages were not destroyed";
+}
+
+TEST(BatchSend, DestroyingAnActorWithAPartlyRunBatchWaitsForTheRestToRun) {
+  const test_timeout watchdog(60s);
+  std::vector<int> log;
+  held_executor ex;
+  auto a = std::make_unique<int_actor>(handoff::actor_options{.executor = ex, .max_messages = 4}, int_log{&log, {}});
+  a->send_all(iota(0, 10));
+  ASSERT_EQ(log, iota(0, 4));
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    a.reset();  // blocks until the batch's rest has run
+    destroyed = true;
+  });
+  ASSERT_TRUE(eventually([&] {
+    ex.run_one();
+    return destroyed.load();
+  }));
+  destroyer.join();
+  EXPECT_EQ(log, iota(0, 10));
+}
+
+TEST(BatchSend, ABatchLargerThanThePoolsLargestNodeRunsWholeAndInOrder) {
+  // 5,000 strings: a node of about 160 KB, from operator new rather than the pool's slabs.
+  std::vector<std::string> got;
+  handoff::basic_actor<std::string, std::function<void(std::string)>> a{
+      [&](std::string s) { got.push_back(std::move(s)); }};
+  std::vector<std::string> batch;
+  for (int i = 0; i < 5000; ++i) batch.push_back("message number " + std::to_string(i) + " of a large batch");
+  a.send_all(batch);
+  EXPECT_EQ(got, batch);
+  busy_log b;
+  b.a.post_all(recorders(0, 3000));  // queued behind a busy owner, then run by it
+  b.a.post([](std::vector<int>& v) { v.push_back(-1); });
+  std::vector<int> want = iota(0, 3000);
+  want.push_back(-1);
+  EXPECT_EQ(b.log(), want);
+}
+
+TEST(BatchSend, ASinglePassRangeIsGatheredAndSentAsOneBatch) {
+  std::vector<int> log;
+  int_actor a{int_log{&log, {}}};
+  std::istringstream in("4 5 6 7");
+  a.send_all(std::istream_iterator<int>(in), std::istream_iterator<int>());
+  EXPECT_EQ(log, iota(4, 4));
+}
+
+// Batch senders to an actor with a budget on a pool: every continuation stops inside some
+// batch; each sender's messages still run once and in order.
+TEST(BatchSend, ConcurrentBatchSendersWithABudgetOnAPoolKeepPerSenderOrderAndLoseNothing) {
+  const test_timeout watchdog(60s);
+  constexpr int senders = 4;
+  constexpr int batches = 200;
+  constexpr int k = 16;
+  struct entry {
+    int sender;
+    int seq;
+  };
+  struct tally {
+    std::array<int, senders> next{};
+    long total = 0;
+    bool ok = true;
+  };
+  struct checker {
+    tally* t;
+    void operator()(entry e) const {
+      auto& next = t->next[static_cast<std::size_t>(e.sender)];
+      t->ok = t->ok && e.seq == next;
+      next = e.seq + 1;
+      ++t->total;
+    }
+  };
+  tally t;
+  {
+    handoff::thread_pool pool(2);
+    handoff::basic_actor<entry, checker> a{handoff::actor_options{.executor = pool, .max_messages = 5}, checker{&t}};
+    std::vector<std::thread> threads;
+    for (int s = 0; s < senders; ++s) {
+      threads.emplace_back([&a, s] {
+        std::array<entry, k> msgs{};
+        for (int b = 0; b < batches; ++b) {
+          for (int i = 0; i < k; ++i) msgs[static_cast<std::size_t>(i)] = entry{s, b * k + i};
+          a.send_all(msgs);
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+  }  // ~basic_actor waits for every message, then the pool stops
+  EXPECT_TRUE(t.ok) << "a sender's messages ran out of order";
+  EXPECT_EQ(t.total, long{senders} * batches * k);
 }
 
 }  // namespace

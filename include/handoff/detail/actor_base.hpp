@@ -145,7 +145,7 @@ class actor_base : public runnable {
     if constexpr (TryOnly) {
       const admission a = core_.try_acquire_below(options_->capacity, k);
       if (a == admission::full) {
-        discard_all(built);
+        discard_built(built);
         count_full();
       }
       return a;
@@ -154,21 +154,19 @@ class actor_base : public runnable {
     }
   }
 
-  // Sends a batch (see actor::post_all): one atomic counts it, one exchange pushes it; a
-  // winner puts it all in front and drains (inside a handler: queues the actor). Bounded:
-  // all or none (admit_batch). False only with TryOnly and no room: destroyed unrun.
+  // Sends a batch (see actor::post_all), one node: one atomic counts its messages, one exchange
+  // pushes it; a winner puts it in front and drains (inside a handler: queues the actor).
+  // Bounded: all or none (admit_batch). False only with TryOnly and no room: destroyed unrun.
   template <bool TryOnly>
   bool submit_batch(message_batch b) {
     if (b.size == 0) return true;
     const admission a = admit_batch<TryOnly>(b);
     if (a == admission::full) return false;
     if (a == admission::queued) {
-      core_.enqueue_all(b.first, b.last);
-      if (tls.after_push != nullptr) [[unlikely]]
-        after_push();
+      enqueue(b.node);
       return true;
     }
-    core_.push_front_all(b.first, b.last);
+    enqueue_first(b.node);
     if (tls.top != nullptr) {
       queue_now();
     } else {
@@ -266,9 +264,8 @@ class actor_base : public runnable {
   template <bool Unbounded = false>
   [[nodiscard, gnu::always_inline]] inline bool try_release_inline(std::uint64_t& uncounted) noexcept;
 
-  // Owner only: drain (having already run `ran` uncounted messages in a turn that began
-  // at `turn_start`, 0: now) until released, handed off or destroyed; at top level, then
-  // run the run queue.
+  // Owner only: drain (having already run `ran` uncounted messages in a turn that began at
+  // `turn_start`, 0: now) until released, handed off or destroyed; at top level, then the run queue.
   void drain_now(std::uint64_t ran, std::int64_t turn_start = 0) noexcept;
 
   // ask() under a test scheduler: `m` (counted as `a`) is an event; waits until ready(answer).
@@ -282,7 +279,7 @@ class actor_base : public runnable {
   // refers to *this.
   void shut_down() noexcept;
 
-  // Messages accepted and not yet accounted for by the owner (approximate: see pending()).
+  // Messages accepted, not yet accounted for by the owner (approximate: see pending()).
   [[nodiscard]] std::uint64_t pending_count() const noexcept { return core_.pending(); }
   [[nodiscard]] std::size_t waiting_senders() const noexcept;  // linked in wait_for_room()
 
@@ -302,20 +299,23 @@ class actor_base : public runnable {
 
  private:
   friend struct actor_core_access;  // tests
+  template <class E, void (*)(actor_base*, E&)>
+  friend class batch_node;  // a partly run batch: enqueue_first
 
   template <class Make>
   static message* build_counted(Make& make) noexcept {
     return make();
   }
-  void discard(message* m) noexcept { m->invoke(m, this, false); }   // never counted: destroy unrun
-  void discard_all(message* m) noexcept { destroy_unrun(m, this); }  // and those linked after it
+  void discard_built(message* m) noexcept {  // a send's node, if built, never counted: destroy unrun
+    if (m != nullptr) m->invoke(m, this, nullptr);
+  }
   // Counts a batch of b.size > 0 messages, as admit() counts one. Bounded: all or none;
   // more than the capacity, or under full_policy::block more than half of it, throws
   // std::invalid_argument (such a batch could wait for room forever); otherwise as admit().
   template <bool TryOnly>
   admission admit_batch(const message_batch& b) {
     if (options_ != nullptr && options_->capacity != 0) check_batch_fits(b);
-    return admit<TryOnly, true>(b.first, b.size);
+    return admit<TryOnly, true>(b.node, b.size);
   }
   // Bounded: throws std::invalid_argument (having destroyed the batch) when it can never fit.
   void check_batch_fits(const message_batch& b);
@@ -349,11 +349,8 @@ class actor_base : public runnable {
     waiting,  // a counted message is not linked yet: back off, call again
     done,     // released, handed on or over, or the actor was destroyed
   };
-  struct drain_cursor {
+  struct drain_cursor : turn_tally {  // drain_limits() runs once turn >= limit
     drain_frame* frame;
-    std::uint64_t uncounted;     // run but not yet subtracted from count_
-    std::uint64_t turn;          // run in this turn (the owner's inline message included)
-    std::uint64_t limit;         // drain_limits() runs once turn >= limit (0: every step)
     std::int64_t turn_start;     // for a time budget
     std::uint32_t max_messages;  // the budget: the options' or the default; 0: none
     unsigned idle_spins;         // consecutive `waiting` steps

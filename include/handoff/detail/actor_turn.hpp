@@ -1,12 +1,13 @@
 // The owner's turns that are inlined into every send (see detail/actor_base.hpp): the
 // winner's own message run on its thread (run_inline), the release after it
 // (finish_inline, try_release_inline), and the run queue's turn for a carried message
-// (run_carried_turn). Included by every header that sends.
+// (run_carried_turn). Included by every header that sends, with the batch node it needs.
 #pragma once
 
 #include <cstdint>
 
 #include "handoff/detail/actor_base.hpp"
+#include "handoff/detail/batch_node.hpp"
 #include "handoff/detail/clock.hpp"
 #include "handoff/detail/run_queue.hpp"
 

@@ -79,9 +79,9 @@ class [[nodiscard]] ask_awaiter final : message {
     }
   }
 
-  static bool run(message* m, actor_base* /*a: target_*/, bool execute) {
+  static bool run(message* m, actor_base* /*a: target_*/, turn_tally* turn) {
     auto* self = static_cast<ask_awaiter*>(m);
-    if (execute) {
+    if (turn != nullptr) {
       self->answer();
     } else {
       self->error_ = std::make_exception_ptr(std::future_error(std::future_errc::broken_promise));

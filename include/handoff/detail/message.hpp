@@ -1,6 +1,7 @@
 // What an actor's mailbox holds: a message (a node that runs or destroys itself), a batch
-// of them built before it is sent, and the thread's carry slot for a message that wins an
-// idle actor inside a handler (detail/actor_base.hpp uses all three).
+// of them built before it is sent (one node: detail/batch_node.hpp), and the thread's
+// carry slot for a message that wins an idle actor inside a handler (detail/actor_base.hpp
+// uses all three).
 #pragma once
 
 #include <atomic>
@@ -18,11 +19,20 @@ namespace handoff::detail {
 
 class actor_base;
 
-// A mailbox entry. `invoke` runs the message (run == true) or only destroys it, and in
-// both cases frees the node. It returns false only for the destructor's marker, after
-// which the drainer must not touch the actor again.
+// The owner's tally of its turn, which a message's invoke may advance: a batch's node runs
+// several messages in one invoke (detail/batch_node.hpp). Touched only by the owner.
+struct turn_tally {
+  std::uint64_t uncounted;  // run but not yet subtracted from the count
+  std::uint64_t turn;       // run in this turn (the owner's inline message included)
+  std::uint64_t limit;      // the drain's limits are checked once turn >= limit (0: every message)
+};
+
+// A mailbox entry. `invoke` runs the message (turn != nullptr) or only destroys it (nullptr),
+// and frees the node once no message of it is left. A node that runs k > 1 messages adds
+// k - 1 to turn->uncounted and turn->turn (the drainer counts one). It returns false only
+// for the destructor's marker, after which the drainer must not touch the actor again.
 struct message : mailbox_node {
-  using invoke_fn = bool (*)(message*, actor_base*, bool run);
+  using invoke_fn = bool (*)(message*, actor_base*, turn_tally* turn);
   invoke_fn invoke = nullptr;
 };
 
@@ -63,44 +73,10 @@ T take_carried() noexcept {
 }
 struct no_carry {};  // submit()'s `carry` argument for a message that is never carried
 
-// Destroys `m` and the messages linked after it through `next`, unrun (their `invoke` with
-// run == false, which frees each node). `a`: the actor they were built for.
-inline void destroy_unrun(message* m, actor_base* a) noexcept {
-  while (m != nullptr) {
-    auto* next = static_cast<message*>(m->next.load(std::memory_order_relaxed));
-    m->invoke(m, a, false);
-    m = next;
-  }
-}
-
-// A batch of built messages, linked in order through their `next`.
+// A batch built before it is sent (detail/batch_node.hpp): one node holding `size` messages.
 struct message_batch {
-  message* first = nullptr;
-  message* last = nullptr;
+  message* node = nullptr;
   std::uint64_t size = 0;
 };
-
-// Builds one message per element of [it, end) with make(*it) -> message*, in order, for
-// actor `a`. A throw destroys what was built (unrun) and propagates: nothing was sent.
-template <class It, class End, class Make>
-message_batch build_batch(It it, End end, Make&& make, actor_base* a) {
-  message_batch b;
-  try {
-    for (; it != end; ++it) {
-      message* m = make(*it);
-      if (b.last == nullptr) {
-        b.first = m;
-      } else {
-        b.last->next.store(m, std::memory_order_relaxed);
-      }
-      b.last = m;
-      ++b.size;
-    }
-  } catch (...) {
-    destroy_unrun(b.first, a);
-    throw;
-  }
-  return b;
-}
 
 }  // namespace handoff::detail
