@@ -252,8 +252,12 @@ TEST(BoundedMailbox, ConcurrentSendersNeverHaveMoreThanTheCapacityCountedAndEach
       for (int i = 0; i < per_sender; ++i) {
         a.post([&a, s, i](tally& t) {
           t.out_of_order += t.next[static_cast<std::size_t>(s)]++ == i ? 0 : 1;
+          // The first handler waits for the others to fill the mailbox (they block once it
+          // is full), so that the bound is reached in every run however the threads are
+          // scheduled; the later ones are slower than the senders.
+          if (t.most == 0) (void)handoff::test::eventually([&a] { return a.pending() >= capacity; });
           t.most = std::max<std::uint64_t>(t.most, a.pending());
-          spin_for(1us);  // slower than the senders: the mailbox fills
+          spin_for(1us);
         });
       }
     });
