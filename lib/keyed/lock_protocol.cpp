@@ -132,7 +132,9 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   }
   w->entry = e;
   w->table = this;
-  w->queued_at = now();  // before the push: a releasing holder reads it (eventual fairness)
+  // Before the push: a releasing holder reads it (eventual fairness). A wait begun parked
+  // on a thin word counts from its start, so that fair_after bounds the whole wait.
+  w->queued_at = r.since != 0 ? r.since : now();
   if (e->own.join(w)) {  // released since try_take(): ours, and w was not queued
     delete_node(w);
     return hold();

@@ -1,11 +1,13 @@
 // The lock table's side of thin keys (detail/thin_record.hpp): inflating a stripe around
-// its thin holder, the holder's unlock once inflated, and forgetting a moved guard's thread.
+// its thin holder, the holder's unlock once parked on or inflated, parking on a thin word
+// (eventual fairness), and forgetting a moved guard's thread.
 #include <algorithm>
 #include <atomic>
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/backoff.hpp"
 #include "handoff/detail/lock_table.hpp"
+#include "lock_parking.hpp"
 
 namespace handoff::detail {
 
@@ -18,8 +20,12 @@ std::uintptr_t lock_table::seize(lock_shard& s) noexcept {
   }
   HANDOFF_ASSERT(w != thin_inflated);  // the caller checked, under s's lock
   s.calm = 0;
+  if ((w & thin_parked) != 0) {
+    wake_word(s.word);  // the parked threads find the stripe inflated: the table serves them
+    w &= ~thin_parked;
+  }
   if (w != 0) {
-    const auto* holder = reinterpret_cast<const thin_record*>(w);  // NOLINT(performance-no-int-to-ptr): a record
+    const thin_record* holder = thin_holder(w);
     // The holder publishes its token a few instructions after its CAS. acquire; pairs with
     // take_thin_token's release (the token counter's increment comes with it).
     for (unsigned spins = 0; holder->token.load(std::memory_order_acquire) == 0; ++spins) backoff(spins);
@@ -59,7 +65,18 @@ bool lock_table::deflate_if_calm(lock_shard& s) noexcept {
 
 void lock_table::release_thin_inflated(thin_record* r) noexcept {
   lock_shard& s = shard_for(r->hash.load(std::memory_order_relaxed));
+  const auto mine = reinterpret_cast<std::uintptr_t>(r);
   for (;;) {
+    std::uintptr_t w = s.word.load(std::memory_order_relaxed);
+    if (w != thin_inflated) {
+      // Parked threads (or an inflation that put the word back, the key's copy having
+      // thrown): free the word, then wake them to barge for it. release; pairs with the
+      // next owner's CAS.
+      HANDOFF_ASSERT(w == mine || w == (mine | thin_parked));
+      if (!s.word.compare_exchange_strong(w, 0, std::memory_order_release, std::memory_order_relaxed)) continue;
+      if ((w & thin_parked) != 0) wake_word(s.word);
+      break;
+    }
     s.lock.lock();
     lock_entry* e = r->entry;
     s.lock.unlock();
@@ -68,11 +85,31 @@ void lock_table::release_thin_inflated(thin_record* r) noexcept {
       release(e);
       break;
     }
-    // An inflation put the word back (the key's copy threw): ours again.
-    auto w = reinterpret_cast<std::uintptr_t>(r);
-    if (s.word.compare_exchange_strong(w, 0, std::memory_order_release, std::memory_order_relaxed)) break;
+    // Inflated, not adopted yet (its inflater holds s's lock), or put back: look again.
   }
   push_thin_record(r);
+}
+
+bool lock_table::park_thin(lock_shard& s, std::uintptr_t w, std::int64_t& since) noexcept {
+  if (since == 0) {
+    since = now();
+    counters_.parked.fetch_add(1, std::memory_order_relaxed);  // a statistic, read by waiting()
+  }
+  const std::int64_t due = since + fair_after_;
+  if (now() >= due) return false;
+  // Relaxed: the word's modification order decides alone. A CAS from the word this thread
+  // saw, never a blind set: on a word that changed meanwhile (freed, another holder,
+  // inflated) the bit would promise a wake-up nobody owes; then look at the word again.
+  if ((w & thin_parked) == 0 &&
+      !s.word.compare_exchange_strong(w, w | thin_parked, std::memory_order_relaxed, std::memory_order_relaxed))
+    return true;
+  park_on_word(s.word, w | thin_parked, due);
+  return true;
+}
+
+void lock_table::end_thin_wait(std::int64_t since, bool granted) noexcept {
+  counters_.parked.fetch_sub(1, std::memory_order_relaxed);  // a statistic, read by waiting()
+  if (granted) note_wait(nullptr, since);
 }
 
 void lock_table::forget_thin_holder(thin_record* r) noexcept {

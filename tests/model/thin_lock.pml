@@ -6,9 +6,10 @@
  * tests/model/README.md.
  *
  * The library (include/handoff/detail/thin_record.hpp) runs the EVENTUAL 0, LAZY 1
- * protocol under both of its fairness modes: it does not park on the word yet, and its
- * stripes deflate lazily, so model_thin_fifo and model_thin_fifo_nested are its runs; the
- * parking runs check the prototype's (which deflates at once).
+ * protocol under fifo (model_thin_fifo, model_thin_fifo_nested) and the LIB 1, LAZY 1 one
+ * under eventual fairness (model_thin_lib*): it parks on the word itself and its stripes
+ * deflate lazily. The other parking runs check the prototype's protocol (a futex sequence,
+ * one wake per unlock, eager deflation).
  *
  * One stripe, two keys on it (distinct keys share the word), NP threads (2 or 3). Thread 0
  * locks ROUNDS0 times in sequence, the others ROUNDS times, a key chosen nondeterministically
@@ -47,6 +48,15 @@
  *             table. The table's keys stay inflated meanwhile.
  *   futex     FUTEX_WAIT sleeps only while the sequence is unchanged, until a wake picks
  *             it; the condition variable: notify_all wakes every waiter.
+ *   LIB       the library's parking: the futex is the word itself (the library's compares
+ *             the word's low half, which holds the parked bit: equal halves mean a word
+ *             with the bit set, whose unlock wakes); a parker CASes w -> w|1 (or finds the
+ *             bit) and sleeps while the word is w|1; a woken one takes a free word as a
+ *             lock does (W(r), no parked bit: the unlock that freed it woke every
+ *             sleeper); the unlock of W(r)|1 frees the word, then wakes every sleeper.
+ *             A parker that has waited fair_after (a choice here, at each park) goes to
+ *             the table instead; its sleep itself never times out, so that a lost
+ *             wake-up is an invalid end state.
  *
  * Assertions: one holder per key (`holders[k] == 1` at every grant); each grant's token
  * exceeds the key's last (`t > last[k]`); an inflater reads a record only while it is live
@@ -96,6 +106,12 @@
  *   NO_TOKEN_WAIT  the inflater does not wait for the holder's token: the entry gets 0 and
  *              the holder's unlock cannot find it (`found`)
  *   NO_INFLATE_WAKE  the inflater does not wake the parked threads: one is left asleep
+ *              (with LIB too: the inflation that drops the parkers)
+ *   UNLOCK_IGNORES_PARKED  with LIB, the unlock of W(r)|1 frees the word without waking:
+ *              a parker is left asleep (a lost wake-up)
+ *   PARK_STALE with LIB, a parker sets the bit by a store of the word it read (w|1), not a
+ *              CAS from it: a word freed meanwhile becomes a parked hold nobody unlocks,
+ *              and the parker sleeps on it for ever (an invalid end state)
  *   DEFLATE_HELD  with LAZY, the deflation looks at the waiters only, not at the keys the
  *              table holds: a thin lock takes the stripe while a key is held in the table
  *              (`held[0] == 0`)
@@ -124,6 +140,9 @@
 #endif
 #ifndef LAZY
 #define LAZY 0
+#endif
+#ifndef LIB
+#define LIB 0
 #endif
 #ifndef DEFLATE_HELD
 #define DEFLATABLE (!held[0] && !held[1] && waiting == 0)
@@ -356,7 +375,7 @@ inline lock(me, r, k, t, intab) {
      :: !ISREC(w) && w != INFL ->                 /* free: take it, keeping parked */
         atomic {
           if
-          :: word == w -> word = W(r) | PARKED(w) | tf; ok = 1; assert(held[0] == 0 && held[1] == 0)
+          :: word == w -> word = W(r) | ((PARKED(w) | tf) & !LIB); ok = 1; assert(held[0] == 0 && held[1] == 0)
           :: else -> w = word; ok = 0
           fi
         }
@@ -388,6 +407,40 @@ inline lock(me, r, k, t, intab) {
            :: !EVENTUAL || rec_hash[h] != HASH(k) -> intab = 1; break
            :: else -> skip
            fi;
+#if LIB
+           if
+           :: true -> skip
+           :: true -> intab = 1; break                  /* waited fair_after: the table */
+           fi;
+           /* park: set the parked bit, then sleep while the word keeps it */
+           if
+           :: PARKED(w) -> ok = 1
+           :: else ->
+#ifndef PARK_STALE
+              atomic {
+                if
+                :: word == w -> word = w | 1; ok = 1
+                :: else -> w = word; ok = 0
+                fi
+              }
+#else
+              word = w | 1; ok = 1                      /* the word read before: stale */
+#endif
+           fi;
+           if
+           :: ok ->
+              atomic {                                  /* FUTEX_WAIT(word, w|1) */
+                if
+                :: word == (w | 1) -> fw[me] = 1
+                :: else -> skip
+                fi
+              }
+              fw[me] == 0;
+              spins = 0;
+              w = word
+           :: else -> skip                              /* the CAS failed: w is the new word */
+           fi
+#else
            /* park: set the parked bit, then sleep while the sequence is unchanged */
            if
            :: PARKED(w) -> ok = 1
@@ -419,6 +472,7 @@ inline lock(me, r, k, t, intab) {
               w = word
            :: else -> skip                        /* the CAS failed: w is the new word */
            fi
+#endif
         fi
      od;
      h = 0; spins = 0; sq = 0;
@@ -464,7 +518,15 @@ inline unlock(me, r, k, t, intab) {
           fi
         }
         if
+#if LIB
+#ifndef UNLOCK_IGNORES_PARKED
+        :: ok -> wake_all()                       /* every parker barges again */
+#else
+        :: ok -> skip                             /* freed, nobody woken */
+#endif
+#else
         :: ok -> wake_one()
+#endif
         :: else -> skip
         fi
      :: else -> skip

@@ -1,7 +1,8 @@
 // The keyed mutex's thin path, for a key type (protocol in detail/thin_record.hpp): the
 // uncontended lock (one CAS on the stripe's word), the contended one (a short spin on
-// another thread's holder, then the table), and inflating a stripe around its thin holder
-// before its table is used.
+// another thread's holder; under eventual fairness, a blocking lock then parks on the
+// word; else, or after fair_after, the table), and inflating a stripe around its thin
+// holder before its table is used.
 #pragma once
 
 #include <atomic>
@@ -15,15 +16,16 @@
 
 namespace handoff::detail {
 
-// With s locked and not inflated: inflates it. A thin holder's key becomes a held entry
-// (with its token and thread); a throw from that key's copy puts the word back and
-// propagates with s unlocked.
+// With s locked and not inflated: inflates it (threads parked on the word are woken, for
+// the table). A thin holder's key becomes a held entry (with its token and thread); a
+// throw from that key's copy puts the word back (without the parked bit: nobody is parked
+// on it any more) and propagates with s unlocked.
 template <class Key>
 [[gnu::noinline]] void inflate_locked(lock_shard& s) {
   const std::uintptr_t w = lock_table::seize(s);
   if (w == 0) return;
   if constexpr (thin_capable<Key>) {
-    auto* holder = reinterpret_cast<thin_record*>(w);  // NOLINT(performance-no-int-to-ptr): a record in the word
+    thin_record* holder = thin_holder(w);
     try {
       lock_table::adopt(
           keyed_entry<Key>::create(s, holder->hash.load(std::memory_order_relaxed), thin_key_of<Key>(*holder)), holder);
@@ -63,30 +65,40 @@ template <class Key>
 // After try_lock_thin found the word w: spins a while on another thread's thin holder
 // (most release within nanoseconds; a try-lock only on another key's), taking the word
 // if it is freed; finding the stripe inflated, deflates it if calm (t.deflate_if_calm)
-// and takes it thin. Else gives rec back and returns an empty grant with s locked and
-// inflated, for the table's request.
+// and takes it thin. A blocking lock that may park (lock(), eventual fairness) then parks
+// on the word of its own key's holder and barges again when woken, until it has waited
+// fair_after (`since`: when it first parked, 0 if it never did). Else gives rec back and
+// returns an empty grant with s locked and inflated, for the table's request.
 template <class Key>
 [[gnu::noinline]] grant lock_thin_contended(lock_table& t, lock_shard& s, std::size_t h, thin_record* rec,
-                                            std::uintptr_t w, bool may_spin) {
+                                            std::uintptr_t w, bool may_spin, bool may_park, std::int64_t& since) {
   const std::uintptr_t me = lock_table::this_thread_id();
   for (unsigned spins = 0;;) {
     if (w == 0) {
       if (s.word.compare_exchange_strong(w, reinterpret_cast<std::uintptr_t>(rec), std::memory_order_acq_rel,
-                                         std::memory_order_acquire))
+                                         std::memory_order_acquire)) {
+        if (since != 0) t.end_thin_wait(since, true);
         return {.token = lock_table::take_thin_token(s, rec), .record = rec};
+      }
       continue;
     }
-    if (w != thin_inflated && spins < spins_before_yield) {
+    if (w != thin_inflated) {
       // Relaxed: hints only (the record may be reused meanwhile); the table decides. This
       // thread's own record (stable) sends it to the table: the same key is a deadlock,
       // another key of the stripe waits for nothing there.
-      // NOLINTNEXTLINE(performance-no-int-to-ptr): a record in the word
-      const auto* holder = reinterpret_cast<const thin_record*>(w);
-      if (holder->thread.load(std::memory_order_relaxed) != me &&
-          (may_spin || holder->hash.load(std::memory_order_relaxed) != h)) {
-        backoff(spins++);
-        w = s.word.load(std::memory_order_acquire);
-        continue;
+      const thin_record* holder = thin_holder(w);
+      const bool same_key = holder->hash.load(std::memory_order_relaxed) == h;
+      if (holder->thread.load(std::memory_order_relaxed) != me && (may_spin || !same_key)) {
+        if (spins < spins_before_yield) {
+          backoff(spins++);
+          w = s.word.load(std::memory_order_acquire);
+          continue;
+        }
+        if (may_park && same_key && t.park_thin(s, w, since)) {
+          spins = 0;  // woken: spin again before parking again
+          w = s.word.load(std::memory_order_acquire);
+          continue;
+        }
       }
     }
     s.lock.lock();
@@ -96,6 +108,7 @@ template <class Key>
       w = 0;
       continue;
     }
+    if (since != 0) t.end_thin_wait(since, false);
     push_thin_record(rec);
     if (w != thin_inflated) inflate_locked<Key>(s);
     return {};

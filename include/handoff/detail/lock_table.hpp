@@ -99,6 +99,8 @@ struct lock_request {
   wait_mode mode = wait_mode::forever;
   std::int64_t deadline = 0;  // steady_clock ns, for `until` (no_deadline: never)
   std::int64_t lease = 0;     // ns; 0: no lease; no_deadline: never runs out
+  bool may_park = false;      // lock() alone: may park on a thin word (eventual fairness)
+  std::int64_t since = 0;     // a wait begun parked on a thin word: the table counts from it
 };
 
 class lease_timer;
@@ -195,8 +197,21 @@ class lock_table {
   // With s locked: e, just created for the key of the thin holder r, becomes its hold
   // (count 1, r's token and thread), and r names it for the holder's unlock.
   static void adopt(lock_entry* e, thin_record* r) noexcept;
-  // The unlock of a thin hold whose stripe inflated: the entry's release, through the table.
+  // The unlock of a thin hold whose stripe has threads parked on its word (frees it and
+  // wakes them) or inflated (the entry's release, through the table).
   void release_thin_inflated(thin_record* r) noexcept;
+  // Eventual fairness: whether a blocking lock that found its key held thin may park on
+  // the stripe's word rather than queue in the table (not under the manual clock, whose
+  // time a futex cannot wait for).
+  [[nodiscard]] bool parks_thin() const noexcept { return fair_after_ != 0 && !manual_clock_; }
+  // A blocking lock whose key is held thin as the word w of s (R or R|parked): sets the
+  // parked bit and sleeps while the word keeps it. `since` is the wait's start (0 before
+  // its first park: set here, counting the thread in waiting()). True: look at the word
+  // again; false: the thread has waited fair_after, the table must serve it.
+  bool park_thin(lock_shard& s, std::uintptr_t w, std::int64_t& since) noexcept;
+  // A thread that parked stops waiting on the word: it took the key thin (a wait, for the
+  // statistics) or goes to the table (which counts it from then on).
+  void end_thin_wait(std::int64_t since, bool granted) noexcept;
   // A thin hold's guard moved: deadlock detection forgets the thread (the record's, and
   // its entry's if the stripe inflated).
   void forget_thin_holder(thin_record* r) noexcept;
@@ -237,7 +252,8 @@ class lock_table {
     sink_ = sink;
     recorder_ = recorder;
   }
-  // A request that joined e's queue at `since` (now()) was granted, and holds e.
+  // A request that joined e's queue at `since` (now()) was granted, and holds e; e null:
+  // one that parked on a thin word took it thin (counted, not among the longest waits).
   void note_wait(const lock_entry* e, std::int64_t since) noexcept;
   // A timed request ended without the key.
   void note_timeout() noexcept;
