@@ -70,11 +70,14 @@ void lock_table::release_thin_inflated(thin_record* r) noexcept {
     std::uintptr_t w = s.word.load(std::memory_order_relaxed);
     if (w != thin_inflated) {
       // Parked threads (or an inflation that put the word back, the key's copy having
-      // thrown): free the word, then wake them to barge for it. release; pairs with the
-      // next owner's CAS.
+      // thrown): free the word, then wake them to barge for it; once one of them has
+      // waited fair_after, reserve it for them instead, so that no barger passes it over
+      // while it wakes up. release; pairs with the next owner's CAS.
       HANDOFF_ASSERT(w == mine || w == (mine | thin_parked));
-      if (!s.word.compare_exchange_strong(w, 0, std::memory_order_release, std::memory_order_relaxed)) continue;
-      if ((w & thin_parked) != 0) wake_word(s.word);
+      const bool parked = (w & thin_parked) != 0;
+      const std::uintptr_t to = parked && parker_due(s) ? thin_reserved : 0;
+      if (!s.word.compare_exchange_strong(w, to, std::memory_order_release, std::memory_order_relaxed)) continue;
+      if (parked) wake_word(s.word);
       break;
     }
     s.lock.lock();
@@ -103,13 +106,32 @@ bool lock_table::park_thin(lock_shard& s, std::uintptr_t w, std::int64_t& since)
   if ((w & thin_parked) == 0 &&
       !s.word.compare_exchange_strong(w, w | thin_parked, std::memory_order_relaxed, std::memory_order_relaxed))
     return true;
+  // The stripe's earliest parker deadline, for the unlock. Relaxed: a hint; one lost to a
+  // racing unlock is written again at this thread's next park, one left stale makes an
+  // unlock reserve the word early, for a parker all the same (the bit says one exists).
+  std::atomic<std::int64_t>& first_due = park_due_[static_cast<std::size_t>(&s - shards_.get())];
+  for (std::int64_t d = first_due.load(std::memory_order_relaxed);
+       (d == 0 || due < d) && !first_due.compare_exchange_weak(d, due, std::memory_order_relaxed);) {
+  }
   park_on_word(s.word, w | thin_parked, due);
   return true;
 }
 
-void lock_table::end_thin_wait(std::int64_t since, bool granted) noexcept {
+bool lock_table::parker_due(lock_shard& s) noexcept {
+  if (!park_due_) return false;
+  // Relaxed: a hint (see park_thin). The parkers woken now register again as they park.
+  const std::int64_t d = park_due_[static_cast<std::size_t>(&s - shards_.get())].exchange(0, std::memory_order_relaxed);
+  return d != 0 && now() >= d;
+}
+
+void lock_table::thin_wait_granted(lock_shard& s, std::int64_t since, bool took_reserved) noexcept {
+  if (took_reserved) wake_word(s.word);
+  thin_wait_to_table();
+  note_wait(nullptr, since);
+}
+
+void lock_table::thin_wait_to_table() noexcept {
   counters_.parked.fetch_sub(1, std::memory_order_relaxed);  // a statistic, read by waiting()
-  if (granted) note_wait(nullptr, since);
 }
 
 void lock_table::forget_thin_holder(thin_record* r) noexcept {

@@ -56,7 +56,13 @@
  *             sleeper); the unlock of W(r)|1 frees the word, then wakes every sleeper.
  *             A parker that has waited fair_after (a choice here, at each park) goes to
  *             the table instead; its sleep itself never times out, so that a lost
- *             wake-up is an invalid end state.
+ *             wake-up is an invalid end state. That unlock may instead reserve the word
+ *             (RSV: the bit, no record) once a parker is due: only a thread that parked
+ *             takes it (RSV -> W(r), then waking every sleeper to park on that hold:
+ *             the bit is only ever set by a waiting parker, so a reservation always has
+ *             one to take it); the others treat it as held; an inflation takes it as a
+ *             free word with parkers. (Keeping the bit on the take instead, the model
+ *             found a reservation with no parker left: every later locker asleep.)
  *
  * Assertions: one holder per key (`holders[k] == 1` at every grant); each grant's token
  * exceeds the key's last (`t > last[k]`); an inflater reads a record only while it is live
@@ -109,6 +115,9 @@
  *              (with LIB too: the inflation that drops the parkers)
  *   UNLOCK_IGNORES_PARKED  with LIB, the unlock of W(r)|1 frees the word without waking:
  *              a parker is left asleep (a lost wake-up)
+ *   TAKE_RESERVED_KEEPS_BIT  with LIB, a parker takes a reserved word as W(r)|1 (for
+ *              whoever still sleeps) instead of waking them: its unlock may reserve the
+ *              word again with no parker left, and every later locker sleeps on it
  *   PARK_STALE with LIB, a parker sets the bit by a store of the word it read (w|1), not a
  *              CAS from it: a word freed meanwhile becomes a parked hold nobody unlocks,
  *              and the parker sleeps on it for ever (an invalid end state)
@@ -167,7 +176,8 @@
 #define W(r) (2 * ((r) + 1))
 #define REC(w) ((w) / 2 - 1)
 #define PARKED(w) ((w) & 1)
-#define ISREC(w) ((w) != 0 && (w) != INFL)
+#define ISREC(w) ((w) > 1 && (w) != INFL)
+#define RSV 1             /* LIB: reserved, the parked bit without a record */
 #ifdef SAME_HASH
 #define HASH(k) 7
 #else
@@ -316,6 +326,9 @@ inline lock_table(me, k, t) {
 #endif
            :: else -> skip
            fi
+#ifndef NO_INFLATE_WAKE
+        :: ok && w == RSV -> wake_all()           /* LIB: reserved, no holder */
+#endif
         :: else -> skip
         fi
      :: else -> ok = 1
@@ -370,17 +383,30 @@ inline lock(me, r, k, t, intab) {
   if
   :: ok -> take_token(r, k, t); intab = 0
   :: else ->                                      /* lock_slow */
-     tf = 0; spins = 0; intab = 0;
+     tf = 0; spins = 0; intab = 0; pk = 0;
      do
-     :: !ISREC(w) && w != INFL ->                 /* free: take it, keeping parked */
+     :: w == 0 || (LIB && w == RSV && pk) ->      /* free (LIB: or reserved, for a parker): take it, keeping parked */
         atomic {
           if
-          :: word == w -> word = W(r) | ((PARKED(w) | tf) & !LIB); ok = 1; assert(held[0] == 0 && held[1] == 0)
+#ifndef TAKE_RESERVED_KEEPS_BIT
+          :: word == w -> word = W(r) | ((PARKED(w) | tf) & !LIB); ok = 1;
+#else
+          :: word == w -> word = W(r) | PARKED(w); ok = 1;
+#endif
+             assert(held[0] == 0 && held[1] == 0)
           :: else -> w = word; ok = 0
           fi
         }
         if
-        :: ok -> take_token(r, k, t); break
+        :: ok ->
+           take_token(r, k, t);
+           if
+#ifndef TAKE_RESERVED_KEEPS_BIT
+           :: LIB && w == RSV -> wake_all()        /* the others re-park on this hold */
+#endif
+           :: else -> skip
+           fi;
+           break
         :: else -> skip
         fi
      :: w == INFL && !LAZY -> intab = 1; break
@@ -394,17 +420,21 @@ inline lock(me, r, k, t, intab) {
 #endif
         :: true -> tm = 0; intab = 1; break                 /* the table (relocks the mutex) */
         fi
-     :: ISREC(w) ->
-        h = REC(w);
+     :: ISREC(w) || (LIB && w == RSV && !pk) ->  /* held (LIB: or reserved for others) */
         if
-        :: rec_thr[h] == me -> intab = 1; break   /* its own record: another key, the table */
-        :: else -> skip
+        :: ISREC(w) ->
+           h = REC(w);
+           if
+           :: rec_thr[h] == me -> intab = 1; break   /* its own record: another key, the table */
+           :: else -> skip
+           fi
+        :: else -> h = 0
         fi;
         if
         :: spins < SPINS -> spins++; w = word     /* spin */
         :: true ->
            if
-           :: !EVENTUAL || rec_hash[h] != HASH(k) -> intab = 1; break
+           :: !EVENTUAL || (ISREC(w) && rec_hash[h] != HASH(k)) -> intab = 1; break
            :: else -> skip
            fi;
 #if LIB
@@ -429,6 +459,7 @@ inline lock(me, r, k, t, intab) {
            fi;
            if
            :: ok ->
+              pk = 1;                                   /* a parker: may take a reserved word */
               atomic {                                  /* FUTEX_WAIT(word, w|1) */
                 if
                 :: word == (w | 1) -> fw[me] = 1
@@ -475,7 +506,7 @@ inline lock(me, r, k, t, intab) {
 #endif
         fi
      od;
-     h = 0; spins = 0; sq = 0;
+     h = 0; spins = 0; sq = 0; pk = 0;
      if
      :: intab ->
         rec_live[r] = 0;                          /* the record goes back to the cache */
@@ -511,16 +542,19 @@ inline unlock(me, r, k, t, intab) {
      }
      if
      :: !ok && w == (W(r) | 1) ->
-        atomic {                                  /* the parked bit is set: CAS it to 0 */
+        atomic {                                  /* the parked bit is set: CAS it to 0 (LIB: or reserve it) */
           if
           :: word == w -> word = 0; ok = 1
+#if LIB
+          :: word == w -> word = RSV; ok = 1      /* a parker's fair_after passed */
+#endif
           :: else -> w = word; ok = 0
           fi
         }
         if
 #if LIB
 #ifndef UNLOCK_IGNORES_PARKED
-        :: ok -> wake_all()                       /* every parker barges again */
+        :: ok -> wake_all()                       /* every parker barges again (reserved: a parker takes it) */
 #else
         :: ok -> skip                             /* freed, nobody woken */
 #endif
@@ -557,7 +591,7 @@ inline unlock(me, r, k, t, intab) {
 
 proctype thread(byte me) {
   byte round = 0, k, t, t2, w, h, hk, pin, sq, spins;
-  bit ok, busy, tf, found, intab, intab2;
+  bit ok, busy, tf, pk, found, intab, intab2;
   do
   :: (me == 0 && round < ROUNDS0) || (me != 0 && round < ROUNDS) ->
      round++;

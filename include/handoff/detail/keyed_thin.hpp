@@ -74,21 +74,27 @@ template <class Key>
                                             std::uintptr_t w, bool may_spin, bool may_park, std::int64_t& since) {
   const std::uintptr_t me = lock_table::this_thread_id();
   for (unsigned spins = 0;;) {
-    if (w == 0) {
+    // Free, or reserved for a thread that parked (this one, if it did): take it. Others
+    // may sleep on a reserved word: woken, they park on this hold. (The parked bit is
+    // only ever set by a parker still waiting, so a reservation always has a taker.)
+    if (w == 0 || (w == thin_reserved && since != 0)) {
+      const std::uintptr_t was = w;
       if (s.word.compare_exchange_strong(w, reinterpret_cast<std::uintptr_t>(rec), std::memory_order_acq_rel,
                                          std::memory_order_acquire)) {
-        if (since != 0) t.end_thin_wait(since, true);
-        return {.token = lock_table::take_thin_token(s, rec), .record = rec};
+        const grant g{.token = lock_table::take_thin_token(s, rec), .record = rec};
+        if (since != 0) t.thin_wait_granted(s, since, was == thin_reserved);
+        return g;
       }
       continue;
     }
     if (w != thin_inflated) {
       // Relaxed: hints only (the record may be reused meanwhile); the table decides. This
       // thread's own record (stable) sends it to the table: the same key is a deadlock,
-      // another key of the stripe waits for nothing there.
+      // another key of the stripe waits for nothing there. A reserved word (no record)
+      // counts as held for this key.
       const thin_record* holder = thin_holder(w);
-      const bool same_key = holder->hash.load(std::memory_order_relaxed) == h;
-      if (holder->thread.load(std::memory_order_relaxed) != me && (may_spin || !same_key)) {
+      const bool same_key = holder == nullptr || holder->hash.load(std::memory_order_relaxed) == h;
+      if ((holder == nullptr || holder->thread.load(std::memory_order_relaxed) != me) && (may_spin || !same_key)) {
         if (spins < spins_before_yield) {
           backoff(spins++);
           w = s.word.load(std::memory_order_acquire);
@@ -108,7 +114,7 @@ template <class Key>
       w = 0;
       continue;
     }
-    if (since != 0) t.end_thin_wait(since, false);
+    if (since != 0) t.thin_wait_to_table();
     push_thin_record(rec);
     if (w != thin_inflated) inflate_locked<Key>(s);
     return {};

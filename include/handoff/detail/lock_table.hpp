@@ -209,9 +209,14 @@ class lock_table {
   // its first park: set here, counting the thread in waiting()). True: look at the word
   // again; false: the thread has waited fair_after, the table must serve it.
   bool park_thin(lock_shard& s, std::uintptr_t w, std::int64_t& since) noexcept;
+  // The unlock of s's parked word: whether a parker's fair_after has passed (the word is
+  // then reserved for the parkers rather than freed); forgets the deadlines it read.
+  bool parker_due(lock_shard& s) noexcept;
   // A thread that parked stops waiting on the word: it took the key thin (a wait, for the
-  // statistics) or goes to the table (which counts it from then on).
-  void end_thin_wait(std::int64_t since, bool granted) noexcept;
+  // statistics; from a reserved word: then wakes the other sleepers, to park on its hold),
+  // or goes to the table (which counts it from then on).
+  void thin_wait_granted(lock_shard& s, std::int64_t since, bool took_reserved) noexcept;
+  void thin_wait_to_table() noexcept;
   // A thin hold's guard moved: deadlock detection forgets the thread (the record's, and
   // its entry's if the stripe inflated).
   void forget_thin_holder(thin_record* r) noexcept;
@@ -243,7 +248,11 @@ class lock_table {
 
   // The fairness mode, before the mutex is used: 0 for fifo, else eventual fairness with
   // this fair_after in ns (see the overview).
-  void use_fairness(std::int64_t fair_after) noexcept { fair_after_ = fair_after > 0 ? fair_after : 0; }
+  // Allocates the stripes' park deadlines (eventual only; throws std::bad_alloc).
+  void use_fairness(std::int64_t fair_after) {
+    fair_after_ = fair_after > 0 ? fair_after : 0;
+    if (fair_after_ != 0) park_due_ = std::make_unique<std::atomic<std::int64_t>[]>(shard_count());
+  }
 
   // Statistics and metrics (detail/lock_stats.hpp), on slow paths only. observe(), before
   // the mutex is used: the sink events go to (nullptr: the process-wide one, looked up at
@@ -367,6 +376,9 @@ class lock_table {
   keep_fn keep_;
   describe_fn describe_;
   std::int64_t fair_after_ = 0;              // ns; 0: fifo (see use_fairness())
+  // Per stripe, eventual only: the earliest fair_after deadline of the threads parked on
+  // its word (0: none known), for the unlock that frees it (lib/keyed/thin_lock.cpp).
+  std::unique_ptr<std::atomic<std::int64_t>[]> park_due_;
   std::atomic<std::int64_t> manual_now_{0};  // relaxed: the manual clock has one thread
   std::once_flag timer_once_;
   timer_service* timers_ = nullptr;  // see use_timers()

@@ -8,6 +8,8 @@
 //   0            free: no key of the stripe is held or waited for
 //   R            thin-held: R is the holder's record (64-byte aligned)
 //   R|parked     thin-held, and threads are parked on the word waiting for R's key
+//   parked       reserved: freed by an unlock for the threads parked on it, one of which
+//                has waited fair_after; only a thread that parked may take it
 //   inflated     the stripe's keys are served by its table of entries (exact per key)
 //
 //   lock:     fill R (key bytes, hash, thread; token 0), CAS 0 -> R (acquire: the last
@@ -15,13 +17,15 @@
 //             token = ++counter (the word's owner owns the stripe's counter), published
 //             in R.token (release; an inflater waits for it)
 //   unlock:   CAS R -> 0 (release); it fails only when parked or inflated: the table's
-//             side (lock_table::release_thin_inflated) then CASes R|parked -> 0 and wakes
-//             every thread parked on the word, or goes through the table
+//             side (lock_table::release_thin_inflated) then CASes R|parked -> 0 (or ->
+//             reserved, once a parker's fair_after passed) and wakes every thread
+//             parked on the word, or goes through the table
 //   park:     (eventual fairness, a blocking lock of the key R holds, after a spin) CAS
 //             R -> R|parked, or find it set, then sleep while the word is still R|parked
 //             (a futex compare-and-sleep: an unlock or inflation in between is seen);
-//             woken, take the word as a lock does (CAS 0 -> R'), or park again; once it
-//             has waited fair_after, queue in the table (inflating the stripe)
+//             woken, take the word as a lock does (CAS 0 -> R', or reserved -> R'|parked:
+//             others may still sleep), or park again; due with the word still held,
+//             queue in the table (inflating the stripe)
 //   inflate:  under the stripe's lock, CAS R or R|parked -> inflated, waking the parked
 //             threads (they go to the table): R's holder can no longer release without
 //             that lock, so R is stable; its key goes into the table as held, with its
@@ -51,6 +55,7 @@ struct lock_entry;
 // 64-byte aligned: their low six bits are free).
 inline constexpr std::uintptr_t thin_inflated = 1;
 inline constexpr std::uintptr_t thin_parked = 2;
+inline constexpr std::uintptr_t thin_reserved = thin_parked;  // no record: kept for a parker
 
 
 struct alignas(64) thin_record {
@@ -81,7 +86,7 @@ struct alignas(64) thin_record {
 static_assert(sizeof(thin_record) == 64, "a record is one cache line");
 inline constexpr std::size_t max_thin_key = sizeof(thin_record::key);
 
-// The holder's record in a thin-held word (R or R|parked).
+// The holder's record in a thin-held word (R or R|parked); null for a reserved word.
 [[nodiscard]] inline thin_record* thin_holder(std::uintptr_t w) noexcept {
   return reinterpret_cast<thin_record*>(w & ~thin_parked);  // NOLINT(performance-no-int-to-ptr): a record
 }
