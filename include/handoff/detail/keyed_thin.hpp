@@ -73,6 +73,9 @@ template <class Key>
 [[gnu::noinline]] grant lock_thin_contended(lock_table& t, lock_shard& s, std::size_t h, thin_record* rec,
                                             std::uintptr_t w, bool may_spin, bool may_park, std::int64_t& since) {
   const std::uintptr_t me = lock_table::this_thread_id();
+  std::uintptr_t seen = 0;  // the word whose holder was read last
+  bool same_key = false;    // that holder's hash is h
+  bool others = false;      // that holder is another thread
   for (unsigned spins = 0;;) {
     // Free, or reserved for a thread that parked (this one, if it did): take it. Others
     // may sleep on a reserved word: woken, they park on this hold. (The parked bit is
@@ -91,10 +94,16 @@ template <class Key>
       // Relaxed: hints only (the record may be reused meanwhile); the table decides. This
       // thread's own record (stable) sends it to the table: the same key is a deadlock,
       // another key of the stripe waits for nothing there. A reserved word (no record)
-      // counts as held for this key.
-      const thin_record* holder = thin_holder(w);
-      const bool same_key = holder == nullptr || holder->hash.load(std::memory_order_relaxed) == h;
-      if ((holder == nullptr || holder->thread.load(std::memory_order_relaxed) != me) && (may_spin || !same_key)) {
+      // counts as held for this key. Read once per word seen: the holder rewrites its
+      // record at each relock, and a spinner reading it every pause would pull that line
+      // away from it.
+      if (w != seen) {
+        seen = w;
+        const thin_record* holder = thin_holder(w);
+        same_key = holder == nullptr || holder->hash.load(std::memory_order_relaxed) == h;
+        others = holder == nullptr || holder->thread.load(std::memory_order_relaxed) != me;
+      }
+      if (others && (may_spin || !same_key)) {
         if (spins < spins_before_yield) {
           backoff(spins++);
           w = s.word.load(std::memory_order_acquire);

@@ -375,7 +375,7 @@ class lock_table {
   destroy_fn destroy_;
   keep_fn keep_;
   describe_fn describe_;
-  std::int64_t fair_after_ = 0;              // ns; 0: fifo (see use_fairness())
+  std::int64_t fair_after_ = 0;  // ns; 0: fifo (see use_fairness())
   // Per stripe, eventual only: the earliest fair_after deadline of the threads parked on
   // its word (0: none known), for the unlock that frees it (lib/keyed/thin_lock.cpp).
   std::unique_ptr<std::atomic<std::int64_t>[]> park_due_;

@@ -57,7 +57,6 @@ inline constexpr std::uintptr_t thin_inflated = 1;
 inline constexpr std::uintptr_t thin_parked = 2;
 inline constexpr std::uintptr_t thin_reserved = thin_parked;  // no record: kept for a parker
 
-
 struct alignas(64) thin_record {
   // The holder's mixed hash: read by contenders (a hint whether they want the same key:
   // the record may be reused meanwhile) and by the inflater. Relaxed: written before the
