@@ -369,9 +369,7 @@ class lock_table {
   // All set at construction, except the timer (once, through timer_once_). The first
   // two are read by every lock: one cache line with the table's address.
   std::unique_ptr<lock_shard[]> shards_;
-  test_driver* driver_;                     // the test scheduler this table was made under; nullptr: none
-  bool manual_clock_ = false;               // see use_manual_clock()
-  std::atomic<bool> timer_started_{false};  // release in timer(); pairs with timer_if_started()
+  test_driver* driver_;  // the test scheduler this table was made under; nullptr: none
   destroy_fn destroy_;
   keep_fn keep_;
   describe_fn describe_;
@@ -381,7 +379,9 @@ class lock_table {
   std::unique_ptr<std::atomic<std::int64_t>[]> park_due_;
   std::atomic<std::int64_t> manual_now_{0};  // relaxed: the manual clock has one thread
   std::once_flag timer_once_;
-  timer_service* timers_ = nullptr;  // see use_timers()
+  bool manual_clock_ = false;               // see use_manual_clock()
+  std::atomic<bool> timer_started_{false};  // release in timer(); pairs with timer_if_started()
+  timer_service* timers_ = nullptr;         // see use_timers()
   std::unique_ptr<lease_timer> timer_;
   // Statistics: set by observe() before use, read on slow paths only.
   metrics_sink* sink_ = nullptr;
