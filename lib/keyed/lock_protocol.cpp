@@ -54,7 +54,9 @@ std::size_t lock_table::size() const noexcept {
     s.lock.lock();
     s.for_each([&](const lock_entry* e) { n += lock_shard::reclaimable(e) ? 0 : 1; });
     // A thin holder: a record in the word. acquire: its record was published by that CAS.
-    if (const std::uintptr_t w = s.word.load(std::memory_order_acquire); w != 0 && w != thin_inflated) ++n;
+    if (const std::uintptr_t w = s.word.load(std::memory_order_acquire);
+        w != thin_inflated && thin_holder(w) != nullptr)
+      ++n;
     s.lock.unlock();
   }
   return n;

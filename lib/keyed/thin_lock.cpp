@@ -11,6 +11,41 @@
 
 namespace handoff::detail {
 
+namespace {
+
+// A stripe's waiters on its word (lock_table::park_due_): their count in the low bits,
+// the earliest deadline above, in units of 2^10 ns rounded up (never early).
+constexpr unsigned due_shift = 16;
+constexpr std::uint64_t count_mask = (std::uint64_t{1} << due_shift) - 1;
+std::uint64_t due_units(std::int64_t due) noexcept { return (static_cast<std::uint64_t>(due) + 1023) >> 10; }
+
+// Counts a waiter in (by 1, or 0 for one counted already) with its deadline, kept if the
+// earliest; `leave` counts it out, and its deadline goes with it if kept (the others'
+// come back as they park again), so that a kept deadline is always a waiting thread's.
+// Relaxed: hints for fairness; the word alone decides who holds the key.
+void count_waiter(std::atomic<std::uint64_t>& slot, std::uint64_t due, bool join) noexcept {
+  std::uint64_t v = slot.load(std::memory_order_relaxed);
+  for (;;) {
+    const std::uint64_t d = v >> due_shift;
+    const std::uint64_t n = (v & count_mask) + (join ? 1 : 0);
+    HANDOFF_ASSERT(n <= count_mask);
+    const std::uint64_t to = (d == 0 || due < d ? due : d) << due_shift | n;
+    if (to == v || slot.compare_exchange_weak(v, to, std::memory_order_relaxed)) return;
+  }
+}
+void leave(std::atomic<std::uint64_t>& slot, std::uint64_t due) noexcept {
+  std::uint64_t v = slot.load(std::memory_order_relaxed);
+  for (;;) {
+    HANDOFF_ASSERT((v & count_mask) != 0);
+    const std::uint64_t n = (v & count_mask) - 1;
+    const std::uint64_t d = v >> due_shift;
+    const std::uint64_t to = (n == 0 || d == due ? 0 : d) << due_shift | n;
+    if (slot.compare_exchange_weak(v, to, std::memory_order_relaxed)) return;
+  }
+}
+
+}  // namespace
+
 std::uintptr_t lock_table::seize(lock_shard& s) noexcept {
   std::uintptr_t w = s.word.load(std::memory_order_relaxed);
   // seq_cst: acquires the holder's record (its CAS released it), and orders this CAS
@@ -20,10 +55,8 @@ std::uintptr_t lock_table::seize(lock_shard& s) noexcept {
   }
   HANDOFF_ASSERT(w != thin_inflated);  // the caller checked, under s's lock
   s.calm = 0;
-  if ((w & thin_parked) != 0) {
-    wake_word(s.word);  // the parked threads find the stripe inflated: the table serves them
-    w &= ~thin_parked;
-  }
+  if ((w & thin_parked) != 0) wake_word(s.word);  // the sleepers find it inflated: the table serves them
+  w &= ~thin_flags;                               // the holder's record, if any
   if (w != 0) {
     const thin_record* holder = thin_holder(w);
     // The holder publishes its token a few instructions after its CAS. acquire; pairs with
@@ -65,19 +98,21 @@ bool lock_table::deflate_if_calm(lock_shard& s) noexcept {
 
 void lock_table::release_thin_inflated(thin_record* r) noexcept {
   lock_shard& s = shard_for(r->hash.load(std::memory_order_relaxed));
-  const auto mine = reinterpret_cast<std::uintptr_t>(r);
   for (;;) {
     std::uintptr_t w = s.word.load(std::memory_order_relaxed);
     if (w != thin_inflated) {
-      // Parked threads (or an inflation that put the word back, the key's copy having
-      // thrown): free the word, then wake them to barge for it; once one of them has
-      // waited fair_after, reserve it for them instead, so that no barger passes it over
-      // while it wakes up. release; pairs with the next owner's CAS.
-      HANDOFF_ASSERT(w == mine || w == (mine | thin_parked));
-      const bool parked = (w & thin_parked) != 0;
-      const std::uintptr_t to = parked && parker_due(s) ? thin_reserved : 0;
-      if (!s.word.compare_exchange_strong(w, to, std::memory_order_release, std::memory_order_relaxed)) continue;
-      if (parked) wake_word(s.word);
+      // Waiters on the word (or an inflation that put the word back, the key's copy having
+      // thrown): free it, keeping W while any are counted, so that a lock that finds it
+      // takes the slow path and leaves it to them once one is due; then wake the sleepers
+      // (P), to take it or park again. release; pairs with the next owner's CAS.
+      HANDOFF_ASSERT(thin_holder(w) == r);
+      const bool counted =
+          park_due_ &&
+          (park_due_[static_cast<std::size_t>(&s - shards_.get())].load(std::memory_order_relaxed) & count_mask) != 0;
+      if (!s.word.compare_exchange_strong(w, counted ? thin_waiters : 0, std::memory_order_release,
+                                          std::memory_order_relaxed))
+        continue;
+      if ((w & thin_parked) != 0) wake_word(s.word);
       break;
     }
     s.lock.lock();
@@ -94,43 +129,47 @@ void lock_table::release_thin_inflated(thin_record* r) noexcept {
 }
 
 bool lock_table::park_thin(lock_shard& s, std::uintptr_t w, std::int64_t& since) noexcept {
-  if (since == 0) {
+  std::atomic<std::uint64_t>& slot = park_due_[static_cast<std::size_t>(&s - shards_.get())];
+  const bool first = since == 0;
+  if (first) {
     since = now();
     counters_.parked.fetch_add(1, std::memory_order_relaxed);  // a statistic, read by waiting()
   }
   const std::int64_t due = since + fair_after_;
-  if (now() >= due) return false;
-  // Relaxed: the word's modification order decides alone. A CAS from the word this thread
-  // saw, never a blind set: on a word that changed meanwhile (freed, another holder,
-  // inflated) the bit would promise a wake-up nobody owes; then look at the word again.
-  if ((w & thin_parked) == 0 &&
-      !s.word.compare_exchange_strong(w, w | thin_parked, std::memory_order_relaxed, std::memory_order_relaxed))
+  if (!first && now() >= due) return false;
+  // Counted before W is set, so that the unlock that finds W counts this thread (a
+  // deadline that a leaving waiter took with it is written again here).
+  count_waiter(slot, due_units(due), first);
+  // A CAS from the word this thread saw, never a blind set: on a word that changed
+  // meanwhile the bits would promise a wake-up nobody owes; then look at the word again.
+  // release; pairs with a locker's acquire of the word, before it reads the deadline;
+  // acquire: a waiter's leaving before the unlock that freed the word, for the check below.
+  const std::uintptr_t want = w | thin_flags;
+  if (w != want && !s.word.compare_exchange_strong(w, want, std::memory_order_acq_rel, std::memory_order_relaxed))
     return true;
-  // The stripe's earliest parker deadline, for the unlock. Relaxed: a hint; one lost to a
-  // racing unlock is written again at this thread's next park, one left stale makes an
-  // unlock reserve the word early, for a parker all the same (the bit says one exists).
-  std::atomic<std::int64_t>& first_due = park_due_[static_cast<std::size_t>(&s - shards_.get())];
-  for (std::int64_t d = first_due.load(std::memory_order_relaxed);
-       (d == 0 || due < d) && !first_due.compare_exchange_weak(d, due, std::memory_order_relaxed);) {
-  }
-  park_on_word(s.word, w | thin_parked, due);
+  // A free word is left to a due waiter, which takes it with P and so wakes this thread at
+  // its unlock. Looked at after P is set: a due waiter that took the word and left before
+  // (its deadline gone with it) is seen here, and this thread takes the word instead of
+  // sleeping on it with nobody to wake it.
+  if (thin_holder(w) == nullptr && !thin_waiter_due(s)) return true;
+  park_on_word(s.word, want, due);
   return true;
 }
 
-bool lock_table::parker_due(lock_shard& s) noexcept {
+bool lock_table::thin_waiter_due(const lock_shard& s) const noexcept {
   if (!park_due_) return false;
-  // Relaxed: a hint (see park_thin). The parkers woken now register again as they park.
-  const std::int64_t d = park_due_[static_cast<std::size_t>(&s - shards_.get())].exchange(0, std::memory_order_relaxed);
-  return d != 0 && now() >= d;
+  const std::uint64_t d =
+      park_due_[static_cast<std::size_t>(&s - shards_.get())].load(std::memory_order_relaxed) >> due_shift;
+  return d != 0 && (static_cast<std::uint64_t>(now()) >> 10) >= d;
 }
 
-void lock_table::thin_wait_granted(lock_shard& s, std::int64_t since, bool took_reserved) noexcept {
-  if (took_reserved) wake_word(s.word);
-  thin_wait_to_table();
+void lock_table::thin_wait_granted(lock_shard& s, std::int64_t since) noexcept {
+  thin_wait_to_table(s, since);
   note_wait(nullptr, since);
 }
 
-void lock_table::thin_wait_to_table() noexcept {
+void lock_table::thin_wait_to_table(lock_shard& s, std::int64_t since) noexcept {
+  leave(park_due_[static_cast<std::size_t>(&s - shards_.get())], due_units(since + fair_after_));
   counters_.parked.fetch_sub(1, std::memory_order_relaxed);  // a statistic, read by waiting()
 }
 

@@ -18,8 +18,8 @@ namespace handoff::detail {
 
 // With s locked and not inflated: inflates it (threads parked on the word are woken, for
 // the table). A thin holder's key becomes a held entry (with its token and thread); a
-// throw from that key's copy puts the word back (without the parked bit: nobody is parked
-// on it any more) and propagates with s unlocked.
+// throw from that key's copy puts the word back (without the waiters' bits: they went to
+// the table) and propagates with s unlocked.
 template <class Key>
 [[gnu::noinline]] void inflate_locked(lock_shard& s) {
   const std::uintptr_t w = lock_table::seize(s);
@@ -67,8 +67,10 @@ template <class Key>
 // if it is freed; finding the stripe inflated, deflates it if calm (t.deflate_if_calm)
 // and takes it thin. A blocking lock that may park (lock(), eventual fairness) then parks
 // on the word of its own key's holder and barges again when woken, until it has waited
-// fair_after (`since`: when it first parked, 0 if it never did). Else gives rec back and
-// returns an empty grant with s locked and inflated, for the table's request.
+// fair_after (`since`: when it first parked, 0 if it never did). A word freed with
+// waiters on it (W) is theirs once one of them is due: another lock parks (or, if it may
+// not, goes to the table). Else gives rec back and returns an empty grant with s locked
+// and inflated, for the table's request.
 template <class Key>
 [[gnu::noinline]] grant lock_thin_contended(lock_table& t, lock_shard& s, std::size_t h, thin_record* rec,
                                             std::uintptr_t w, bool may_spin, bool may_park, std::int64_t& since) {
@@ -77,31 +79,36 @@ template <class Key>
   bool same_key = false;    // that holder's hash is h
   bool others = false;      // that holder is another thread
   for (unsigned spins = 0;;) {
-    // Free, or reserved for a thread that parked (this one, if it did): take it. Others
-    // may sleep on a reserved word: woken, they park on this hold. (The parked bit is
-    // only ever set by a parker still waiting, so a reservation always has a taker.)
-    if (w == 0 || (w == thin_reserved && since != 0)) {
-      const std::uintptr_t was = w;
-      if (s.word.compare_exchange_strong(w, reinterpret_cast<std::uintptr_t>(rec), std::memory_order_acq_rel,
-                                         std::memory_order_acquire)) {
-        const grant g{.token = lock_table::take_thin_token(s, rec), .record = rec};
-        if (since != 0) t.thin_wait_granted(s, since, was == thin_reserved);
-        return g;
+    if (thin_holder(w) == nullptr) {  // free (0, or W with waiters on the word; P kept)
+      const bool waited = since != 0;
+      if (w == 0 || waited || !t.thin_waiter_due(s)) {
+        // A waiter that takes the word leaves W for the others (a stale W costs its
+        // unlock the slow path once).
+        const std::uintptr_t to = reinterpret_cast<std::uintptr_t>(rec) | w | (waited ? thin_waiters : 0);
+        if (s.word.compare_exchange_strong(w, to, std::memory_order_acq_rel, std::memory_order_acquire)) {
+          const grant g{.token = lock_table::take_thin_token(s, rec), .record = rec};
+          if (waited) t.thin_wait_granted(s, since);
+          return g;
+        }
+        continue;
       }
-      continue;
-    }
-    if (w != thin_inflated) {
+      if (may_park) {  // a waiter is due: after it
+        t.park_thin(s, w, since);
+        spins = 0;
+        w = s.word.load(std::memory_order_acquire);
+        continue;
+      }
+    } else if (w != thin_inflated) {
       // Relaxed: hints only (the record may be reused meanwhile); the table decides. This
       // thread's own record (stable) sends it to the table: the same key is a deadlock,
-      // another key of the stripe waits for nothing there. A reserved word (no record)
-      // counts as held for this key. Read once per word seen: the holder rewrites its
-      // record at each relock, and a spinner reading it every pause would pull that line
-      // away from it.
+      // another key of the stripe waits for nothing there. Read once per word seen: the
+      // holder rewrites its record at each relock, and a spinner reading it every pause
+      // would pull that line away from it.
       if (w != seen) {
         seen = w;
         const thin_record* holder = thin_holder(w);
-        same_key = holder == nullptr || holder->hash.load(std::memory_order_relaxed) == h;
-        others = holder == nullptr || holder->thread.load(std::memory_order_relaxed) != me;
+        same_key = holder->hash.load(std::memory_order_relaxed) == h;
+        others = holder->thread.load(std::memory_order_relaxed) != me;
       }
       if (others && (may_spin || !same_key)) {
         if (spins < spins_before_yield) {
@@ -123,7 +130,7 @@ template <class Key>
       w = 0;
       continue;
     }
-    if (since != 0) t.thin_wait_to_table();
+    if (since != 0) t.thin_wait_to_table(s, since);
     push_thin_record(rec);
     if (w != thin_inflated) inflate_locked<Key>(s);
     return {};

@@ -197,26 +197,27 @@ class lock_table {
   // With s locked: e, just created for the key of the thin holder r, becomes its hold
   // (count 1, r's token and thread), and r names it for the holder's unlock.
   static void adopt(lock_entry* e, thin_record* r) noexcept;
-  // The unlock of a thin hold whose stripe has threads parked on its word (frees it and
-  // wakes them) or inflated (the entry's release, through the table).
+  // The unlock of a thin hold whose stripe has threads waiting on its word (frees it to W
+  // while they are counted, waking any sleeper) or inflated (the entry's release, through
+  // the table).
   void release_thin_inflated(thin_record* r) noexcept;
   // Eventual fairness: whether a blocking lock that found its key held thin may park on
   // the stripe's word rather than queue in the table (not under the manual clock, whose
   // time a futex cannot wait for).
   [[nodiscard]] bool parks_thin() const noexcept { return fair_after_ != 0 && !manual_clock_; }
-  // A blocking lock whose key is held thin as the word w of s (R or R|parked): sets the
-  // parked bit and sleeps while the word keeps it. `since` is the wait's start (0 before
-  // its first park: set here, counting the thread in waiting()). True: look at the word
-  // again; false: the thread has waited fair_after, the table must serve it.
+  // A blocking lock that waits for the word w of s (held by its key's thin holder, or free
+  // with W while a waiter is due): sets W and P and sleeps while the word keeps them.
+  // `since` is the wait's start (0 before its first park: set here, counting the thread
+  // among the stripe's waiters and in waiting()). True: look at the word again; false:
+  // the thread has waited fair_after, the table must serve it.
   bool park_thin(lock_shard& s, std::uintptr_t w, std::int64_t& since) noexcept;
-  // The unlock of s's parked word: whether a parker's fair_after has passed (the word is
-  // then reserved for the parkers rather than freed); forgets the deadlines it read.
-  bool parker_due(lock_shard& s) noexcept;
+  // Whether a waiter on s's word has waited fair_after: a free word with W is then left
+  // to the waiters.
+  [[nodiscard]] bool thin_waiter_due(const lock_shard& s) const noexcept;
   // A thread that parked stops waiting on the word: it took the key thin (a wait, for the
-  // statistics; from a reserved word: then wakes the other sleepers, to park on its hold),
-  // or goes to the table (which counts it from then on).
-  void thin_wait_granted(lock_shard& s, std::int64_t since, bool took_reserved) noexcept;
-  void thin_wait_to_table() noexcept;
+  // statistics), or goes to the table (which counts it from then on).
+  void thin_wait_granted(lock_shard& s, std::int64_t since) noexcept;
+  void thin_wait_to_table(lock_shard& s, std::int64_t since) noexcept;
   // A thin hold's guard moved: deadlock detection forgets the thread (the record's, and
   // its entry's if the stripe inflated).
   void forget_thin_holder(thin_record* r) noexcept;
@@ -251,7 +252,7 @@ class lock_table {
   // Allocates the stripes' park deadlines (eventual only; throws std::bad_alloc).
   void use_fairness(std::int64_t fair_after) {
     fair_after_ = fair_after > 0 ? fair_after : 0;
-    if (fair_after_ != 0) park_due_ = std::make_unique<std::atomic<std::int64_t>[]>(shard_count());
+    if (fair_after_ != 0) park_due_ = std::make_unique<std::atomic<std::uint64_t>[]>(shard_count());
   }
 
   // Statistics and metrics (detail/lock_stats.hpp), on slow paths only. observe(), before
@@ -374,9 +375,10 @@ class lock_table {
   keep_fn keep_;
   describe_fn describe_;
   std::int64_t fair_after_ = 0;  // ns; 0: fifo (see use_fairness())
-  // Per stripe, eventual only: the earliest fair_after deadline of the threads parked on
-  // its word (0: none known), for the unlock that frees it (lib/keyed/thin_lock.cpp).
-  std::unique_ptr<std::atomic<std::int64_t>[]> park_due_;
+  // Per stripe, eventual only: the threads waiting on its word (bits 0-15) and, above
+  // them, the earliest fair_after deadline among them in units of 2^10 ns (0: none), in
+  // one word so that the last one out clears the deadline (lib/keyed/thin_lock.cpp).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> park_due_;
   std::atomic<std::int64_t> manual_now_{0};  // relaxed: the manual clock has one thread
   std::once_flag timer_once_;
   bool manual_clock_ = false;               // see use_manual_clock()

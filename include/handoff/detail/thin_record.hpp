@@ -7,27 +7,30 @@
 //
 //   0            free: no key of the stripe is held or waited for
 //   R            thin-held: R is the holder's record (64-byte aligned)
-//   R|parked     thin-held, and threads are parked on the word waiting for R's key
-//   parked       reserved: freed by an unlock for the threads parked on it, one of which
-//                has waited fair_after; only a thread that parked may take it
+//   R|W          thin-held, and threads wait on the word for R's key (eventual fairness)
+//   R|W|P        the same, and some of them may sleep on the word (its unlock wakes them)
+//   W, W|P       free, with threads waiting on the word: a lock takes it through the slow
+//                path, which lets the waiters first once one has waited fair_after
 //   inflated     the stripe's keys are served by its table of entries (exact per key)
 //
 //   lock:     fill R (key bytes, hash, thread; token 0), CAS 0 -> R (acquire: the last
 //             owner's writes and the token counter; release: R's fields, for an inflater)
 //             token = ++counter (the word's owner owns the stripe's counter), published
-//             in R.token (release; an inflater waits for it)
-//   unlock:   CAS R -> 0 (release); it fails only when parked or inflated: the table's
-//             side (lock_table::release_thin_inflated) then CASes R|parked -> 0 (or ->
-//             reserved, once a parker's fair_after passed) and wakes every thread
-//             parked on the word, or goes through the table
-//   park:     (eventual fairness, a blocking lock of the key R holds, after a spin) CAS
-//             R -> R|parked, or find it set, then sleep while the word is still R|parked
-//             (a futex compare-and-sleep: an unlock or inflation in between is seen);
-//             woken, take the word as a lock does (CAS 0 -> R', or reserved -> R'|parked:
-//             others may still sleep), or park again; due with the word still held,
-//             queue in the table (inflating the stripe)
-//   inflate:  under the stripe's lock, CAS R or R|parked -> inflated, waking the parked
-//             threads (they go to the table): R's holder can no longer release without
+//             in R.token (release; an inflater waits for it); a word with W is taken as
+//             R|W (P kept), by a waiter, or by another locker while no waiter is due
+//   unlock:   CAS R -> 0 (release); it fails only when waited on or inflated: the table's
+//             side (lock_table::release_thin_inflated) then CASes R|W(|P) -> W while the
+//             stripe counts waiters (else -> 0), waking the sleepers if P was set, or
+//             goes through the table
+//   park:     (eventual fairness, a blocking lock of the key R holds, after a spin; or a
+//             lock that found the word free with W and a waiter due) counted among the
+//             stripe's waiters with its deadline (lock_table::park_thin), CAS w -> w|W|P
+//             from the word it saw, then sleep while the word is still that (a futex
+//             compare-and-sleep: a change in between is seen); woken, take a free word,
+//             or park again; due with the word still held, queue in the table (inflating
+//             the stripe). P is cleared only by a change that wakes: no sleeper is lost.
+//   inflate:  under the stripe's lock, CAS the word -> inflated, waking the sleepers (P;
+//             every waiter goes to the table): R's holder can no longer release without
 //             that lock, so R is stable; its key goes into the table as held, with its
 //             token, and R.entry names the entry for the holder's unlock
 //   deflate:  under the stripe's lock, the table's last entry leaves, or a thin-capable
@@ -51,11 +54,12 @@ namespace handoff::detail {
 
 struct lock_entry;
 
-// The stripe word's non-record value, and the parked bit of a held word (records are
-// 64-byte aligned: their low six bits are free).
+// The stripe word's non-record value, and the waiters' bits of a held or free word
+// (records are 64-byte aligned: their low six bits are free).
 inline constexpr std::uintptr_t thin_inflated = 1;
-inline constexpr std::uintptr_t thin_parked = 2;
-inline constexpr std::uintptr_t thin_reserved = thin_parked;  // no record: kept for a parker
+inline constexpr std::uintptr_t thin_parked = 2;   // P: threads may sleep on the word
+inline constexpr std::uintptr_t thin_waiters = 4;  // W: threads wait on the word
+inline constexpr std::uintptr_t thin_flags = thin_parked | thin_waiters;
 
 struct alignas(64) thin_record {
   // The holder's mixed hash: read by contenders (a hint whether they want the same key:
@@ -85,9 +89,9 @@ struct alignas(64) thin_record {
 static_assert(sizeof(thin_record) == 64, "a record is one cache line");
 inline constexpr std::size_t max_thin_key = sizeof(thin_record::key);
 
-// The holder's record in a thin-held word (R or R|parked); null for a reserved word.
+// The holder's record in a thin word other than inflated; null for a free one.
 [[nodiscard]] inline thin_record* thin_holder(std::uintptr_t w) noexcept {
-  return reinterpret_cast<thin_record*>(w & ~thin_parked);  // NOLINT(performance-no-int-to-ptr): a record
+  return reinterpret_cast<thin_record*>(w & ~thin_flags);  // NOLINT(performance-no-int-to-ptr): a record
 }
 
 // A thread's cache of free records. Owned by its thread.
@@ -133,7 +137,7 @@ inline constexpr std::uint32_t thin_cache_max = 64;
 }
 
 // The thin holder's unlock: CAS R -> 0 and the record back to the cache (true); false when
-// threads parked on the word or the stripe was inflated meanwhile
+// threads wait on the word or the stripe was inflated meanwhile
 // (lock_table::release_thin_inflated does the rest).
 // release; pairs with the next owner's CAS.
 [[gnu::always_inline]] inline bool release_thin(thin_record* r) noexcept {
