@@ -3,9 +3,14 @@
 // (eventual fairness), and forgetting a moved guard's thread.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #include "handoff/detail/assert.hpp"
 #include "handoff/detail/backoff.hpp"
+#include "handoff/detail/clock.hpp"
 #include "handoff/detail/lock_table.hpp"
 #include "lock_parking.hpp"
 
@@ -43,6 +48,15 @@ void leave(std::atomic<std::uint64_t>& slot, std::uint64_t due) noexcept {
     if (slot.compare_exchange_weak(v, to, std::memory_order_relaxed)) return;
   }
 }
+
+#if defined(__x86_64__)
+// A thread's last clock read for thin_waiter_due: the counter, then steady_clock (ns).
+struct tsc_base {
+  std::uint64_t tsc;
+  std::int64_t ns;
+};
+constinit thread_local tsc_base tl_tsc_base{};
+#endif
 
 }  // namespace
 
@@ -153,14 +167,33 @@ bool lock_table::park_thin(lock_shard& s, std::uintptr_t w, std::int64_t& since)
   // sleeping on it with nobody to wake it.
   if (thin_holder(w) == nullptr && !thin_waiter_due(s)) return true;
   park_on_word(s.word, want, due);
-  return true;
+  // Woken due (its deadline's timeout, say): to the table now, not after another spin,
+  // which on a loaded machine lets waiters due later queue there first.
+  return now() < due;
 }
 
 bool lock_table::thin_waiter_due(const lock_shard& s) const noexcept {
   if (!park_due_) return false;
   const std::uint64_t d =
       park_due_[static_cast<std::size_t>(&s - shards_.get())].load(std::memory_order_relaxed) >> due_shift;
-  return d != 0 && (static_cast<std::uint64_t>(now()) >> 10) >= d;
+  if (d == 0) return false;
+  const auto due = static_cast<std::int64_t>(d << 10);  // at or after the waiter's deadline
+  if (manual_clock_) return now() >= due;
+#if defined(__x86_64__)
+  // A lock of a waited-on word asks at every take, and steady_clock costs a system call
+  // on some VMs: the time-stamp counter bounds the time since this thread last read the
+  // clock from above (at most 2 ns a tick: a counter of 500 MHz or more), so the clock is
+  // read only once that bound reaches the deadline. Never late: the base's clock read
+  // follows its counter read.
+  tsc_base& b = tl_tsc_base;
+  const std::uint64_t dt = __rdtsc() - b.tsc;  // a counter behind the base wraps: read the clock
+  if (b.ns != 0 && dt < (std::uint64_t{1} << 40) && b.ns + static_cast<std::int64_t>(2 * dt) < due) return false;
+  b.tsc = __rdtsc();
+  b.ns = now_ns();
+  return b.ns >= due;
+#else
+  return now_ns() >= due;
+#endif
 }
 
 void lock_table::thin_wait_granted(lock_shard& s, std::int64_t since) noexcept {
