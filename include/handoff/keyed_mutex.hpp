@@ -141,7 +141,7 @@ class keyed_mutex {
   // cannot start the completion thread or the default timer service. Allocates the key's
   // state when the key has none (operator new, or this thread's recycled entry), and a
   // pooled waiter node when it must wait.
-  [[gnu::always_inline]] guard lock(const Key& key) { return acquire(key, wait_forever); }
+  [[gnu::always_inline]] guard lock(const Key& key) { return acquire(key, wait_parking); }
   guard lock(const Key& key, lease l) { return acquire(key, {.lease = l.duration.count()}); }
 
   // Thread-safe, never blocks or waits in a queue: acquires only if nobody holds the key
@@ -282,6 +282,9 @@ class keyed_mutex {
   // The requests of lock(key) and try_lock(key), as constants: the slow path takes them by
   // reference, so that the fast path builds none.
   static constexpr detail::lock_request wait_forever{};
+  // lock()'s: under eventual fairness, a hot key's waiter parks on the stripe's word
+  // (detail/keyed_thin.hpp) before it queues.
+  static constexpr detail::lock_request wait_parking{.may_park = true};
   static constexpr detail::lock_request never_wait{.mode = wait_mode::none};
 
   using entry = detail::keyed_entry<Key>;

@@ -4,7 +4,9 @@
 #include "lock_parking.hpp"
 
 #include <atomic>
+#include <bit>
 #include <chrono>
+#include <climits>
 #include <thread>
 
 #include "../runtime/task_thread.hpp"
@@ -43,6 +45,22 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::i
 void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
+// The futex is the word's low 32 bits, which hold the parked bit: a word whose low half
+// equals `parked`'s is thin-held with parked threads, so its unlock wakes them.
+std::uint32_t* low_half(std::atomic<std::uintptr_t>& word) noexcept {
+  auto* p = reinterpret_cast<std::uint32_t*>(&word);
+  return std::endian::native == std::endian::little || sizeof(std::uintptr_t) == 4 ? p : p + 1;
+}
+void futex_wait_word(std::atomic<std::uintptr_t>& word, std::uintptr_t parked, std::int64_t deadline) noexcept {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(deadline / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(deadline % 1'000'000'000);
+  syscall(SYS_futex, low_half(word), FUTEX_WAIT_BITSET_PRIVATE, static_cast<std::uint32_t>(parked), &ts, nullptr,
+          FUTEX_BITSET_MATCH_ANY);
+}
+void futex_wake_word(std::atomic<std::uintptr_t>& word) noexcept {
+  syscall(SYS_futex, low_half(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
 #else
 // Portable fallback: std::atomic::wait has no timeout, so timed waits poll.
 constexpr auto timed_wait_poll = std::chrono::microseconds(50);  // 1/20 of the shortest wait tests use
@@ -51,6 +69,10 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::i
   std::this_thread::sleep_for(timed_wait_poll);
 }
 void futex_wake(std::atomic<std::uint32_t>& word) noexcept { word.notify_one(); }
+void futex_wait_word(std::atomic<std::uintptr_t>& word, std::uintptr_t parked, std::int64_t /*deadline*/) noexcept {
+  if (word.load(std::memory_order_relaxed) == parked) std::this_thread::sleep_for(timed_wait_poll);
+}
+void futex_wake_word(std::atomic<std::uintptr_t>& /*word*/) noexcept {}
 #endif
 
 // Spins before sleeping: a hot key's holder is usually a few hundred nanoseconds from its
@@ -111,6 +133,11 @@ std::uint32_t try_wake(waiter* w) noexcept {
 }
 
 void wake_sleeper(waiter* w) noexcept { futex_wake(w->state); }
+
+void park_on_word(std::atomic<std::uintptr_t>& word, std::uintptr_t parked, std::int64_t deadline) noexcept {
+  futex_wait_word(word, parked, deadline);
+}
+void wake_word(std::atomic<std::uintptr_t>& word) noexcept { futex_wake_word(word); }
 
 std::uint32_t wait_for_turn(waiter* w, std::int64_t deadline) noexcept {
   for (unsigned i = 0; i < wait_spins; ++i) {

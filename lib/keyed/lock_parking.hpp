@@ -2,6 +2,7 @@
 // blocking wait of a thread, and where coroutine and callback waiters run.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "handoff/detail/lock_entry.hpp"
@@ -28,6 +29,15 @@ bool cancel_wait(waiter* w, std::uint32_t seen) noexcept;
 // of the three states it ended in. Spins briefly, then sleeps on the futex. Call again
 // after a lost competition put w back to waiting.
 std::uint32_t wait_for_turn(waiter* w, std::int64_t deadline) noexcept;
+
+// A thin stripe's word (detail/thin_record.hpp): sleeps while `word` still holds `parked`
+// (a thin-held word with its parked bit) until woken or `deadline` (steady_clock ns)
+// passes; returns on spurious wake-ups too: the caller looks at the word again. The
+// compare and the sleep are one step against wake_word(): a change of the word before the
+// sleep is seen.
+void park_on_word(std::atomic<std::uintptr_t>& word, std::uintptr_t parked, std::int64_t deadline) noexcept;
+// Wakes every thread parked on `word`, after the word changed.
+void wake_word(std::atomic<std::uintptr_t>& word) noexcept;
 
 // While non-null on a thread (the lease timer's), complete_waiter posts waiters to this
 // completion thread instead of running them there. Owned by its thread.

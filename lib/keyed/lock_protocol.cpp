@@ -54,7 +54,9 @@ std::size_t lock_table::size() const noexcept {
     s.lock.lock();
     s.for_each([&](const lock_entry* e) { n += lock_shard::reclaimable(e) ? 0 : 1; });
     // A thin holder: a record in the word. acquire: its record was published by that CAS.
-    if (const std::uintptr_t w = s.word.load(std::memory_order_acquire); w != 0 && w != thin_inflated) ++n;
+    if (const std::uintptr_t w = s.word.load(std::memory_order_acquire);
+        w != thin_inflated && thin_holder(w) != nullptr)
+      ++n;
     s.lock.unlock();
   }
   return n;
@@ -132,7 +134,9 @@ grant lock_table::acquire(lock_shard& s, lock_entry* e, const lock_request& r) {
   }
   w->entry = e;
   w->table = this;
-  w->queued_at = now();  // before the push: a releasing holder reads it (eventual fairness)
+  // Before the push: a releasing holder reads it (eventual fairness). A wait begun parked
+  // on a thin word counts from its start, so that fair_after bounds the whole wait.
+  w->queued_at = r.since != 0 ? r.since : now();
   if (e->own.join(w)) {  // released since try_take(): ours, and w was not queued
     delete_node(w);
     return hold();

@@ -14,7 +14,7 @@ void lock_table::note_wait(const lock_entry* e, std::int64_t since) noexcept {
   counters_.waits.fetch_add(1, std::memory_order_relaxed);  // a statistic (lock_counters)
   if (metrics_sink* s = sink_or_global(sink_))
     s->observe_wait(metric_wait::keyed_lock, std::chrono::nanoseconds(waited));
-  if (recorder_ != nullptr) recorder_->record(e, waited);
+  if (recorder_ != nullptr && e != nullptr) recorder_->record(e, waited);
 }
 
 void lock_table::note_timeout() noexcept {
@@ -29,10 +29,11 @@ void lock_table::note_lease_expiry() noexcept {
 
 std::size_t lock_table::waiting() const noexcept {
   // The count is the holder plus the queued requests (lock_entry::own).
-  return sum_entries([](const lock_entry* e) -> std::size_t {
+  const std::size_t queued = sum_entries([](const lock_entry* e) -> std::size_t {
     const std::uint64_t pending = e->own.pending();
     return pending > 1 ? pending - 1 : 0;
   });
+  return queued + counters_.parked.load(std::memory_order_relaxed);  // a statistic
 }
 
 }  // namespace handoff::detail

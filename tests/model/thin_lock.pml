@@ -6,9 +6,10 @@
  * tests/model/README.md.
  *
  * The library (include/handoff/detail/thin_record.hpp) runs the EVENTUAL 0, LAZY 1
- * protocol under both of its fairness modes: it does not park on the word yet, and its
- * stripes deflate lazily, so model_thin_fifo and model_thin_fifo_nested are its runs; the
- * parking runs check the prototype's (which deflates at once).
+ * protocol under fifo (model_thin_fifo, model_thin_fifo_nested) and the LIB 1, LAZY 1 one
+ * under eventual fairness (model_thin_lib*): it parks on the word itself and its stripes
+ * deflate lazily. The other parking runs check the prototype's protocol (a futex sequence,
+ * one wake per unlock, eager deflation).
  *
  * One stripe, two keys on it (distinct keys share the word), NP threads (2 or 3). Thread 0
  * locks ROUNDS0 times in sequence, the others ROUNDS times, a key chosen nondeterministically
@@ -18,7 +19,7 @@
  * thread's own record can be the stripe's holder. Memory is sequentially consistent: the
  * model checks the protocol's interleavings, not the C++ memory orders.
  *
- * The stripe word: 0 free; W(r) = 2(r+1) thin-held by record r; W(r)|1 the same with
+ * The stripe word: 0 free; W(r) = 4(r+1) thin-held by record r; W(r)|1 the same with
  * threads parked on the stripe's futex; INFL the stripe's keys are served by its table.
  * What is modelled, as in the header:
  *   lock      fill the record (key, hash, token 0, thread), CAS 0 -> W(r); the owner of
@@ -47,7 +48,25 @@
  *             table. The table's keys stay inflated meanwhile.
  *   futex     FUTEX_WAIT sleeps only while the sequence is unchanged, until a wake picks
  *             it; the condition variable: notify_all wakes every waiter.
- *
+ *   LIB       the library's parking: the futex is the word itself (the library's compares
+ *             the word's low half, which holds the bits: a thread sleeps only on a word
+ *             with P, and P leaves a word only by a change that wakes). Words: W(r) held;
+ *             |WT threads wait on it; |1 (P) some may sleep on it; WT, WT|1 free with
+ *             waiters. A blocking lock of the key a thread holds: spin, then park:
+ *             counted in the stripe (nwait; the deadline it keeps is the first counted
+ *             thread's, sw, gone when that one leaves), CAS w -> w|WT|1 from the word it
+ *             saw, sleep while the word is that. A free word: taken by a waiter, or by
+ *             any lock while the kept deadline has not passed (sdue, set by the clock
+ *             process whenever: the waiter need not run), keeping WT and P (a waiter sets
+ *             WT); else the lock parks on it too, unless after setting P it finds no other
+ *             waiter due (the one due took the word and left: nobody would wake it). The
+ *             unlock of W(r)|bits reads nwait, then CASes to WT (nwait > 0) or 0, and wakes
+ *             every sleeper if P was set. A waiter goes to the table when it chooses
+ *             (fair_after passed; it must once its kept deadline passed), counted out.
+ *             Sleeps never time out, so that a lost wake-up is an invalid end state.
+ *             Fairness: `bypass` counts thin takes by threads that never waited while the
+ *             kept deadline has passed and its waiter set WT; at most one per other thread
+ *             (one that read the deadline just before it passed).
  * Assertions: one holder per key (`holders[k] == 1` at every grant); each grant's token
  * exceeds the key's last (`t > last[k]`); an inflater reads a record only while it is live
  * with the hold its CAS pinned (`rec_live[h] && rec_hold[h] == pin`); a thin take finds
@@ -73,6 +92,7 @@
  *   NEST       1: thread 0 may lock key 1 while it holds key 0 (default 0)
  *   SAME_HASH  both keys have one hash (a full-hash collision): the hint is wrong for the
  *              other key, so threads park behind another key's holder
+ *   CLOCK      0: the kept deadline never passes (LIB; default 1)
  *   NO_PIN_CHECK, NO_END_CHECK  drop the inflater's record check, the final check (so
  *              that a broken variant's search reaches the assertion that names its bug)
  * Broken variants, each expected to be rejected:
@@ -96,6 +116,18 @@
  *   NO_TOKEN_WAIT  the inflater does not wait for the holder's token: the entry gets 0 and
  *              the holder's unlock cannot find it (`found`)
  *   NO_INFLATE_WAKE  the inflater does not wake the parked threads: one is left asleep
+ *              (with LIB too: the inflation that drops the parkers)
+ *   UNLOCK_IGNORES_PARKED  with LIB, the unlock of a word with P frees it without waking:
+ *              a parker is left asleep (a lost wake-up)
+ *   TAKE_DROPS_PARKED  with LIB, a lock that takes a free WT|1 word drops P: a thread
+ *              that parked on the free word (a waiter was due) is never woken
+ *   UNLOCK_FORGETS_WAITERS  with LIB, the unlock frees the word to 0 whatever waits (the
+ *              branch's first version): lockers take it by the plain CAS, which never
+ *              looks at the deadline, again and again while the due waiter has yet to
+ *              run (`bypass`)
+ *   PARK_STALE with LIB, a parker sets the bits by a store of the word it read, not a
+ *              CAS from it: a word freed meanwhile becomes a parked hold nobody unlocks,
+ *              and the parker sleeps on it for ever (an invalid end state)
  *   DEFLATE_HELD  with LAZY, the deflation looks at the waiters only, not at the keys the
  *              table holds: a thin lock takes the stripe while a key is held in the table
  *              (`held[0] == 0`)
@@ -125,6 +157,12 @@
 #ifndef LAZY
 #define LAZY 0
 #endif
+#ifndef LIB
+#define LIB 0
+#endif
+#ifndef CLOCK
+#define CLOCK 1
+#endif
 #ifndef DEFLATE_HELD
 #define DEFLATABLE (!held[0] && !held[1] && waiting == 0)
 #else
@@ -144,11 +182,17 @@
 
 #define NK 2              /* keys, both on the one stripe */
 #define NR (2 * NP)       /* records: 2p the thread's outer lock, 2p+1 a nested one */
-#define INFL 254          /* even: the parked bit is clear */
-#define W(r) (2 * ((r) + 1))
-#define REC(w) ((w) / 2 - 1)
+#define INFL 252          /* the low two bits clear */
+#define W(r) (4 * ((r) + 1))
+#define REC(w) ((w) / 4 - 1)
 #define PARKED(w) ((w) & 1)
-#define ISREC(w) ((w) != 0 && (w) != INFL)
+#define WT 2              /* LIB: threads wait on the word */
+#define ISREC(w) ((w) > 3 && (w) != INFL)
+#define FREE(w) ((w) < 4) /* 0, or (LIB) WT or WT|1 */
+/* LIB: the deadline the stripe keeps (its waiter's, sw) has passed; and that waiter has
+ * set W on the word, or found it */
+#define SLOT_DUE (sdue)
+#define DUE_FLAGGED (sdue && sflag)
 #ifdef SAME_HASH
 #define HASH(k) 7
 #else
@@ -160,6 +204,13 @@ byte word = 0;
 byte counter = 0;         /* the last token: owned by the word's owner */
 byte seq = 0;             /* the futex word of the threads parked here */
 bit fw[3];                /* asleep in FUTEX_WAIT */
+/* LIB (declared always: the other protocols' guards name them) */
+byte nwait = 0;             /* the stripe's count of waiters on its word */
+byte sw = 0;              /* whose deadline the stripe keeps, + 1 (0: none): the first counted
+                           * (later ones' deadlines are later), until it leaves */
+bit sdue = 0;             /* that deadline has passed (the clock's) */
+bit sflag = 0;            /* ghost: that waiter found or set WT on the word */
+byte bypass = 0;          /* ghost: thin takes by a thread that never waited, while DUE_FLAGGED */
 
 /* ---- the records (type-stable, per thread) ---- */
 byte rec_key[NR];
@@ -211,6 +262,31 @@ inline wake_all() {
   seq++;
   d_step { fw[0] = 0; fw[1] = 0; fw[2] = 0 }
 }
+
+#if LIB
+/* A waiter stops waiting on the word (took it, or goes to the table). */
+inline leave(me) {
+  d_step {
+    nwait--;
+    if
+    :: sw == me + 1 -> sw = 0; sdue = 0; sflag = 0   /* its deadline goes with it */
+    :: else -> skip
+    fi;
+    if
+    :: !DUE_FLAGGED -> bypass = 0
+    :: else -> skip
+    fi
+  }
+}
+
+/* Time: the waiter whose deadline the stripe keeps reaches it whenever, running or not.
+ * (The others' deadlines matter to themselves only: a choice where they look.) */
+proctype clock() {
+end: do
+  :: d_step { CLOCK && sw != 0 && !sdue -> sdue = 1 }
+  od
+}
+#endif
 
 /* With the mutex held, after a key left `held`. */
 inline release_locked() {
@@ -290,13 +366,13 @@ inline lock_table(me, k, t) {
            d_step { PIN_CHECK; t = rec_tok[h] };
            d_step { PIN_CHECK; hk = rec_key[h] };
 #endif
-           d_step { held[hk] = 1; heldtok[hk] = t; t = 0; hk = 0; h = 0; pin = 0 };
-           if
+           d_step { held[hk] = 1; heldtok[hk] = t; t = 0; hk = 0; h = 0; pin = 0 }
+        :: else -> skip
+        fi;
+        if
 #ifndef NO_INFLATE_WAKE
-           :: PARKED(w) -> wake_all()             /* they queue in the table now */
+        :: ok && PARKED(w) -> wake_all()          /* they queue in the table now */
 #endif
-           :: else -> skip
-           fi
         :: else -> skip
         fi
      :: else -> ok = 1
@@ -344,19 +420,26 @@ inline lock(me, r, k, t, intab) {
 #endif
   atomic {                                        /* CAS 0 -> W(r) */
     if
-    :: word == 0 -> word = W(r); ok = 1; assert(held[0] == 0 && held[1] == 0)   /* a free stripe: nothing in the table */
+    :: word == 0 -> word = W(r); ok = 1; assert(held[0] == 0 && held[1] == 0);  /* a free stripe: nothing in the table */
+#if LIB
+       if
+       :: DUE_FLAGGED -> bypass++; assert(bypass < NP)
+       :: else -> skip
+       fi
+#endif
     :: else -> w = word; ok = 0
     fi
   }
   if
   :: ok -> take_token(r, k, t); intab = 0
   :: else ->                                      /* lock_slow */
-     tf = 0; spins = 0; intab = 0;
+     tf = 0; spins = 0; intab = 0; pk = 0;
      do
-     :: !ISREC(w) && w != INFL ->                 /* free: take it, keeping parked */
+     :: !LIB && w == 0 ->                         /* free: take it, keeping parked */
         atomic {
           if
-          :: word == w -> word = W(r) | PARKED(w) | tf; ok = 1; assert(held[0] == 0 && held[1] == 0)
+          :: word == w -> word = W(r) | PARKED(w) | tf; ok = 1;
+             assert(held[0] == 0 && held[1] == 0)
           :: else -> w = word; ok = 0
           fi
         }
@@ -364,6 +447,34 @@ inline lock(me, r, k, t, intab) {
         :: ok -> take_token(r, k, t); break
         :: else -> skip
         fi
+#if LIB
+     :: FREE(w) && (w == 0 || pk || !SLOT_DUE) ->      /* free, no waiter due (or this one waits): take it */
+        atomic {
+          if
+#ifndef TAKE_DROPS_PARKED
+          :: word == w -> word = W(r) | w | (pk -> WT : 0); ok = 1;   /* W and P kept; a waiter sets W */
+#else
+          :: word == w -> word = W(r) | (w & WT) | (pk -> WT : 0); ok = 1;
+#endif
+             assert(held[0] == 0 && held[1] == 0);
+             if
+             :: !pk && DUE_FLAGGED -> bypass++; assert(bypass < NP)
+             :: else -> skip
+             fi
+          :: else -> w = word; ok = 0
+          fi
+        }
+        if
+        :: ok ->
+           take_token(r, k, t);
+           if
+           :: pk -> leave(me)
+           :: else -> skip
+           fi;
+           break
+        :: else -> skip
+        fi
+#endif
      :: w == INFL && !LAZY -> intab = 1; break
      :: w == INFL && LAZY ->
         lock_mutex();
@@ -375,19 +486,74 @@ inline lock(me, r, k, t, intab) {
 #endif
         :: true -> tm = 0; intab = 1; break                 /* the table (relocks the mutex) */
         fi
-     :: ISREC(w) ->
-        h = REC(w);
+     :: ISREC(w) || (LIB && FREE(w) && w != 0 && !pk && SLOT_DUE) ->  /* held (LIB: or free for the waiters, one due) */
         if
-        :: rec_thr[h] == me -> intab = 1; break   /* its own record: another key, the table */
-        :: else -> skip
+        :: ISREC(w) ->
+           h = REC(w);
+           if
+           :: rec_thr[h] == me -> intab = 1; break   /* its own record: another key, the table */
+           :: else -> skip
+           fi
+        :: else -> h = 0
         fi;
         if
         :: spins < SPINS -> spins++; w = word     /* spin */
         :: true ->
            if
-           :: !EVENTUAL || rec_hash[h] != HASH(k) -> intab = 1; break
+           :: !EVENTUAL || (ISREC(w) && rec_hash[h] != HASH(k)) -> intab = 1; break
            :: else -> skip
            fi;
+#if LIB
+           if
+           :: pk -> intab = 1; break                    /* waited fair_after: the table */
+           :: !(sdue && sw == me + 1) -> skip
+           fi;
+           /* park: counted first (with its deadline), then W and P set, then sleep while the word keeps them */
+           d_step {                                     /* one CAS on the stripe's count and deadline */
+             if
+             :: !pk -> pk = 1; nwait++
+             :: else -> skip
+             fi;
+             if
+             :: sw == 0 -> sw = me + 1
+             :: else -> skip
+             fi
+           };
+           if
+           :: (w & (WT | 1)) == (WT | 1) -> ok = 1
+           :: else ->
+#ifndef PARK_STALE
+              atomic {
+                if
+                :: word == w -> word = w | WT | 1; ok = 1
+                :: else -> w = word; ok = 0
+                fi
+              }
+#else
+              word = w | WT | 1; ok = 1                 /* the word read before: stale */
+#endif
+           fi;
+           if
+           :: ok && FREE(w) && !(SLOT_DUE && sw != me + 1) ->  /* no other waiter due now: take it
+                                                        * (its own deadline: the futex's timeout) */
+              w = word
+           :: ok && (!FREE(w) || (SLOT_DUE && sw != me + 1)) ->
+              if
+              :: sw == me + 1 -> sflag = 1
+              :: else -> skip
+              fi;
+              atomic {                                  /* FUTEX_WAIT(word, w|WT|1) */
+                if
+                :: word == (w | WT | 1) -> fw[me] = 1
+                :: else -> skip
+                fi
+              }
+              fw[me] == 0;
+              spins = 0;
+              w = word
+           :: else -> skip                              /* the CAS failed: w is the new word */
+           fi
+#else
            /* park: set the parked bit, then sleep while the sequence is unchanged */
            if
            :: PARKED(w) -> ok = 1
@@ -419,12 +585,19 @@ inline lock(me, r, k, t, intab) {
               w = word
            :: else -> skip                        /* the CAS failed: w is the new word */
            fi
+#endif
         fi
      od;
      h = 0; spins = 0; sq = 0;
      if
      :: intab ->
         rec_live[r] = 0;                          /* the record goes back to the cache */
+#if LIB
+        if
+        :: pk -> leave(me)
+        :: else -> skip
+        fi;
+#endif
 #ifndef NO_PASS_WAKE
         if
         :: tf -> wake_one()                       /* pass on the wake-up this thread took */
@@ -434,7 +607,7 @@ inline lock(me, r, k, t, intab) {
         lock_table(me, k, t)
      :: else -> skip
      fi;
-     tf = 0
+     tf = 0; pk = 0
   fi;
   ok = 0; w = 0
 }
@@ -455,6 +628,33 @@ inline unlock(me, r, k, t, intab) {
        :: else -> w = word; ok = 0
        fi
      }
+#if LIB
+     /* waited on: free it, to W while waiters are counted (a load, then the CAS), and
+      * wake the sleepers if P was set; its own hold gains bits only, until inflated */
+     do
+     :: ok || w == INFL -> break
+     :: else ->
+        assert(REC(w) == r);
+        c = nwait;
+        atomic {
+          if
+#ifndef UNLOCK_FORGETS_WAITERS
+          :: word == w -> word = (c > 0 -> WT : 0); ok = 1
+#else
+          :: word == w -> word = 0; ok = 1         /* the waiters' W dropped */
+#endif
+          :: else -> w = word; ok = 0
+          fi
+        }
+        if
+#ifndef UNLOCK_IGNORES_PARKED
+        :: ok && PARKED(w) -> wake_all()          /* they take it or park again */
+#endif
+        :: else -> skip
+        fi
+     od;
+     c = 0;
+#else
      if
      :: !ok && w == (W(r) | 1) ->
         atomic {                                  /* the parked bit is set: CAS it to 0 */
@@ -469,6 +669,7 @@ inline unlock(me, r, k, t, intab) {
         fi
      :: else -> skip
      fi;
+#endif
      if
      :: !ok ->                                    /* inflated: the key is in the table */
         assert(w == INFL);
@@ -494,8 +695,8 @@ inline unlock(me, r, k, t, intab) {
 }
 
 proctype thread(byte me) {
-  byte round = 0, k, t, t2, w, h, hk, pin, sq, spins;
-  bit ok, busy, tf, found, intab, intab2;
+  byte round = 0, k, t, t2, w, h, hk, pin, sq, spins, c;
+  bit ok, busy, tf, pk, found, intab, intab2;
   do
   :: (me == 0 && round < ROUNDS0) || (me != 0 && round < ROUNDS) ->
      round++;
@@ -523,11 +724,17 @@ init {
   byte i;
   atomic {
     for (i : 0 .. NP - 1) { run thread(i) }
+#if LIB
+    run clock();
+#endif
     i = 0
   };
   done == NP;
 #ifndef NO_END_CHECK
-  assert((word == 0 || (LAZY && word == INFL)) && !held[0] && !held[1] && waiting == 0 && tm == 0);
+  assert((word == 0 || (LIB && word == WT) || (LAZY && word == INFL)) && !held[0] && !held[1] && waiting == 0 && tm == 0);
+#if LIB
+  assert(nwait == 0);             /* a stale W (an unlock that counted a waiter leaving) is free */
+#endif
   assert(holders[0] == 0 && holders[1] == 0 && !fw[0] && !fw[1] && !fw[2])
 #endif
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <stdexcept>
@@ -281,6 +282,116 @@ TEST_F(KeyedMutex, KeysTooLongForARecordTakeTheTableAndStillReleaseTheirMemory) 
 TEST_F(KeyedMutex, AnEmptyMutexStaysWithin32Kilobytes) {
   EXPECT_LE(sizeof(handoff::detail::lock_shard) * lock_table::shard_count(), 32u * 1024);
   EXPECT_EQ(sizeof(handoff::detail::lock_shard), 64u);
+}
+
+// --- eventual fairness: parking on a hot key's word ---------------------------------------
+
+handoff::keyed_mutex_options eventual(std::chrono::nanoseconds fair_after) {
+  handoff::keyed_mutex_options o;
+  o.fairness = handoff::fairness::eventual;
+  o.fair_after = fair_after;
+  return o;
+}
+constexpr auto never_due = 60s;  // longer than any test here runs
+
+std::uint64_t parked(keyed_mutex<std::uint64_t>& m) {
+  return lock_table_access::table(m).counters().parked.load(std::memory_order_relaxed);
+}
+
+// A blocking lock of a key held thin sleeps on the stripe's word: the key makes no entry,
+// the sleeper counts in waiting(), and the unlock wakes it to take the key thin.
+TEST_F(KeyedMutex, UnderEventualABlockedLockParksOnTheHotKeysWordWithoutInflatingIt) {
+  keyed_mutex<std::uint64_t> m(eventual(never_due));
+  const lock_table& table = lock_table_access::table(m);
+  key_guard g = m.lock(5);
+  std::uint64_t token = 0;
+  blocking_call waiter([&] { token = m.lock(5).token(); });
+  ASSERT_TRUE(waiter.wait_until_blocked());
+  EXPECT_EQ(table.entries(), 0u);
+  EXPECT_EQ(m.waiting(), 1u);
+  EXPECT_EQ(m.size(), 1u);
+  g.unlock();
+  waiter.join();
+  EXPECT_GT(token, g.token());
+  EXPECT_EQ(table.entries(), 0u);
+  EXPECT_EQ(m.waiting(), 0u);
+  EXPECT_EQ(m.size(), 0u);
+  EXPECT_EQ(m.stats().waits, 1u);
+  key_guard a = m.lock(5);
+  EXPECT_EQ(error_of([&] { (void)m.lock(5); }), would_deadlock);  // a relock by the holder
+}
+
+// Mutual exclusion and no lost wake-up: threads relock one key, holding it now and then
+// long enough that the others park. A parker is never due (fair_after far away), so only
+// unlocks wake it: a lost wake-up hangs the test (the watchdog fails it).
+TEST_F(KeyedMutex, UnderEventualThreadsParkedOnAHotKeyAreAlwaysWokenAndExclusionHolds) {
+  for (const int threads : {2, 3, 4}) {
+    keyed_mutex<std::uint64_t> m(eventual(never_due));
+    std::uint64_t count = 0;       // under the key
+    std::uint64_t last_token = 0;  // under the key
+    std::atomic<int> inside{0};
+    std::atomic<bool> broken{false};
+    constexpr int rounds = 3000;
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t) {
+      ts.emplace_back([&, t] {
+        for (int i = 0; i < rounds; ++i) {
+          key_guard g = m.lock(7);
+          if (inside.fetch_add(1, std::memory_order_relaxed) != 0 || g.token() <= last_token) broken = true;
+          last_token = g.token();
+          ++count;
+          if ((i + t) % 64 == 0) std::this_thread::sleep_for(20us);  // the others park
+          inside.fetch_sub(1, std::memory_order_relaxed);
+        }
+      });
+    }
+    for (auto& th : ts) th.join();
+    EXPECT_FALSE(broken.load()) << threads << " threads";
+    EXPECT_EQ(count, static_cast<std::uint64_t>(threads) * rounds);
+    EXPECT_EQ(m.size(), 0u);
+    EXPECT_EQ(m.waiting(), 0u);
+    EXPECT_EQ(parked(m), 0u);
+  }
+}
+
+// A request that cannot park (a timed one) inflates the stripe: the thread parked on the
+// word is woken by it and queues in the table too, from where the unlocks reach both.
+TEST_F(KeyedMutex, UnderEventualAnInflationWakesTheThreadsParkedOnTheWordIntoTheTable) {
+  keyed_mutex<std::uint64_t> m(eventual(never_due));
+  const lock_table& table = lock_table_access::table(m);
+  key_guard g = m.lock(5);
+  blocking_call parker([&] { key_guard w = m.lock(5); });
+  ASSERT_TRUE(parker.wait_until_blocked());
+  ASSERT_EQ(parked(m), 1u);
+  blocking_call timed([&] { EXPECT_TRUE(m.try_lock_for(5, 30s).owns_lock()); });
+  ASSERT_TRUE(timed.wait_until_blocked());
+  EXPECT_EQ(table.entries(), 1u);
+  ASSERT_TRUE(eventually([&] { return parked(m) == 0 && m.waiting() == 2; }));  // both queued
+  g.unlock();
+  parker.join();
+  timed.join();
+  EXPECT_EQ(m.size(), 0u);
+  EXPECT_EQ(m.waiting(), 0u);
+}
+
+// fair_after bounds a parked waiter's whole wait: once it has slept fair_after on the word
+// it inflates the stripe and queues in the table, its wait counted from its first park,
+// so the next unlock hands it the key (a try_lock right after finds it taken) rather
+// than freeing it for whoever comes first.
+TEST_F(KeyedMutex, UnderEventualAWaiterDueAfterParkingQueuesInTheTableAndTheNextUnlockHandsItTheKey) {
+  keyed_mutex<std::uint64_t> m(eventual(20ms));
+  const lock_table& table = lock_table_access::table(m);
+  key_guard g = m.lock(9);
+  std::uint64_t token = 0;
+  blocking_call waiter([&] { token = m.lock(9).token(); });
+  ASSERT_TRUE(eventually([&] { return table.entries() == 1; }));  // due: inflated, queued
+  EXPECT_EQ(parked(m), 0u);
+  EXPECT_EQ(m.waiting(), 1u);
+  g.unlock();
+  EXPECT_FALSE(m.try_lock(9).owns_lock());
+  waiter.join();
+  EXPECT_GT(token, g.token());
+  EXPECT_EQ(m.size(), 0u);
 }
 
 }  // namespace

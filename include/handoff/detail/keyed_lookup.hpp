@@ -57,12 +57,18 @@ class keyed_lookup {
     return acquire_locked(key, r, h, s, e);
   }
 
-  // A thin lock that found its stripe's word held (w): lock_thin_contended, then the table.
+  // A thin lock that found its stripe's word held (w): lock_thin_contended, then the table
+  // (a request that parked on the word first is counted there from its first park).
   [[gnu::noinline]] grant acquire_contended(const Key& key, const lock_request& r, std::size_t h, lock_shard& s,
                                             thin_record* rec, std::uintptr_t w) {
-    const grant g = lock_thin_contended<Key>(table_, s, h, rec, w, r.mode != wait_mode::none);
+    std::int64_t since = 0;
+    const grant g = lock_thin_contended<Key>(table_, s, h, rec, w, r.mode != wait_mode::none,
+                                             r.may_park && table_.parks_thin(), since);
     if (g.record != nullptr) return g;
-    return acquire_locked(key, r, h, s, find_locked(s, h, key));  // s locked, inflated
+    if (since == 0) return acquire_locked(key, r, h, s, find_locked(s, h, key));  // s locked, inflated
+    lock_request queued = r;
+    queued.since = since;
+    return acquire_locked(key, queued, h, s, find_locked(s, h, key));
   }
 
   // With s locked (inflated) and e key's entry in it (nullptr: none yet): the request,

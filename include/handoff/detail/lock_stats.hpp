@@ -19,6 +19,9 @@ struct alignas(cache_line_bytes) lock_counters {
   std::atomic<std::uint64_t> waits{0};
   std::atomic<std::uint64_t> timeouts{0};
   std::atomic<std::uint64_t> lease_expiries{0};
+  // Threads parked on a thin stripe's word now (waiting() adds them): from a blocking
+  // lock's first park until it takes the key or queues in the table.
+  std::atomic<std::uint64_t> parked{0};
 };
 
 // Told of every granted wait, by the thread that waited (or resumed the waiter), while it

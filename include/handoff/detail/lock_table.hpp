@@ -99,6 +99,8 @@ struct lock_request {
   wait_mode mode = wait_mode::forever;
   std::int64_t deadline = 0;  // steady_clock ns, for `until` (no_deadline: never)
   std::int64_t lease = 0;     // ns; 0: no lease; no_deadline: never runs out
+  bool may_park = false;      // lock() alone: may park on a thin word (eventual fairness)
+  std::int64_t since = 0;     // a wait begun parked on a thin word: the table counts from it
 };
 
 class lease_timer;
@@ -195,8 +197,27 @@ class lock_table {
   // With s locked: e, just created for the key of the thin holder r, becomes its hold
   // (count 1, r's token and thread), and r names it for the holder's unlock.
   static void adopt(lock_entry* e, thin_record* r) noexcept;
-  // The unlock of a thin hold whose stripe inflated: the entry's release, through the table.
+  // The unlock of a thin hold whose stripe has threads waiting on its word (frees it to W
+  // while they are counted, waking any sleeper) or inflated (the entry's release, through
+  // the table).
   void release_thin_inflated(thin_record* r) noexcept;
+  // Eventual fairness: whether a blocking lock that found its key held thin may park on
+  // the stripe's word rather than queue in the table (not under the manual clock, whose
+  // time a futex cannot wait for).
+  [[nodiscard]] bool parks_thin() const noexcept { return fair_after_ != 0 && !manual_clock_; }
+  // A blocking lock that waits for the word w of s (held by its key's thin holder, or free
+  // with W while a waiter is due): sets W and P and sleeps while the word keeps them.
+  // `since` is the wait's start (0 before its first park: set here, counting the thread
+  // among the stripe's waiters and in waiting()). True: look at the word again; false:
+  // the thread has waited fair_after, the table must serve it.
+  bool park_thin(lock_shard& s, std::uintptr_t w, std::int64_t& since) noexcept;
+  // Whether a waiter on s's word has waited fair_after: a free word with W is then left
+  // to the waiters.
+  [[nodiscard]] bool thin_waiter_due(const lock_shard& s) const noexcept;
+  // A thread that parked stops waiting on the word: it took the key thin (a wait, for the
+  // statistics), or goes to the table (which counts it from then on).
+  void thin_wait_granted(lock_shard& s, std::int64_t since) noexcept;
+  void thin_wait_to_table(lock_shard& s, std::int64_t since) noexcept;
   // A thin hold's guard moved: deadlock detection forgets the thread (the record's, and
   // its entry's if the stripe inflated).
   void forget_thin_holder(thin_record* r) noexcept;
@@ -228,7 +249,11 @@ class lock_table {
 
   // The fairness mode, before the mutex is used: 0 for fifo, else eventual fairness with
   // this fair_after in ns (see the overview).
-  void use_fairness(std::int64_t fair_after) noexcept { fair_after_ = fair_after > 0 ? fair_after : 0; }
+  // Allocates the stripes' park deadlines (eventual only; throws std::bad_alloc).
+  void use_fairness(std::int64_t fair_after) {
+    fair_after_ = fair_after > 0 ? fair_after : 0;
+    if (fair_after_ != 0) park_due_ = std::make_unique<std::atomic<std::uint64_t>[]>(shard_count());
+  }
 
   // Statistics and metrics (detail/lock_stats.hpp), on slow paths only. observe(), before
   // the mutex is used: the sink events go to (nullptr: the process-wide one, looked up at
@@ -237,7 +262,8 @@ class lock_table {
     sink_ = sink;
     recorder_ = recorder;
   }
-  // A request that joined e's queue at `since` (now()) was granted, and holds e.
+  // A request that joined e's queue at `since` (now()) was granted, and holds e; e null:
+  // one that parked on a thin word took it thin (counted, not among the longest waits).
   void note_wait(const lock_entry* e, std::int64_t since) noexcept;
   // A timed request ended without the key.
   void note_timeout() noexcept;
@@ -344,16 +370,20 @@ class lock_table {
   // All set at construction, except the timer (once, through timer_once_). The first
   // two are read by every lock: one cache line with the table's address.
   std::unique_ptr<lock_shard[]> shards_;
-  test_driver* driver_;                     // the test scheduler this table was made under; nullptr: none
-  bool manual_clock_ = false;               // see use_manual_clock()
-  std::atomic<bool> timer_started_{false};  // release in timer(); pairs with timer_if_started()
+  test_driver* driver_;  // the test scheduler this table was made under; nullptr: none
   destroy_fn destroy_;
   keep_fn keep_;
   describe_fn describe_;
-  std::int64_t fair_after_ = 0;              // ns; 0: fifo (see use_fairness())
+  std::int64_t fair_after_ = 0;  // ns; 0: fifo (see use_fairness())
+  // Per stripe, eventual only: the threads waiting on its word (bits 0-15) and, above
+  // them, the earliest fair_after deadline among them in units of 2^10 ns (0: none), in
+  // one word so that the last one out clears the deadline (lib/keyed/thin_lock.cpp).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> park_due_;
   std::atomic<std::int64_t> manual_now_{0};  // relaxed: the manual clock has one thread
   std::once_flag timer_once_;
-  timer_service* timers_ = nullptr;  // see use_timers()
+  bool manual_clock_ = false;               // see use_manual_clock()
+  std::atomic<bool> timer_started_{false};  // release in timer(); pairs with timer_if_started()
+  timer_service* timers_ = nullptr;         // see use_timers()
   std::unique_ptr<lease_timer> timer_;
   // Statistics: set by observe() before use, read on slow paths only.
   metrics_sink* sink_ = nullptr;

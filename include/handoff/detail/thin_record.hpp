@@ -7,16 +7,32 @@
 //
 //   0            free: no key of the stripe is held or waited for
 //   R            thin-held: R is the holder's record (64-byte aligned)
+//   R|W          thin-held, and threads wait on the word for R's key (eventual fairness)
+//   R|W|P        the same, and some of them may sleep on the word (its unlock wakes them)
+//   W, W|P       free, with threads waiting on the word: a lock takes it through the slow
+//                path, which lets the waiters first once one has waited fair_after
 //   inflated     the stripe's keys are served by its table of entries (exact per key)
 //
 //   lock:     fill R (key bytes, hash, thread; token 0), CAS 0 -> R (acquire: the last
 //             owner's writes and the token counter; release: R's fields, for an inflater)
 //             token = ++counter (the word's owner owns the stripe's counter), published
-//             in R.token (release; an inflater waits for it)
-//   unlock:   CAS R -> 0 (release); it fails only when inflated: the table, then
-//   inflate:  under the stripe's lock, CAS R -> inflated: R's holder can no longer release
-//             without that lock, so R is stable; its key goes into the table as held,
-//             with its token, and R.entry names the entry for the holder's unlock
+//             in R.token (release; an inflater waits for it); a word with W is taken as
+//             R|W (P kept), by a waiter, or by another locker while no waiter is due
+//   unlock:   CAS R -> 0 (release); it fails only when waited on or inflated: the table's
+//             side (lock_table::release_thin_inflated) then CASes R|W(|P) -> W while the
+//             stripe counts waiters (else -> 0), waking the sleepers if P was set, or
+//             goes through the table
+//   park:     (eventual fairness, a blocking lock of the key R holds, after a spin; or a
+//             lock that found the word free with W and a waiter due) counted among the
+//             stripe's waiters with its deadline (lock_table::park_thin), CAS w -> w|W|P
+//             from the word it saw, then sleep while the word is still that (a futex
+//             compare-and-sleep: a change in between is seen); woken, take a free word,
+//             or park again; due with the word still held, queue in the table (inflating
+//             the stripe). P is cleared only by a change that wakes: no sleeper is lost.
+//   inflate:  under the stripe's lock, CAS the word -> inflated, waking the sleepers (P;
+//             every waiter goes to the table): R's holder can no longer release without
+//             that lock, so R is stable; its key goes into the table as held, with its
+//             token, and R.entry names the entry for the holder's unlock
 //   deflate:  under the stripe's lock, the table's last entry leaves, or a thin-capable
 //             lock finds every entry idle, calm (lock_table::deflate_if_calm): word = 0
 //             (release)
@@ -38,8 +54,12 @@ namespace handoff::detail {
 
 struct lock_entry;
 
-// The stripe word's non-record value (records are 64-byte aligned, so no record is 1).
+// The stripe word's non-record value, and the waiters' bits of a held or free word
+// (records are 64-byte aligned: their low six bits are free).
 inline constexpr std::uintptr_t thin_inflated = 1;
+inline constexpr std::uintptr_t thin_parked = 2;   // P: threads may sleep on the word
+inline constexpr std::uintptr_t thin_waiters = 4;  // W: threads wait on the word
+inline constexpr std::uintptr_t thin_flags = thin_parked | thin_waiters;
 
 struct alignas(64) thin_record {
   // The holder's mixed hash: read by contenders (a hint whether they want the same key:
@@ -68,6 +88,11 @@ struct alignas(64) thin_record {
 };
 static_assert(sizeof(thin_record) == 64, "a record is one cache line");
 inline constexpr std::size_t max_thin_key = sizeof(thin_record::key);
+
+// The holder's record in a thin word other than inflated; null for a free one.
+[[nodiscard]] inline thin_record* thin_holder(std::uintptr_t w) noexcept {
+  return reinterpret_cast<thin_record*>(w & ~thin_flags);  // NOLINT(performance-no-int-to-ptr): a record
+}
 
 // A thread's cache of free records. Owned by its thread.
 struct thin_record_cache {
@@ -112,7 +137,8 @@ inline constexpr std::uint32_t thin_cache_max = 64;
 }
 
 // The thin holder's unlock: CAS R -> 0 and the record back to the cache (true); false when
-// the stripe was inflated meanwhile (lock_table::release_thin_inflated does the rest).
+// threads wait on the word or the stripe was inflated meanwhile
+// (lock_table::release_thin_inflated does the rest).
 // release; pairs with the next owner's CAS.
 [[gnu::always_inline]] inline bool release_thin(thin_record* r) noexcept {
   auto w = reinterpret_cast<std::uintptr_t>(r);
