@@ -383,12 +383,18 @@ TEST_F(KeyedMutex, UnderEventualAWaiterDueAfterParkingQueuesInTheTableAndTheNext
   const lock_table& table = lock_table_access::table(m);
   key_guard g = m.lock(9);
   std::uint64_t token = 0;
-  blocking_call waiter([&] { token = m.lock(9).token(); });
+  std::atomic<bool> looked{false};
+  blocking_call waiter([&] {
+    const key_guard w = m.lock(9);
+    token = w.token();
+    EXPECT_TRUE(eventually([&] { return looked.load(); }));  // holds it until the try_lock below
+  });
   ASSERT_TRUE(eventually([&] { return table.entries() == 1; }));  // due: inflated, queued
   EXPECT_EQ(parked(m), 0u);
   EXPECT_EQ(m.waiting(), 1u);
   g.unlock();
   EXPECT_FALSE(m.try_lock(9).owns_lock());
+  looked = true;
   waiter.join();
   EXPECT_GT(token, g.token());
   EXPECT_EQ(m.size(), 0u);
