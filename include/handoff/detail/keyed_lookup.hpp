@@ -65,10 +65,9 @@ class keyed_lookup {
     const grant g = lock_thin_contended<Key>(table_, s, h, rec, w, r.mode != wait_mode::none,
                                              r.may_park && table_.parks_thin(), since);
     if (g.record != nullptr) return g;
-    if (since == 0) return acquire_locked(key, r, h, s, find_locked(s, h, key));  // s locked, inflated
     lock_request queued = r;
-    queued.since = since;
-    return acquire_locked(key, queued, h, s, find_locked(s, h, key));
+    queued.since = since;  // 0 if it never parked: the table counts from now
+    return acquire_locked(key, queued, h, s, find_locked(s, h, key));  // s locked, inflated
   }
 
   // With s locked (inflated) and e key's entry in it (nullptr: none yet): the request,
