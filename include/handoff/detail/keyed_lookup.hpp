@@ -62,7 +62,7 @@ class keyed_lookup {
   [[gnu::noinline]] grant acquire_contended(const Key& key, const lock_request& r, std::size_t h, lock_shard& s,
                                             thin_record* rec, std::uintptr_t w) {
     std::int64_t since = 0;
-    const grant g = lock_thin_contended<Key>(table_, s, h, rec, w, r.mode != wait_mode::none,
+    const grant g = lock_thin_contended<Key>(table_, s, h, rec, w, r.mode != wait_mode::none, r.may_park,
                                              r.may_park && table_.parks_thin(), since);
     if (g.record != nullptr) return g;
     lock_request queued = r;

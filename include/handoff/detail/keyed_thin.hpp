@@ -62,26 +62,27 @@ template <class Key>
   return true;
 }
 
-// A lock that may park spins this many pauses on its key's holder, then yields the core
-// this many times, looking at the word after each, before it parks. A hot key's holder
-// relocks within nanoseconds: a spinner that reads the word at every pause takes its line
-// away from the holder at each of them, and loses the race for the freed word to the
-// holder's relock nearly every time (docs/notebook.md has the measurements).
-inline constexpr unsigned park_pauses = 8;
+// A blocking lock() yields the core this many times on its key's holder, looking at the
+// word after each, before it parks (or, if it may not park, goes to the table). No
+// pauses: a hot key's holder relocks within nanoseconds, and a spinner that reads the
+// word at every pause takes its line from the holder at each of them and wins the freed
+// word often enough that the key moves between cores at most hand-offs; a yield looks
+// once per system call (docs/notebook.md).
 inline constexpr unsigned park_yields = 8;
 
 // After try_lock_thin found the word w: spins a while on another thread's thin holder
-// (most release within nanoseconds; a try-lock only on another key's), taking the word
-// if it is freed; finding the stripe inflated, deflates it if calm (t.deflate_if_calm)
-// and takes it thin. A blocking lock that may park (lock(), eventual fairness) then parks
-// on the word of its own key's holder and barges again when woken, until it has waited
-// fair_after (`since`: when it first parked, 0 if it never did). A word freed with
-// waiters on it (W) is theirs once one of them is due: another lock parks (or, if it may
-// not, goes to the table). Else gives rec back and returns an empty grant with s locked
-// and inflated, for the table's request.
+// (most release within nanoseconds; a try-lock only on another key's; a blocking lock()
+// by yields), taking the word if it is freed; finding the stripe inflated, deflates it
+// if calm (t.deflate_if_calm) and takes it thin. A blocking lock that may park (lock(),
+// eventual fairness) then parks on the word of its own key's holder and barges again
+// when woken, until it has waited fair_after (`since`: when it first parked, 0 if it
+// never did). A word freed with waiters on it (W) is theirs once one of them is due:
+// another lock parks (or, if it may not, goes to the table). Else gives rec back and
+// returns an empty grant with s locked and inflated, for the table's request.
 template <class Key>
 [[gnu::noinline]] grant lock_thin_contended(lock_table& t, lock_shard& s, std::size_t h, thin_record* rec,
-                                            std::uintptr_t w, bool may_spin, bool may_park, std::int64_t& since) {
+                                            std::uintptr_t w, bool may_spin, bool blocking, bool may_park,
+                                            std::int64_t& since) {
   const std::uintptr_t me = lock_table::this_thread_id();
   std::uintptr_t seen = 0;  // the word whose holder was read last
   bool same_key = false;    // that holder's hash is h
@@ -119,8 +120,8 @@ template <class Key>
         others = holder->thread.load(std::memory_order_relaxed) != me;
       }
       if (others && (may_spin || !same_key)) {
-        if (spins < (may_park ? park_pauses + park_yields : spins_before_yield)) {
-          backoff(may_park && spins >= park_pauses ? spins_before_yield : spins);  // past the pauses: a yield
+        if (spins < (blocking ? park_yields : spins_before_yield)) {
+          backoff(blocking ? spins_before_yield : spins);  // blocking: a yield
           ++spins;
           w = s.word.load(std::memory_order_acquire);
           continue;
