@@ -62,8 +62,7 @@ class keyed_lookup {
   [[gnu::noinline]] grant acquire_contended(const Key& key, const lock_request& r, std::size_t h, lock_shard& s,
                                             thin_record* rec, std::uintptr_t w) {
     std::int64_t since = 0;
-    const grant g = lock_thin_contended<Key>(table_, s, h, rec, w, r.mode != wait_mode::none, r.may_park,
-                                             r.may_park && table_.parks_thin(), since);
+    const grant g = lock_thin_contended<Key>(table_, s, h, rec, w, r.mode != wait_mode::none, r.may_park, since);
     if (g.record != nullptr) return g;
     lock_request queued = r;
     queued.since = since;  // 0 if it never parked: the table counts from now

@@ -73,16 +73,16 @@ inline constexpr unsigned park_yields = 8;
 // After try_lock_thin found the word w: spins a while on another thread's thin holder
 // (most release within nanoseconds; a try-lock only on another key's; a blocking lock()
 // by yields), taking the word if it is freed; finding the stripe inflated, deflates it
-// if calm (t.deflate_if_calm) and takes it thin. A blocking lock that may park (lock(),
-// eventual fairness) then parks on the word of its own key's holder and barges again
-// when woken, until it has waited fair_after (`since`: when it first parked, 0 if it
-// never did). A word freed with waiters on it (W) is theirs once one of them is due:
+// if calm (t.deflate_if_calm) and takes it thin. A blocking lock that may park (lock()
+// with t.parks_thin(): eventual fairness) then parks on the word of its own key's holder
+// and barges again when woken, until it has waited fair_after (`since`: when it first
+// parked, 0 if it never did). A word freed with waiters on it (W) is theirs once one of them is due:
 // another lock parks (or, if it may not, goes to the table). Else gives rec back and
 // returns an empty grant with s locked and inflated, for the table's request.
 template <class Key>
 [[gnu::noinline]] grant lock_thin_contended(lock_table& t, lock_shard& s, std::size_t h, thin_record* rec,
-                                            std::uintptr_t w, bool may_spin, bool blocking, bool may_park,
-                                            std::int64_t& since) {
+                                            std::uintptr_t w, bool may_spin, bool blocking, std::int64_t& since) {
+  const bool may_park = blocking && t.parks_thin();
   const std::uintptr_t me = lock_table::this_thread_id();
   std::uintptr_t seen = 0;  // the word whose holder was read last
   bool same_key = false;    // that holder's hash is h
