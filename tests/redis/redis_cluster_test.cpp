@@ -680,6 +680,35 @@ TEST(RedisCluster, AnAsyncWaiterWhoseSlotMovesSubscribesOnTheNewPrimaryAndIsWoke
   EXPECT_TRUE(f.get().owns_lock());
 }
 
+// Mid-failover a cluster can answer CLUSTER SLOTS without a dead primary's slots until a
+// replica is promoted. A command on such a slot waits for a node to serve it (until
+// command_timeout) rather than failing at once. Here no node has the slot until its
+// primary claims it back.
+TEST(RedisCluster, ACommandOnASlotNoNodeServesWaitsUntilANodeClaimsIt) {
+  const int owner = cluster().primaries().front();
+  const std::string k = key_on(owner, "unserved");
+  const std::string slot = std::to_string(hr::detail::hash_slot("{" + k + "}"));
+  std::vector<int> nodes = cluster().primaries();
+  for (const int p : cluster().primaries()) nodes.push_back(cluster().replica_of(p));
+  // The other slots stay served, so that the store starts at once, its map without the slot.
+  for (const int port : nodes) raw_redis(port).command({"CONFIG", "SET", "cluster-require-full-coverage", "no"});
+  for (const int port : nodes) raw_redis(port).command({"CLUSTER", "DELSLOTS", slot});
+  const auto t0 = handoff::test::steady::now();
+  std::jthread claim([&] {
+    std::this_thread::sleep_for(300ms);
+    raw_redis(owner).command({"CLUSTER", "ADDSLOTS", slot});
+  });
+  hr::options o = on_cluster();
+  o.command_timeout = 10s;    // the claim reaches the node asked for the map by gossip
+  hr::fenced_store store(o);  // its slot map has no node for the slot
+  EXPECT_TRUE(store.write(k, "served", 1));
+  EXPECT_GE(handoff::test::since(t0), 300ms) << "written before any node served the slot";
+  EXPECT_EQ(store.read(k).value, "served");
+  claim.join();
+  for (const int port : nodes) raw_redis(port).command({"CONFIG", "SET", "cluster-require-full-coverage", "yes"});
+  cluster().wait_until_serving();
+}
+
 // The failover tests each kill one of the two primaries other than the seed (which the
 // fixture asks), chosen before either runs; they run last and leave the cluster two
 // replicas short.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -224,11 +225,26 @@ reply router::run(std::string_view key, std::string_view what, bool read_only, l
       const std::shared_lock lock(mu_);
       target = slots_[slot];
     }
-    if (target == nullptr) refresh(what);
     if (target == nullptr) {
-      const std::shared_lock lock(mu_);
-      target = slots_[slot];
-      if (target == nullptr) throw error("handoff::redis: " + std::string(what) + ": no node serves its slot");
+      // A slot the map has no primary for: mid-failover, a cluster can answer CLUSTER SLOTS
+      // without the failed primary's ranges until a replica is promoted. Waited for as a
+      // node that cannot be reached is, until command_timeout.
+      std::exception_ptr unread;  // no node answered CLUSTER SLOTS
+      try {
+        refresh(what);
+        const std::shared_lock lock(mu_);
+        target = slots_[slot];
+      } catch (const error&) {
+        unread = std::current_exception();
+      }
+      if (target == nullptr) {
+        if (std::chrono::steady_clock::now() + retry_pause > give_up) {
+          if (unread != nullptr) std::rethrow_exception(unread);
+          throw error("handoff::redis: " + std::string(what) + ": no node serves its slot");
+        }
+        std::this_thread::sleep_for(retry_pause);
+        continue;
+      }
     }
     bool connected = false;
     reply out;

@@ -16,6 +16,9 @@
 //                        A connection that breaks once the command is sent is handled the
 //                        same for command() (reads, and writes that repeat to the same
 //                        effect), and reported for eval() (a script may have run).
+//   no primary in the map  mid-failover, CLUSTER SLOTS may leave out a dead primary's
+//                        slots until a replica is promoted: read again every 20 ms, until
+//                        command_timeout.
 // Every key one command touches must be in one slot (the key names' hash tags see to it).
 // Each node has three pools (router::lane), so that a lock's blocking waiters and its
 // background thread never wait for a command connection.
