@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -220,28 +219,17 @@ reply router::run(std::string_view key, std::string_view what, bool read_only, l
   node* asked = nullptr;  // an ASK redirect's node, for the next try only
   int moves = 0;
   for (;;) {
-    node* target = asked;
+    node* target = asked != nullptr ? asked : mapped(slot);
     if (target == nullptr) {
-      const std::shared_lock lock(mu_);
-      target = slots_[slot];
-    }
-    if (target == nullptr) {
-      // A slot the map has no primary for: mid-failover, a cluster can answer CLUSTER SLOTS
-      // without the failed primary's ranges until a replica is promoted. Waited for as a
-      // node that cannot be reached is, until command_timeout.
-      std::exception_ptr unread;  // no node answered CLUSTER SLOTS
+      // No primary in the map (mid-failover: see router.hpp): read again until command_timeout.
+      const bool late = std::chrono::steady_clock::now() + retry_pause > give_up;
       try {
         refresh(what);
-        const std::shared_lock lock(mu_);
-        target = slots_[slot];
       } catch (const error&) {
-        unread = std::current_exception();
+        if (late) throw;
       }
-      if (target == nullptr) {
-        if (std::chrono::steady_clock::now() + retry_pause > give_up) {
-          if (unread != nullptr) std::rethrow_exception(unread);
-          throw error("handoff::redis: " + std::string(what) + ": no node serves its slot");
-        }
+      if ((target = mapped(slot)) == nullptr) {
+        if (late) throw error("handoff::redis: " + std::string(what) + ": no node serves its slot");
         std::this_thread::sleep_for(retry_pause);
         continue;
       }
@@ -361,10 +349,7 @@ std::pair<reply, reply> router::eval_then(lane l, const script& s, std::initiali
 std::pair<std::string, const options*> router::primary_of(std::uint16_t slot) {
   if (!clustered_) return {std::string(), &single_->o};
   for (int pass = 0;; ++pass) {
-    {
-      const std::shared_lock lock(mu_);
-      if (node* n = slots_[slot % cluster_slots]) return {n->o.host + ":" + std::to_string(n->o.port), &n->o};
-    }
+    if (node* n = mapped(slot % cluster_slots)) return {n->o.host + ":" + std::to_string(n->o.port), &n->o};
     if (pass == 1) throw error("handoff::redis: no node serves slot " + std::to_string(slot));
     refresh("CLUSTER SLOTS");
   }

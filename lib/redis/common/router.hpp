@@ -134,6 +134,11 @@ class router {
     pool background;
   };
 
+  // The primary serving `slot` in the map (nullptr: none). Takes mu_ shared.
+  node* mapped(std::uint16_t slot) {
+    const std::shared_lock lock(mu_);
+    return slots_[slot];
+  }
   // The node at "host:port", created on first use. Takes mu_ exclusively.
   node& node_at(std::string_view address);
   // Reads CLUSTER SLOTS on c; `asked` is c's host, for a node that does not know its own.
