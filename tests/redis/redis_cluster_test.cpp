@@ -693,6 +693,20 @@ TEST(RedisCluster, ACommandOnASlotNoNodeServesWaitsUntilANodeClaimsIt) {
   // The other slots stay served, so that the store starts at once, its map without the slot.
   for (const int port : nodes) raw_redis(port).command({"CONFIG", "SET", "cluster-require-full-coverage", "no"});
   for (const int port : nodes) raw_redis(port).command({"CLUSTER", "DELSLOTS", slot});
+  {  // the wait ends at command_timeout
+    hr::options brief = on_cluster();
+    brief.command_timeout = 200ms;
+    hr::fenced_store unserved(brief);
+    const auto t = handoff::test::steady::now();
+    try {
+      (void)unserved.write(k, "never", 1);
+      ADD_FAILURE() << "written on a slot no node serves";
+    } catch (const hr::error& e) {
+      EXPECT_NE(std::string(e.what()).find("no node serves its slot"), std::string::npos) << e.what();
+    }
+    EXPECT_GE(handoff::test::since(t), 150ms) << "gave up before command_timeout";
+    EXPECT_LT(handoff::test::since(t), 5s);
+  }
   const auto t0 = handoff::test::steady::now();
   std::jthread claim([&] {
     std::this_thread::sleep_for(300ms);
