@@ -1,7 +1,9 @@
-// A shard's ownership on the server (lib/redis/actor/shard_lease.hpp), against a real
+// The server side of a shard (lib/redis/actor/shard_store.hpp), against a real
 // redis-server: keys map to shards the same way in every process, a shard's names share
-// one Cluster slot, a lease gives rising tokens and refuses a second owner while it runs,
-// and every write of an owner whose epoch has passed is refused whole.
+// one Cluster slot, entries keep their bytes, a post beyond the capacity is taken back, a
+// lease gives rising tokens and refuses a second owner while it runs, every write of an
+// owner whose epoch has passed is refused whole, and a crash's takeover counts a delivery
+// for what was queued then.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "../../lib/redis/actor/shard_lease.hpp"
+#include "../../lib/redis/actor/shard_store.hpp"
 #include "../../lib/redis/common/router.hpp"
 #include "../support/redis_server.hpp"
 #include "../support/redis_test_support.hpp"
@@ -28,7 +30,7 @@ using handoff::test::raw_redis;
 using handoff::test::redis_server;
 using handoff::test::test_timeout;
 
-class RedisShardLease : public testing::Test {
+class RedisShardStore : public testing::Test {
  protected:
   static hr::options opts(int port) {
     hr::options o;
@@ -38,9 +40,16 @@ class RedisShardLease : public testing::Test {
   // The token's epoch: its digits before the space.
   static long long epoch_of(const std::string& token) { return std::stoll(token.substr(0, token.find(' '))); }
 
+  // The token of a takeover, or std::nullopt (last_left_: the held lease's ms left).
   std::optional<std::string> take(const hd::shard_names& s, const std::string& owner, std::int64_t lease_ms = 30000) {
+    std::optional<hd::shard_takeover> t = take_over(s, owner, lease_ms);
+    if (!t) return std::nullopt;
+    return t->token;
+  }
+  std::optional<hd::shard_takeover> take_over(const hd::shard_names& s, const std::string& owner,
+                                              std::int64_t lease_ms = 30000) {
     std::int64_t left = -1;
-    std::optional<std::string> t = leases_.take(s, owner, lease_ms, left);
+    std::optional<hd::shard_takeover> t = leases_.take(s, owner, lease_ms, left);
     if (!t) last_left_ = left;
     return t;
   }
@@ -50,7 +59,7 @@ class RedisShardLease : public testing::Test {
   raw_redis raw_{server_.port()};
   hr::options o_ = opts(server_.port());
   hd::router router_{o_};
-  hd::shard_leases leases_{router_};
+  hd::shard_store leases_{router_};
   hd::shard_names shard_{o_.prefix, "room:", 7};
   std::int64_t last_left_ = -1;
 };
@@ -71,7 +80,7 @@ TEST(RedisShardMap, EveryNameOfAShardSharesItsSlot) {
   for (std::uint32_t i : {0U, 1U, 255U, 256U, 1000U}) {
     const hd::shard_names s("handoff:", "room:{x}", i);
     const std::uint16_t slot = hd::hash_slot(s.queue);
-    for (const std::string& n : {s.lease, s.epoch, s.done, s.dead("room:1"), s.state("room:{2}"), s.dead("")}) {
+    for (const std::string& n : {s.lease, s.meta, s.done, s.dead("room:1"), s.state("room:{2}"), s.dead("")}) {
       EXPECT_EQ(hd::hash_slot(n), slot) << n;
     }
   }
@@ -84,27 +93,105 @@ TEST(RedisShardMap, EveryNameOfAShardSharesItsSlot) {
   }
 }
 
-TEST_F(RedisShardLease, TokensRiseAndASecondOwnerIsRefusedWhileTheLeaseRuns) {
+TEST(RedisShardEntry, AnEntryKeepsItsIdKeyAndBodyBytes) {
+  const std::string key("room 7\0{x}", 11);
+  const std::string body("join alice\0\n 3 x", 17);
+  for (const auto& [k, b] : {std::pair{key, body}, std::pair{std::string(), std::string()},
+                             std::pair{std::string("k"), std::string(" 1 k")}}) {
+    const std::string e = hd::entry_text("s1-00000000000000000042", k, b);
+    const std::optional<hd::entry_parts> p = hd::parse_entry(e);
+    ASSERT_TRUE(p) << e;
+    EXPECT_EQ(p->id, "s1-00000000000000000042");
+    EXPECT_EQ(p->key, k);
+    EXPECT_EQ(p->body, b);
+  }
+  for (const char* bad : {"", "id", " 1 k", "id x k", "id 3 ab", "id 2", "id 2k", "id -1 k"}) {
+    EXPECT_FALSE(hd::parse_entry(bad)) << "parsed \"" << bad << "\"";
+  }
+}
+
+TEST_F(RedisShardStore, APostBeyondTheCapacityIsTakenBackAndReadsSeeTheQueueInOrder) {
+  const std::string e1 = hd::entry_text("a-1", "room:1", "x");
+  const std::string e2 = hd::entry_text("a-2", "room:2", "y");
+  const std::string e3 = hd::entry_text("a-3", "room:1", "z");
+  EXPECT_EQ(leases_.post(shard_, e1, 2), 1U);
+  EXPECT_EQ(leases_.post(shard_, e2, 2), 2U);
+  EXPECT_EQ(leases_.post(shard_, e3, 2), 0U) << "the third entry of a capacity-2 shard";
+  EXPECT_EQ(leases_.read(shard_, 0, 10), (std::vector<std::string>{e1, e2}));
+  EXPECT_EQ(leases_.read(shard_, 1, 1), (std::vector<std::string>{e2}));
+  EXPECT_TRUE(leases_.read(shard_, 2, 5).empty());
+  EXPECT_EQ(leases_.post(shard_, e3, 0), 3U) << "capacity 0: unbounded";
+}
+
+TEST_F(RedisShardStore, ATakeoverAfterACrashCountsADeliveryForWhatWasQueued) {
+  for (int i = 0; i < 3; ++i) leases_.post(shard_, hd::entry_text("a-" + std::to_string(i), "k", "b"), 0);
+  // The first owner of a shard finds entries nobody ran: no mark.
+  const std::optional<hd::shard_takeover> a = take_over(shard_, "A", 50);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->trimmed, 0U);
+  EXPECT_TRUE(a->marks.empty());
+  EXPECT_EQ(a->delivery(0), 1U);
+  // A dies (its lease runs out); two more entries come; B takes over.
+  for (int i = 3; i < 5; ++i) leases_.post(shard_, hd::entry_text("a-" + std::to_string(i), "k", "b"), 0);
+  std::optional<hd::shard_takeover> b;
+  for (int i = 0; i < 200 && !b; ++i) {
+    b = take_over(shard_, "B", 50);
+    if (!b) std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->marks, std::vector<std::uint64_t>{5});
+  EXPECT_EQ(b->delivery(0), 2U);
+  EXPECT_EQ(b->delivery(4), 2U);
+  EXPECT_EQ(b->delivery(5), 1U) << "an entry posted after the takeover";
+  // B acknowledges two and dies: C counts a third delivery for the rest.
+  hd::shard_ack_write two;
+  two.trim = 2;
+  ASSERT_TRUE(leases_.ack(shard_, b->token, two));
+  std::optional<hd::shard_takeover> c;
+  for (int i = 0; i < 200 && !c; ++i) {
+    c = take_over(shard_, "C");
+    if (!c) std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->trimmed, 2U);
+  EXPECT_EQ(c->marks, (std::vector<std::uint64_t>{5, 5}));
+  EXPECT_EQ(c->delivery(2), 3U);
+  // C acknowledges everything: the marks go with the entries; its clean release leaves
+  // none for D.
+  hd::shard_ack_write rest;
+  rest.trim = 3;
+  ASSERT_TRUE(leases_.ack(shard_, c->token, rest));
+  EXPECT_EQ(raw_.integer({"HEXISTS", shard_.meta, "marks"}), 0);
+  leases_.post(shard_, hd::entry_text("a-5", "k", "b"), 0);
+  ASSERT_TRUE(leases_.release(shard_, c->token, true));
+  const std::optional<hd::shard_takeover> d = take_over(shard_, "D");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->trimmed, 5U);
+  EXPECT_TRUE(d->marks.empty());
+  EXPECT_EQ(d->delivery(5), 1U);
+}
+
+TEST_F(RedisShardStore, TokensRiseAndASecondOwnerIsRefusedWhileTheLeaseRuns) {
   const std::optional<std::string> a = take(shard_, "A");
   ASSERT_TRUE(a);
   EXPECT_EQ(*a, "1 A");
   EXPECT_FALSE(take(shard_, "B"));
   EXPECT_GT(last_left_, 25000);
   EXPECT_LE(last_left_, 30000);
-  EXPECT_FALSE(leases_.release(shard_, "1 B")) << "a token that is not the lease releases nothing";
+  EXPECT_FALSE(leases_.release(shard_, "1 B", false)) << "a token that is not the lease releases nothing";
   EXPECT_EQ(raw_.string({"GET", shard_.lease}), "1 A");
-  EXPECT_TRUE(leases_.release(shard_, *a));
-  EXPECT_FALSE(leases_.release(shard_, *a)) << "released twice";
+  EXPECT_TRUE(leases_.release(shard_, *a, true));
+  EXPECT_FALSE(leases_.release(shard_, *a, true)) << "released twice";
   const std::optional<std::string> b = take(shard_, "B");
   ASSERT_TRUE(b);
   EXPECT_EQ(*b, "2 B");
   // The epoch stays after the lease: a later takeover never reissues a token.
-  ASSERT_TRUE(leases_.release(shard_, *b));
-  EXPECT_EQ(raw_.string({"GET", shard_.epoch}), "2");
+  ASSERT_TRUE(leases_.release(shard_, *b, true));
+  EXPECT_EQ(raw_.string({"HGET", shard_.meta, "epoch"}), "2");
   EXPECT_EQ(epoch_of(*take(shard_, "A")), 3);
 }
 
-TEST_F(RedisShardLease, AnOwnerWhoseLeaseRanOutIsFencedFromEveryWrite) {
+TEST_F(RedisShardStore, AnOwnerWhoseLeaseRanOutIsFencedFromEveryWrite) {
   const std::optional<std::string> a = take(shard_, "A", 50);
   ASSERT_TRUE(a);
   raw_.command({"RPUSH", shard_.queue, "e1", "e2", "e3"});
@@ -125,13 +212,13 @@ TEST_F(RedisShardLease, AnOwnerWhoseLeaseRanOutIsFencedFromEveryWrite) {
   EXPECT_EQ(raw_.integer({"EXISTS", shard_.done, shard_.state("room:1"), shard_.dead("room:1")}), 0)
       << "a fenced acknowledgement wrote part of its writes";
   EXPECT_EQ(leases_.renew({{&shard_, *a}}, 30000), std::vector<bool>{false});
-  EXPECT_FALSE(leases_.release(shard_, *a));
+  EXPECT_FALSE(leases_.release(shard_, *a, true));
   EXPECT_EQ(raw_.string({"GET", shard_.lease}), *b);
   EXPECT_TRUE(leases_.ack(shard_, *b, w));
   EXPECT_EQ(raw_.strings({"LRANGE", shard_.queue, "0", "-1"}), std::vector<std::string>{"e3"});
 }
 
-TEST_F(RedisShardLease, AnAcknowledgementWritesEverythingInOneStep) {
+TEST_F(RedisShardStore, AnAcknowledgementWritesEverythingInOneStep) {
   const std::optional<std::string> t = take(shard_, "A");
   ASSERT_TRUE(t);
   raw_.command({"RPUSH", shard_.queue, "1 a", "2 b", "3 c", "4 d", "5 e"});
@@ -149,7 +236,7 @@ TEST_F(RedisShardLease, AnAcknowledgementWritesEverythingInOneStep) {
   EXPECT_EQ(raw_.strings({"HMGET", shard_.state("room:{2}"), "id", "value"}), (std::vector<std::string>{"3", "three"}));
   EXPECT_EQ(raw_.strings({"LRANGE", shard_.dead("room:{2}"), "0", "-1"}), std::vector<std::string>{"4 d"});
   // The slow head finishes: everything is trimmed and the done ids are forgotten, so the
-  // shard leaves nothing but its lease and epoch on the server.
+  // shard leaves nothing but its lease and meta on the server.
   hd::shard_ack_write rest;
   rest.trim = 4;
   rest.done_remove = {"3", "5"};
@@ -157,7 +244,7 @@ TEST_F(RedisShardLease, AnAcknowledgementWritesEverythingInOneStep) {
   EXPECT_EQ(raw_.integer({"EXISTS", shard_.queue, shard_.done}), 0);
 }
 
-TEST_F(RedisShardLease, ThousandsOfDoneIdsGoInSlices) {
+TEST_F(RedisShardStore, ThousandsOfDoneIdsGoInSlices) {
   const std::optional<std::string> t = take(shard_, "A");
   ASSERT_TRUE(t);
   hd::shard_ack_write w;
@@ -170,7 +257,7 @@ TEST_F(RedisShardLease, ThousandsOfDoneIdsGoInSlices) {
   EXPECT_EQ(raw_.integer({"EXISTS", shard_.done}), 0);
 }
 
-TEST_F(RedisShardLease, OneRenewalCoversManyShardsAndNamesTheLostOnes) {
+TEST_F(RedisShardStore, OneRenewalCoversManyShardsAndNamesTheLostOnes) {
   std::vector<hd::shard_names> shards;
   for (std::uint32_t i = 0; i < 300; ++i) shards.emplace_back(o_.prefix, "room:", i);
   std::vector<std::pair<const hd::shard_names*, std::string>> held;
@@ -188,18 +275,18 @@ TEST_F(RedisShardLease, OneRenewalCoversManyShardsAndNamesTheLostOnes) {
   EXPECT_GT(raw_.integer({"PTTL", shards[0].lease}), 30000) << "the renewal did not extend the lease";
 }
 
-TEST_F(RedisShardLease, AProcessWithAnotherShardCountIsRefused) {
-  hd::shard_leases::claim_count(router_, o_.prefix, 256);
-  hd::shard_leases::claim_count(router_, o_.prefix, 256);
+TEST_F(RedisShardStore, AProcessWithAnotherShardCountIsRefused) {
+  hd::shard_store::claim_count(router_, o_.prefix, 256);
+  hd::shard_store::claim_count(router_, o_.prefix, 256);
   try {
-    hd::shard_leases::claim_count(router_, o_.prefix, 128);
+    hd::shard_store::claim_count(router_, o_.prefix, 128);
     ADD_FAILURE() << "a client with 128 shards shared a prefix of 256";
   } catch (const hr::error& e) {
     const std::string why = e.what();
     EXPECT_NE(why.find("256"), std::string::npos) << why;
     EXPECT_NE(why.find("128"), std::string::npos) << why;
   }
-  hd::shard_leases::claim_count(router_, "other:", 128);  // another prefix is another map
+  hd::shard_store::claim_count(router_, "other:", 128);  // another prefix is another map
 }
 
 }  // namespace
