@@ -18,10 +18,10 @@ using handoff::detail::scoped_lock;
 namespace {
 
 // Every key's actor: no budget, so a key's entries run on in one turn while they come.
-std::shared_ptr<const actor_options> options_for(executor_ref executor) {
-  actor_options o;
+std::shared_ptr<const handoff::actor_options> options_for(executor_ref executor) {
+  handoff::actor_options o;
   o.executor = executor;
-  return std::make_shared<const actor_options>(std::move(o));
+  return std::make_shared<const handoff::actor_options>(std::move(o));
 }
 
 }  // namespace

@@ -188,7 +188,7 @@ class shard_dispatch {
   // 0 counted messages: only the owner counts up, so nothing is sent to it after that, and
   // ~actor waits for the handler that counted it down to return.
   struct key_slot {
-    explicit key_slot(std::string k, const std::shared_ptr<const actor_options>& options)
+    explicit key_slot(std::string k, const std::shared_ptr<const handoff::actor_options>& options)
         : key(std::move(k)), actor(options) {}
     const std::string key;            // keys_ maps a view of it
     std::size_t unfinished = 0;       // this key's messages not run yet (skipped ones too)
@@ -215,7 +215,7 @@ class shard_dispatch {
   const run_fn run_;
   const std::function<void()> on_finished_;
   const std::function<void(std::exception_ptr)> on_error_;
-  const std::shared_ptr<const actor_options> options_;  // every key's actor: the executor
+  const std::shared_ptr<const handoff::actor_options> options_;  // every key's actor: the executor
 
   mutable handoff::detail::annotated_mutex mu_;
   // Notified (after mu_ is released) when an entry finishes: drop and wait_idle wait on it.

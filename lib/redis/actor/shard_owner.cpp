@@ -1,0 +1,159 @@
+#include "shard_owner.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "handoff/detail/report.hpp"
+
+namespace handoff::redis::detail {
+
+shard_owner::shard_owner(shard_store& store, shard_owner_settings s, handler h, error_hook on_error)
+    : store_(store), s_(std::move(s)), handler_(std::move(h)), on_error_(std::move(on_error)),
+      dispatch_(
+          s_.executor, s_.max_unfinished,
+          [this](const shard_entry& e, std::optional<std::string>& state) { return run(e, state); }, {},
+          [this](const std::exception_ptr& e) { on_error_({}, e); }) {}
+
+shard_owner::~shard_owner() = default;
+
+bool shard_owner::take(std::uint32_t index) {
+  std::int64_t left_ms = 0;
+  std::optional<shard_takeover> t =
+      store_.take(shard_names(s_.prefix, s_.family, index), s_.owner_id, s_.lease_ms, left_ms);
+  if (!t) return false;
+  auto h = std::make_unique<held_shard>(s_, index, std::move(*t));
+  for (std::string& id : store_.done_ids(h->names)) h->done.insert(std::move(id));
+  held_.push_back(std::move(h));
+  return true;
+}
+
+std::size_t shard_owner::round(std::int64_t now_ms) {
+  renew(now_ms);
+  return acknowledge() + read();
+}
+
+void shard_owner::renew(std::int64_t now_ms) {
+  if (held_.empty() || now_ms - renewed_ms_ < s_.lease_ms / 3) return;
+  std::vector<std::pair<const shard_names*, std::string>> tokens;
+  tokens.reserve(held_.size());
+  for (const auto& h : held_) tokens.emplace_back(&h->names, h->takeover.token);
+  const std::vector<bool> renewed = store_.renew(tokens, s_.lease_ms);
+  renewed_ms_ = now_ms;
+  for (std::size_t i = held_.size(); i-- > 0;) {
+    if (!renewed[i]) lose(i, "its lease ran out before its renewal");
+  }
+}
+
+std::size_t shard_owner::acknowledge() {
+  std::size_t n = 0;
+  for (std::size_t i = held_.size(); i-- > 0;) {
+    held_shard& h = *held_[i];
+    shard_ack a = dispatch_.take_ack(h.index);
+    if (a.empty()) continue;
+    shard_ack_write w;
+    w.trim = a.trim;
+    w.done_add = std::move(a.done_add);
+    w.done_remove = std::move(a.done_remove);
+    for (finished_entry& f : a.finished) {
+      if (f.end == entry_end::dead) {
+        w.dead.push_back({f.key, f.id + ' ' + f.body});
+      } else if (f.state) {
+        w.states.push_back({f.key, f.id, std::move(*f.state)});
+      }
+    }
+    // The earlier owner's done ids that this trim passes leave the set too.
+    const std::uint64_t head = h.head + w.trim;
+    for (auto it = h.done_at.begin(); it != h.done_at.end() && it->first < head; it = h.done_at.erase(it)) {
+      w.done_remove.push_back(std::move(it->second));
+    }
+    n += a.finished.size();
+    if (!store_.ack(h.names, h.takeover.token, w)) {
+      lose(i, "its lease was taken before the acknowledgement");
+      continue;
+    }
+    h.head += w.trim;
+  }
+  return n;
+}
+
+std::size_t shard_owner::read() {
+  std::size_t n = 0;
+  for (const auto& hp : held_) {
+    held_shard& h = *hp;
+    const std::size_t room = dispatch_.room();
+    if (room == 0) break;
+    const std::vector<std::string> elements =
+        store_.read(h.names, h.read_end - h.head, std::min<std::uint64_t>(room, s_.read_batch));
+    if (elements.empty()) continue;
+    std::vector<shard_entry> batch;
+    batch.reserve(elements.size());
+    for (const std::string& element : elements) {
+      shard_entry e{};
+      e.seq = h.read_end++;
+      const std::optional<entry_parts> p = parse_entry(element);
+      if (!p) {  // not an entry of this format: reported, then trimmed like a handled one
+        on_error_({}, std::make_exception_ptr(
+                          error("handoff::redis: a shard's queue holds an element that is not an entry: " +
+                                handoff::detail::key_excerpt(element))));
+        e.attempt = finished_before;
+      } else {
+        e.id = std::string(p->id);
+        e.key = std::string(p->key);
+        e.body = std::string(p->body);
+        e.attempt = h.takeover.delivery(e.seq);
+        if (h.done.erase(e.id) != 0) {  // finished under an earlier owner, past a slow key
+          e.attempt = finished_before;
+          h.done_at.emplace(e.seq, e.id);
+        }
+      }
+      batch.push_back(std::move(e));
+    }
+    n += batch.size();
+    dispatch_.dispatch(h.index, std::move(batch));
+  }
+  return n;
+}
+
+void shard_owner::lose(std::size_t at, std::string_view why) {
+  const std::uint32_t index = held_[at]->index;
+  dispatch_.drop(index);
+  held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(at));
+  on_error_({},
+            std::make_exception_ptr(error("handoff::redis: lost shard " + std::to_string(index) + " of the family " +
+                                          handoff::detail::key_excerpt(s_.family) + ": " + std::string(why))));
+}
+
+entry_end shard_owner::run(const shard_entry& e, std::optional<std::string>& state) {
+  // Decided when read: it still passes through its key's actor, so that it ends in its
+  // key's order.
+  if (e.attempt == finished_before) return entry_end::handled;
+  if (e.attempt > s_.max_attempts) return entry_end::dead;
+  for (std::uint32_t attempt = e.attempt;; ++attempt) {
+    delivery d(e.key, e.id, e.body, attempt, {}, {});
+    try {
+      handler_(d);
+      if (const std::string* staged = d.staged_state()) state = *staged;
+      return entry_end::handled;
+    } catch (...) {
+      on_error_(e.key, std::current_exception());
+      if (attempt >= s_.max_attempts) return entry_end::dead;
+    }
+  }
+}
+
+void shard_owner::release_all() {
+  dispatch_.wait_idle();
+  acknowledge();
+  for (const auto& h : held_) store_.release(h->names, h->takeover.token, true);
+  held_.clear();
+}
+
+std::vector<std::uint32_t> shard_owner::owned() const {
+  std::vector<std::uint32_t> out;
+  out.reserve(held_.size());
+  for (const auto& h : held_) out.push_back(h->index);
+  return out;
+}
+
+}  // namespace handoff::redis::detail

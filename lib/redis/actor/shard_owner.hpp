@@ -1,0 +1,112 @@
+// A process's ownership of shards of one handler family (private to lib/redis): it takes
+// shards (shard_store::take), reads their queues in order, runs the entries per key on the
+// in-process dispatcher (shard_dispatch: one key's entries one at a time, keys side by
+// side on the executor), acknowledges what finished and renews its leases, each in one
+// round trip per shard or per server.
+//
+// The owner's jobs, each in its own function of round():
+//   renewal      every third of the lease, all held leases in one round trip per server;
+//                a shard whose lease is no longer the token is lost: dropped at once (its
+//                entries not started never start here; its running handler may still
+//                finish, which is why a handler must return within the lease)
+//   acknowledge  per shard, what finished since the last round: the queue's head trimmed
+//                up to the first unfinished entry, the ids finished past it put in the done
+//                set, states and dead letters written, all in the epoch-checked script;
+//                refused: the shard is lost
+//   read         per shard, the entries after the last one read, up to the dispatcher's
+//                room (a bound on entries read and not finished, over all shards), each
+//                with its delivery (shard_takeover::delivery): past max_attempts, a dead
+//                letter without running; in the done set (finished under an earlier owner,
+//                past a slow key), finished without running
+//   recovery     a takeover reads from the queue's head: what the last owner did not
+//                acknowledge runs again, in order, flagged by its delivery count
+// Not thread-safe: one thread calls take(), round() and release_all(); handlers run on the
+// dispatcher's side (the executor, or that thread without one).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "handoff/executor.hpp"
+#include "handoff/redis/actor_system.hpp"
+#include "shard_dispatch.hpp"
+#include "shard_store.hpp"
+
+namespace handoff::redis::detail {
+
+struct shard_owner_settings {
+  std::string prefix;                 // options::prefix
+  std::string family;                 // the handler family the shards belong to
+  std::uint32_t shards = 256;         // the prefix's shard count
+  std::string owner_id;               // this process's id (in its tokens)
+  std::int64_t lease_ms = 5000;       // a shard's lease, renewed every third of it
+  std::uint32_t read_batch = 64;      // entries read per shard and round, at most
+  std::size_t max_unfinished = 1024;  // entries read and not finished, all shards together
+  std::uint32_t max_attempts = 5;     // deliveries before a message is dead-lettered
+  executor_ref executor{};            // where handlers run (empty: the owner's thread)
+};
+
+class shard_owner {
+ public:
+  using handler = std::function<void(delivery&)>;
+  // on_error: a handler's exception, a lost shard, a malformed entry (the key, or "").
+  using error_hook = std::function<void(std::string_view key, std::exception_ptr e)>;
+
+  shard_owner(shard_store& store, shard_owner_settings s, handler h, error_hook on_error);
+  // Waits for the handlers running (see release_all; the shards are not released: a
+  // destroyed owner's shards pass on after their lease, as a crashed one's do).
+  ~shard_owner();
+  shard_owner(const shard_owner&) = delete;
+  shard_owner& operator=(const shard_owner&) = delete;
+
+  // Takes shard `index` if nobody holds it: true, and its queue is read from the head from
+  // the next round on. Throws error.
+  bool take(std::uint32_t index);
+  // One pass of the jobs above, at `now_ms` (steady clock, for the renewal). Returns the
+  // entries it dispatched and acknowledged (0: nothing to do now). Throws error for a
+  // Redis failure (the caller retries later; leases not renewed run out).
+  std::size_t round(std::int64_t now_ms);
+  // Stops reading, waits until every dispatched entry finished, acknowledges them and
+  // releases every shard cleanly. Throws error.
+  void release_all();
+  // The shards held now.
+  [[nodiscard]] std::vector<std::uint32_t> owned() const;
+
+ private:
+  struct held_shard {
+    held_shard(const shard_owner_settings& s, std::uint32_t i, shard_takeover t)
+        : index(i), names(s.prefix, s.family, i), takeover(std::move(t)), head(takeover.trimmed),
+          read_end(takeover.trimmed) {}
+    std::uint32_t index;
+    shard_names names;
+    shard_takeover takeover;
+    std::uint64_t head;                            // position of the queue's head, as acknowledged
+    std::uint64_t read_end;                        // position after the last entry read
+    std::unordered_set<std::string> done;          // ids finished under an earlier owner, not read yet
+    std::map<std::uint64_t, std::string> done_at;  // those read (skipped), by position, until trimmed
+  };
+  // An entry's attempt when it finished under an earlier owner: skipped, not run.
+  static constexpr std::uint32_t finished_before = 0;
+
+  void renew(std::int64_t now_ms);
+  std::size_t acknowledge();
+  std::size_t read();
+  void lose(std::size_t at, std::string_view why);
+  entry_end run(const shard_entry& e, std::optional<std::string>& state);
+
+  shard_store& store_;
+  shard_owner_settings s_;
+  handler handler_;
+  error_hook on_error_;
+  std::vector<std::unique_ptr<held_shard>> held_;
+  std::int64_t renewed_ms_ = 0;
+  shard_dispatch dispatch_;  // last: destroyed first, while what its handlers use lives
+};
+
+}  // namespace handoff::redis::detail
