@@ -317,4 +317,44 @@ TEST_F(RedisShardOwner, AnEntryPastItsAttemptsIsADeadLetterWithoutRunning) {
   EXPECT_EQ(raw_.integer({"LLEN", s.dead("room:3")}), 1);
 }
 
+TEST_F(RedisShardOwner, PostersThatTakeTheirShardAndDrainItLeaveNoEntryBehind) {
+  // Posting threads, each a process of its own (its owner), on one shard: a post that
+  // takes the queue from empty takes the shard and drains it; a post that finds it owned
+  // leaves its entry to the owner, which must not release the shard before reading it.
+  constexpr std::size_t posters = 4;
+  constexpr int per_thread = 300;
+  const std::uint32_t shard = hd::shard_of("room:0", shards);
+  std::vector<std::string> keys;
+  for (int k = 0; keys.size() < posters; ++k) {
+    if (hd::shard_of("room:" + std::to_string(k), shards) == shard) keys.push_back("room:" + std::to_string(k));
+  }
+  const hd::shard_names s(o_.prefix, "room:", shard);
+  std::atomic<int> handled{0};
+  seen log;
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < posters; ++t) {
+    threads.emplace_back([&, t] {
+      auto o = owner(log, "P" + std::to_string(t), 30000, {}, [&handled](hr::delivery&) { ++handled; });
+      const std::string& key = keys[t];
+      for (int m = 0; m < per_thread; ++m) {
+        const std::string id = "p" + std::to_string(t) + "-" + std::to_string(m);
+        if (store_.post(s, hd::entry_text(id, key, std::to_string(m)), 0) == 1 && o->take(shard)) o->drain();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (handled.load() < static_cast<int>(posters) * per_thread && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(handled.load(), static_cast<int>(posters) * per_thread) << "entries were left without an owner";
+  EXPECT_EQ(queued(), 0);
+  EXPECT_EQ(raw_.integer({"EXISTS", s.lease}), 0) << "a drained shard stayed owned";
+  for (std::size_t t = 0; t < posters; ++t) {
+    const std::vector<std::string>& b = log.bodies[keys[t]];
+    ASSERT_EQ(b.size(), static_cast<std::size_t>(per_thread));
+    for (int m = 0; m < per_thread; ++m) EXPECT_EQ(b[static_cast<std::size_t>(m)], std::to_string(m));
+  }
+  EXPECT_TRUE(log.errors.empty()) << log.errors.front();
+}
+
 }  // namespace

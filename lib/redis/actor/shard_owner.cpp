@@ -1,6 +1,7 @@
 #include "shard_owner.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <utility>
 
@@ -12,7 +13,14 @@ shard_owner::shard_owner(shard_store& store, shard_owner_settings s, handler h, 
     : store_(store), s_(std::move(s)), handler_(std::move(h)), on_error_(std::move(on_error)),
       dispatch_(
           s_.executor, s_.max_unfinished,
-          [this](const shard_entry& e, std::optional<std::string>& state) { return run(e, state); }, {},
+          [this](const shard_entry& e, std::optional<std::string>& state) { return run(e, state); },
+          [this] {
+            {
+              const std::lock_guard lock(finished_mu_);
+              ++finished_;
+            }
+            finished_cv_.notify_one();
+          },
           [this](const std::exception_ptr& e) { on_error_({}, e); }) {}
 
 shard_owner::~shard_owner() = default;
@@ -142,10 +150,44 @@ entry_end shard_owner::run(const shard_entry& e, std::optional<std::string>& sta
   }
 }
 
+void shard_owner::drain() {
+  while (!held_.empty()) {
+    const std::int64_t now =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    const std::size_t progress = round(now);
+    if (dispatch_.room() != s_.max_unfinished) {  // entries running on the executor
+      if (progress == 0) wait_finished();
+      continue;
+    }
+    if (progress != 0) continue;
+    // Nothing read, running or finished since the acknowledgement: release what is still
+    // empty (an entry finished after it is still in its queue, which keeps the shard).
+    for (std::size_t i = held_.size(); i-- > 0;) {
+      switch (store_.release(held_[i]->names, held_[i]->takeover.token, true, true)) {
+        case shard_store::released::yes:
+          held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        case shard_store::released::not_owner:
+          lose(i, "its lease was taken before its release");
+          break;
+        case shard_store::released::not_empty:
+          break;  // a post came after the last read: read on
+      }
+    }
+  }
+}
+
+void shard_owner::wait_finished() {
+  std::unique_lock lock(finished_mu_);
+  finished_cv_.wait_for(lock, std::chrono::milliseconds(10), [this] { return finished_ != finished_seen_; });
+  finished_seen_ = finished_;
+}
+
 void shard_owner::release_all() {
   dispatch_.wait_idle();
   acknowledge();
-  for (const auto& h : held_) store_.release(h->names, h->takeover.token, true);
+  for (const auto& h : held_) (void)store_.release(h->names, h->takeover.token, true);
   held_.clear();
 }
 

@@ -24,10 +24,12 @@
 // dispatcher's side (the executor, or that thread without one).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -75,6 +77,15 @@ class shard_owner {
   // Stops reading, waits until every dispatched entry finished, acknowledges them and
   // releases every shard cleanly. Throws error.
   void release_all();
+  // The hand-off in which a post that takes its shard from empty to one entry takes the
+  // shard and drains it on its own thread: rounds until every held shard's queue is read,
+  // run and acknowledged, then releases each only while its queue is still empty. A post
+  // that comes before that release finds the shard owned and leaves its entry to this
+  // owner, which goes on; one that comes after finds it free and empty, and takes it. So
+  // no entry is left without an owner, unless a poster dies between its post and its take
+  // (then a sweeper's take finds it). Returns when no shard is held. Throws error (the
+  // shards held then pass on after their lease).
+  void drain();
   // The shards held now.
   [[nodiscard]] std::vector<std::uint32_t> owned() const;
 
@@ -100,13 +111,20 @@ class shard_owner {
   void lose(std::size_t at, std::string_view why);
   entry_end run(const shard_entry& e, std::optional<std::string>& state);
 
+  // Waits until an entry finished since the last wait, or 10 ms.
+  void wait_finished();
+
   shard_store& store_;
   shard_owner_settings s_;
   handler handler_;
   error_hook on_error_;
   std::vector<std::unique_ptr<held_shard>> held_;
   std::int64_t renewed_ms_ = 0;
-  shard_dispatch dispatch_;  // last: destroyed first, while what its handlers use lives
+  std::mutex finished_mu_;
+  std::condition_variable finished_cv_;
+  std::uint64_t finished_ = 0;       // entries finished, counted by the dispatcher's hook; guarded by finished_mu_
+  std::uint64_t finished_seen_ = 0;  // the count the last wait_finished returned at
+  shard_dispatch dispatch_;          // last: destroyed first, while what its handlers use lives
 };
 
 }  // namespace handoff::redis::detail

@@ -41,10 +41,12 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 )lua";
 
-// KEYS: lease, meta. ARGV: token, clean (1: the owner acknowledged what it ran). 1:
-// released; 0: the lease is not the token.
+// KEYS: lease, meta, queue. ARGV: token, clean (1: the owner acknowledged what it ran),
+// if_empty (1: only while the queue is empty). 1: released; 0: the lease is not the token;
+// 2: not released, the queue holds entries.
 constexpr std::string_view release_lua = R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[3] == '1' and redis.call('LLEN', KEYS[3]) > 0 then return 2 end
 redis.call('DEL', KEYS[1])
 if ARGV[2] == '1' then redis.call('HDEL', KEYS[2], 'owned') end
 return 1
@@ -226,9 +228,12 @@ std::vector<bool> shard_store::renew(const std::vector<std::pair<const shard_nam
   return renewed;
 }
 
-bool shard_store::release(const shard_names& s, std::string_view token, bool clean) {
+shard_store::released shard_store::release(const shard_names& s, std::string_view token, bool clean, bool if_empty) {
   constexpr std::string_view what = "release a shard";
-  return integer_one(servers_.eval(release_, {s.lease, s.meta}, {token, clean ? "1" : "0"}, what), what);
+  const reply r =
+      servers_.eval(release_, {s.lease, s.meta, s.queue}, {token, clean ? "1" : "0", if_empty ? "1" : "0"}, what);
+  if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > 2) unexpected(what);
+  return r->integer == 1 ? released::yes : r->integer == 0 ? released::not_owner : released::not_empty;
 }
 
 bool shard_store::ack(const shard_names& s, std::string_view token, const shard_ack_write& w) {

@@ -115,10 +115,13 @@ class shard_store {
   // shard is lost). Throws error when a round trip failed (which leases were renewed is
   // then unknown).
   std::vector<bool> renew(const std::vector<std::pair<const shard_names*, std::string>>& held, std::int64_t lease_ms);
-  // Releases the shard if its lease is still the token: true. `clean`: every entry the
-  // owner ran is acknowledged, so the next owner counts no delivery for the rest (no
-  // mark). Throws error.
-  bool release(const shard_names& s, std::string_view token, bool clean);
+  // Releases the shard if its lease is still the token (else not_owner) and, with
+  // `if_empty`, its queue is empty (else not_empty: a post came after the owner's last
+  // read, and the owner must go on, since that post found the shard owned and left its
+  // entry to it). `clean`: every entry the owner ran is acknowledged, so the next owner
+  // counts no delivery for the rest (no mark). Throws error.
+  enum class released : std::uint8_t { yes, not_owner, not_empty };
+  released release(const shard_names& s, std::string_view token, bool clean, bool if_empty = false);
   // Writes `w` if the shard's lease is still the token: true; false, writing nothing,
   // when it is not. Throws error.
   bool ack(const shard_names& s, std::string_view token, const shard_ack_write& w);
