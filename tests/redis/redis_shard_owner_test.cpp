@@ -357,4 +357,88 @@ TEST_F(RedisShardOwner, PostersThatTakeTheirShardAndDrainItLeaveNoEntryBehind) {
   EXPECT_TRUE(log.errors.empty()) << log.errors.front();
 }
 
+// renew() on a thread of its own, as the process's renewal thread runs it, until stopped.
+class renewal_thread {
+ public:
+  explicit renewal_thread(hd::shard_owner& o)
+      : t_([this, &o] {
+          while (!stop_.load()) {
+            o.renew(now_ms());
+            std::this_thread::sleep_for(10ms);
+          }
+        }) {}
+  ~renewal_thread() {
+    stop_.store(true);
+    t_.join();
+  }
+  renewal_thread(const renewal_thread&) = delete;
+  renewal_thread& operator=(const renewal_thread&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread t_;
+};
+
+TEST_F(RedisShardOwner, AHandlerLongerThanTheLeaseKeepsItWhileTheRenewalThreadRuns) {
+  seen log;
+  auto a = owner(log, "A", 300, {}, [](hr::delivery& d) {
+    if (d.body() == "long") std::this_thread::sleep_for(1s);
+  });
+  const std::uint32_t shard = hd::shard_of("room:1", shards);
+  ASSERT_TRUE(a->take(shard));
+  post("room:1", "long");
+  post("room:1", "next");
+  std::atomic<bool> taken{false};
+  {
+    const renewal_thread renewing(*a);
+    std::thread rival([&] {
+      seen other;
+      auto b = owner(other, "B");
+      for (int i = 0; i < 20 && !taken.load(); ++i) {
+        taken.store(b->take(shard));
+        std::this_thread::sleep_for(50ms);
+      }
+    });
+    a->round(now_ms());  // runs both on this thread: a second past the lease
+    rival.join();
+  }
+  EXPECT_FALSE(taken.load()) << "another owner took the shard while its handler ran";
+  ASSERT_TRUE(rounds(*a, [&] { return queued() == 0; }));
+  EXPECT_EQ(log.bodies["room:1"], (std::vector<std::string>{"long", "next"}));
+  EXPECT_TRUE(log.errors.empty()) << log.errors.front();
+}
+
+TEST_F(RedisShardOwner, AShardLostInTheMiddleOfABatchRunsNoMoreOfItHere) {
+  seen log;
+  std::promise<void> first;
+  std::atomic<int> started{0};
+  // A lease of 450 ms: renewed every 150 ms, so the loss is seen within two entries.
+  auto a = owner(log, "A", 450, {}, [&](hr::delivery&) {
+    if (started.fetch_add(1) == 0) first.set_value();
+    std::this_thread::sleep_for(100ms);
+  });
+  const std::uint32_t shard = hd::shard_of("room:1", shards);
+  const hd::shard_names s(o_.prefix, "room:", shard);
+  ASSERT_TRUE(a->take(shard));
+  for (int m = 0; m < 6; ++m) post("room:1", std::to_string(m));
+  seen other;
+  auto b = owner(other, "B");
+  {
+    const renewal_thread renewing(*a);
+    std::thread taker([&] {
+      first.get_future().wait();
+      raw_.command({"DEL", s.lease});  // the lease is lost (as after a stall), and B takes it
+      EXPECT_TRUE(b->take(shard));
+    });
+    a->round(now_ms());  // runs the batch on this thread until the renewal finds the loss
+    taker.join();
+  }
+  EXPECT_LE(started.load(), 4) << "the lost shard's batch ran on";
+  a->round(now_ms());
+  EXPECT_TRUE(a->owned().empty());
+  EXPECT_EQ(queued(), 6) << "the old owner acknowledged";
+  ASSERT_TRUE(rounds(*b, [&] { return queued() == 0; }));
+  EXPECT_EQ(other.bodies["room:1"], (std::vector<std::string>{"0", "1", "2", "3", "4", "5"}));
+}
+
 }  // namespace

@@ -11,6 +11,7 @@ namespace handoff::redis::detail {
 
 shard_owner::shard_owner(shard_store& store, shard_owner_settings s, handler h, error_hook on_error)
     : store_(store), s_(std::move(s)), handler_(std::move(h)), on_error_(std::move(on_error)),
+      lost_flags_(std::make_unique<std::atomic<bool>[]>(s_.shards)),
       dispatch_(
           s_.executor, s_.max_unfinished,
           [this](const shard_entry& e, std::optional<std::string>& state) { return run(e, state); },
@@ -32,25 +33,60 @@ bool shard_owner::take(std::uint32_t index) {
   if (!t) return false;
   auto h = std::make_unique<held_shard>(s_, index, std::move(*t));
   for (std::string& id : store_.done_ids(h->names)) h->done.insert(std::move(id));
+  lost_flags_[index].store(false, std::memory_order_relaxed);  // nothing of it runs before dispatch
+  {
+    const std::lock_guard lock(lease_mu_);
+    leases_.push_back(h->lease);
+  }
   held_.push_back(std::move(h));
   return true;
 }
 
 std::size_t shard_owner::round(std::int64_t now_ms) {
   renew(now_ms);
+  drop_lost();
   return acknowledge() + read();
 }
 
 void shard_owner::renew(std::int64_t now_ms) {
-  if (held_.empty() || now_ms - renewed_ms_ < s_.lease_ms / 3) return;
-  std::vector<std::pair<const shard_names*, std::string>> tokens;
-  tokens.reserve(held_.size());
-  for (const auto& h : held_) tokens.emplace_back(&h->names, h->takeover.token);
-  const std::vector<bool> renewed = store_.renew(tokens, s_.lease_ms);
-  renewed_ms_ = now_ms;
-  for (std::size_t i = held_.size(); i-- > 0;) {
-    if (!renewed[i]) lose(i, "its lease ran out before its renewal");
+  std::vector<std::shared_ptr<const lease_ref>> refs;
+  {
+    const std::lock_guard lock(lease_mu_);
+    if (leases_.empty() || now_ms - renewed_ms_ < s_.lease_ms / 3) return;
+    renewed_ms_ = now_ms;  // before the round trip: a concurrent call does not renew twice
+    refs = leases_;
   }
+  std::vector<std::pair<const shard_names*, std::string>> tokens;
+  tokens.reserve(refs.size());
+  for (const auto& r : refs) tokens.emplace_back(&r->names, r->token);
+  const std::vector<bool> renewed = store_.renew(tokens, s_.lease_ms);
+  const std::lock_guard lock(lease_mu_);
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    if (renewed[i] || std::find(leases_.begin(), leases_.end(), refs[i]) == leases_.end()) continue;
+    lost_flags_[refs[i]->index].store(true, std::memory_order_release);
+    lost_.push_back(refs[i]);
+  }
+}
+
+void shard_owner::drop_lost() {
+  std::vector<std::shared_ptr<const lease_ref>> lost;
+  {
+    const std::lock_guard lock(lease_mu_);
+    lost.swap(lost_);
+  }
+  for (const auto& r : lost) {
+    for (std::size_t i = 0; i < held_.size(); ++i) {
+      if (held_[i]->lease == r) {
+        lose(i, "its lease ran out before its renewal");
+        break;
+      }
+    }
+  }
+}
+
+void shard_owner::forget_lease(const held_shard& h) {
+  const std::lock_guard lock(lease_mu_);
+  leases_.erase(std::remove(leases_.begin(), leases_.end(), h.lease), leases_.end());
 }
 
 std::size_t shard_owner::acknowledge() {
@@ -125,6 +161,8 @@ std::size_t shard_owner::read() {
 
 void shard_owner::lose(std::size_t at, std::string_view why) {
   const std::uint32_t index = held_[at]->index;
+  lost_flags_[index].store(true, std::memory_order_release);
+  forget_lease(*held_[at]);
   dispatch_.drop(index);
   held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(at));
   on_error_({},
@@ -133,6 +171,9 @@ void shard_owner::lose(std::size_t at, std::string_view why) {
 }
 
 entry_end shard_owner::run(const shard_entry& e, std::optional<std::string>& state) {
+  // Lost: not run here; its acknowledgement will be refused, and the next owner runs it.
+  // acquire: pairs with renew()'s release.
+  if (lost_flags_[shard_of(e.key, s_.shards)].load(std::memory_order_acquire)) return entry_end::handled;
   // Decided when read: it still passes through its key's actor, so that it ends in its
   // key's order.
   if (e.attempt == finished_before) return entry_end::handled;
@@ -166,6 +207,7 @@ void shard_owner::drain() {
     for (std::size_t i = held_.size(); i-- > 0;) {
       switch (store_.release(held_[i]->names, held_[i]->takeover.token, true, true)) {
         case shard_store::released::yes:
+          forget_lease(*held_[i]);
           held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(i));
           break;
         case shard_store::released::not_owner:
@@ -187,7 +229,10 @@ void shard_owner::wait_finished() {
 void shard_owner::release_all() {
   dispatch_.wait_idle();
   acknowledge();
-  for (const auto& h : held_) (void)store_.release(h->names, h->takeover.token, true);
+  for (const auto& h : held_) {
+    forget_lease(*h);
+    (void)store_.release(h->names, h->takeover.token, true);
+  }
   held_.clear();
 }
 

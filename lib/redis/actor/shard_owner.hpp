@@ -5,10 +5,12 @@
 // round trip per shard or per server.
 //
 // The owner's jobs, each in its own function of round():
-//   renewal      every third of the lease, all held leases in one round trip per server;
-//                a shard whose lease is no longer the token is lost: dropped at once (its
-//                entries not started never start here; its running handler may still
-//                finish, which is why a handler must return within the lease)
+//   renewal      every third of the lease, all held leases in one round trip per server
+//                (renew(), from round() or from a thread of its own); a shard whose lease
+//                is no longer the token is lost: its entries not started do not run here
+//                (they count as handled, which its fenced acknowledgement refuses, and run
+//                under the next owner), and the next round drops it; a handler running then
+//                may still finish, which is why a handler must return within the lease
 //   acknowledge  per shard, what finished since the last round: the queue's head trimmed
 //                up to the first unfinished entry, the ids finished past it put in the done
 //                set, states and dead letters written, all in the epoch-checked script;
@@ -20,10 +22,13 @@
 //                past a slow key), finished without running
 //   recovery     a takeover reads from the queue's head: what the last owner did not
 //                acknowledge runs again, in order, flagged by its delivery count
-// Not thread-safe: one thread calls take(), round() and release_all(); handlers run on the
-// dispatcher's side (the executor, or that thread without one).
+// Not thread-safe, but for renew(): one thread calls take(), round(), drain() and
+// release_all(); handlers run on the dispatcher's side (the executor, or that thread
+// without one). renew() may run on a thread of its own, so that handlers run inline do not
+// hold the leases back.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -70,6 +75,10 @@ class shard_owner {
   // Takes shard `index` if nobody holds it: true, and its queue is read from the head from
   // the next round on. Throws error.
   bool take(std::uint32_t index);
+  // Thread-safe. Renews the held leases if a third of the lease passed since the last
+  // renewal (at `now_ms`, steady clock); marks the shards it finds lost (above). Throws
+  // error (the leases not renewed run out, and the shards are lost then).
+  void renew(std::int64_t now_ms);
   // One pass of the jobs above, at `now_ms` (steady clock, for the renewal). Returns the
   // entries it dispatched and acknowledged (0: nothing to do now). Throws error for a
   // Redis failure (the caller retries later; leases not renewed run out).
@@ -90,10 +99,16 @@ class shard_owner {
   [[nodiscard]] std::vector<std::uint32_t> owned() const;
 
  private:
+  // What renew() needs of a held shard: shared with its thread, never changed.
+  struct lease_ref {
+    std::uint32_t index;
+    shard_names names;
+    std::string token;
+  };
   struct held_shard {
     held_shard(const shard_owner_settings& s, std::uint32_t i, shard_takeover t)
         : index(i), names(s.prefix, s.family, i), takeover(std::move(t)), head(takeover.trimmed),
-          read_end(takeover.trimmed) {}
+          read_end(takeover.trimmed), lease(std::make_shared<const lease_ref>(lease_ref{i, names, takeover.token})) {}
     std::uint32_t index;
     shard_names names;
     shard_takeover takeover;
@@ -101,11 +116,15 @@ class shard_owner {
     std::uint64_t read_end;                        // position after the last entry read
     std::unordered_set<std::string> done;          // ids finished under an earlier owner, not read yet
     std::map<std::uint64_t, std::string> done_at;  // those read (skipped), by position, until trimmed
+    std::shared_ptr<const lease_ref> lease;        // in leases_ while held
   };
   // An entry's attempt when it finished under an earlier owner: skipped, not run.
   static constexpr std::uint32_t finished_before = 0;
 
-  void renew(std::int64_t now_ms);
+  // Drops the shards renew() found lost.
+  void drop_lost();
+  // Takes held_[at] out of leases_ (it is lost or released).
+  void forget_lease(const held_shard& h);
   std::size_t acknowledge();
   std::size_t read();
   void lose(std::size_t at, std::string_view why);
@@ -119,7 +138,13 @@ class shard_owner {
   handler handler_;
   error_hook on_error_;
   std::vector<std::unique_ptr<held_shard>> held_;
-  std::int64_t renewed_ms_ = 0;
+  std::mutex lease_mu_;
+  std::vector<std::shared_ptr<const lease_ref>> leases_;  // held; guarded by lease_mu_
+  std::vector<std::shared_ptr<const lease_ref>> lost_;    // found lost by renew, not dropped yet; guarded
+  std::int64_t renewed_ms_ = 0;                           // guarded by lease_mu_
+  // Per shard index: found lost, its entries do not start. Set by renew() (release: pairs
+  // with run's acquire), cleared by take().
+  std::unique_ptr<std::atomic<bool>[]> lost_flags_;
   std::mutex finished_mu_;
   std::condition_variable finished_cv_;
   std::uint64_t finished_ = 0;       // entries finished, counted by the dispatcher's hook; guarded by finished_mu_
