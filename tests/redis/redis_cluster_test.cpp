@@ -15,12 +15,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../../lib/redis/actor/actor_core.hpp"
+#include "../../lib/redis/actor/shard_owner.hpp"
+#include "../../lib/redis/actor/shard_store.hpp"
 #include "../../lib/redis/common/router.hpp"
 #include "../support/redis_actor_check.hpp"
 #include "../support/redis_cluster.hpp"
@@ -348,6 +351,82 @@ TEST(RedisCluster, ActorsOnEveryPrimaryRunEachMessageOnceInSenderOrderAndCommitS
     return true;
   })) << left_under(o.prefix).size()
       << " names left";
+}
+
+TEST(RedisCluster, ShardOwnersOnEveryPrimaryRunEachEntryOnceAndWriteOnlyInTheirShardsSlots) {
+  hr::options o = on_cluster();
+  o.prefix = "shards:";
+  constexpr std::uint32_t shards = 12;  // 12 slot groups: every primary holds some
+  std::set<int> primaries;
+  for (std::uint32_t i = 0; i < shards; ++i) {
+    primaries.insert(cluster().primary_of(hr::detail::hash_slot(hr::detail::shard_names(o.prefix, "room:", i).queue)));
+  }
+  EXPECT_EQ(primaries.size(), cluster().primaries().size());
+  hr::detail::router servers(o);
+  hr::detail::shard_store store(servers);
+  hr::detail::shard_store::claim_count(servers, o.prefix, shards);
+  std::mutex mu;
+  std::map<std::string, std::vector<std::string>> bodies;
+  hr::detail::shard_owner_settings s;
+  s.prefix = o.prefix;
+  s.family = "room:";
+  s.shards = shards;
+  s.owner_id = "A";
+  s.max_attempts = 2;
+  hr::detail::shard_owner owner(
+      store, s,
+      [&](hr::delivery& d) {
+        if (d.body() == "bad") throw std::runtime_error("refused");
+        const std::lock_guard lock(mu);
+        bodies[std::string(d.key())].emplace_back(d.body());
+        d.set_state(std::string(d.body()));
+      },
+      [](std::string_view, const std::exception_ptr&) {});
+  for (std::uint32_t i = 0; i < shards; ++i) ASSERT_TRUE(owner.take(i)) << i;
+  std::vector<std::string> keys{"", "{x}"};
+  for (int k = 0; k < 10; ++k) keys.push_back("room:" + std::to_string(k));
+  int id = 0;
+  for (int m = 0; m < 10; ++m) {
+    for (const std::string& key : keys) {
+      const hr::detail::shard_names n(o.prefix, "room:", hr::detail::shard_of(key, shards));
+      ASSERT_NE(store.post(n, hr::detail::entry_text("c-" + std::to_string(++id), key, std::to_string(m)), 0), 0U);
+    }
+  }
+  const hr::detail::shard_names bad_shard(o.prefix, "room:", hr::detail::shard_of("room:0", shards));
+  ASSERT_NE(store.post(bad_shard, hr::detail::entry_text("c-bad", "room:0", "bad"), 0), 0U);
+  const auto left = [&] {
+    long long n = 0;
+    for (std::uint32_t i = 0; i < shards; ++i) {
+      const hr::detail::shard_names names(o.prefix, "room:", i);
+      n += servers.command(names.queue, {"LLEN", names.queue}, "LLEN")->integer;
+    }
+    return n;
+  };
+  const auto now = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  ASSERT_TRUE(handoff::test::eventually(
+      [&] {
+        owner.round(now());
+        return left() == 0;
+      },
+      20s));
+  for (const std::string& key : keys) {
+    const std::vector<std::string>& b = bodies[key];
+    ASSERT_EQ(b.size(), 10U) << key;
+    for (int m = 0; m < 10; ++m) EXPECT_EQ(b[static_cast<std::size_t>(m)], std::to_string(m)) << key;
+    const hr::detail::shard_names n(o.prefix, "room:", hr::detail::shard_of(key, shards));
+    EXPECT_EQ(hr::detail::text(*servers.command(n.state(key), {"HGET", n.state(key), "value"}, "HGET")), "9") << key;
+  }
+  EXPECT_EQ(servers.command(bad_shard.dead("room:0"), {"LLEN", bad_shard.dead("room:0")}, "LLEN")->integer, 1);
+  owner.release_all();
+  // What stays: each shard's meta hash, the keys' states and the dead letter.
+  for (const std::string& name : left_under(o.prefix)) {
+    EXPECT_TRUE(name.ends_with(":meta") || name.ends_with(":actor:state") || name.ends_with(":actor:dead") ||
+                name == o.prefix + "actors:shards")
+        << name;
+  }
 }
 
 TEST(RedisCluster, DelayedPostsToActorsOnEveryPrimaryRunOnceInOrderNoneEarlyAndCancel) {

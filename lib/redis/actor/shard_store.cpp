@@ -106,6 +106,11 @@ bool integer_one(const reply& r, std::string_view what) {
   return r->integer == 1;
 }
 
+// The slot group of shard `index`: consecutive shards 97 groups apart (97 is odd, so the
+// map is a permutation of the groups), so that even a few shards spread over the
+// primaries of a cluster, whose slots each primary holds as one range.
+constexpr std::size_t shard_group(std::uint32_t index) noexcept { return (std::size_t{index} * 97) % actor_groups; }
+
 }  // namespace
 
 std::uint32_t shard_of(std::string_view key, std::uint32_t n) noexcept {
@@ -118,7 +123,7 @@ std::uint32_t shard_of(std::string_view key, std::uint32_t n) noexcept {
 }
 
 shard_names::shard_names(std::string_view prefix, std::string_view family, std::uint32_t index)
-    : slot_prefix(group_prefix(prefix, group_slot(index % actor_groups))) {
+    : slot_prefix(group_prefix(prefix, group_slot(shard_group(index)))) {
   const std::string base = slot_prefix + "shard:" + escape_key(family) + ':' + std::to_string(index) + ':';
   queue = base + "queue";
   lease = base + "lease";

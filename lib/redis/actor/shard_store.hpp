@@ -3,7 +3,8 @@
 // renew and release its lease; read its queue; acknowledge what it handled), every write
 // of an owner refused once its epoch has passed.
 //
-// Per shard (a family's index i of n; every name in one Cluster slot, the slot group of i):
+// Per shard (a family's index i of n; every name in one Cluster slot, that of slot group
+// 97 i mod 256, so that consecutive shards land on different primaries):
 //   <P>{<G>}:shard:<F>:<i>:queue   list of entries, oldest first: "<id> <k> <key><body>",
 //                                  k the key's length in bytes. A post appends one
 //   <P>{<G>}:shard:<F>:<i>:lease   the owner's token "<epoch> <owner id>", with a PX lease;
