@@ -52,6 +52,13 @@
 //             value the body; p its one field is "m", its value the key's length, a space,
 //             the key and the body; m the script reads the leases with one MGET instead of
 //             a GET per shard; n no acknowledgement (XADD and the read alone)
+// The library's shard parts (lib/redis/actor/shard_owner.hpp, not yet behind actor_system),
+// in the poster's hand-off, 256 shards:
+//   owner<K>_r<R>  one thread posts a round of R messages over K keys (an RPUSH each; a
+//             post that finds its shard's queue empty takes the shard: the take script and
+//             a read of its done set), then drains the shards it took: per shard a read,
+//             the acknowledgement script, a read that finds nothing and the release that
+//             checks the queue is empty (and, once, a renewal of every lease held)
 //   renew256  per "message", one period of an owner of all 256 shards: one script
 //             renewing each lease that still holds the epoch (GET, PEXPIRE)
 //   poll256   per "message", one idle poll of the 256 shards' lists (LLEN, pipelined)
@@ -71,6 +78,8 @@
 #include <thread>
 #include <vector>
 
+#include "../lib/redis/actor/shard_owner.hpp"
+#include "../lib/redis/actor/shard_store.hpp"
 #include "redis_peers.hpp"
 
 namespace {
@@ -382,6 +391,41 @@ long shard_commands(int port, const std::string& mode, int messages) {
   return handled;
 }
 
+// owner<K>_r<R>: the library's shard owner, as above; returns the messages handled.
+long owner_commands(int port, const std::string& mode, int messages) {
+  namespace hd = handoff::redis::detail;
+  const std::size_t b = mode.rfind("_r");
+  if (b == std::string::npos || b <= 5) throw std::runtime_error("bad mode " + mode);
+  const int key_count = std::stoi(mode.substr(5, b - 5));
+  const int round = std::stoi(mode.substr(b + 2));
+  handoff::redis::options o;
+  o.port = port;
+  hd::router servers(o);
+  hd::shard_store store(servers);
+  hd::shard_owner_settings s;
+  s.prefix = o.prefix;
+  s.family = "cost:";
+  s.shards = 256;
+  s.owner_id = "cost";
+  s.lease_ms = 30000;
+  s.read_batch = 256;
+  s.max_unfinished = 4096;
+  long handled = 0;
+  hd::shard_owner owner(
+      store, s, [&handled](handoff::redis::delivery&) { ++handled; },
+      [](std::string_view, const std::exception_ptr& e) { std::rethrow_exception(e); });
+  for (int sent = 0, id = 0; sent < messages;) {
+    for (int i = 0; i < round && sent < messages; ++i, ++sent) {
+      const std::string key = key_name(sent % key_count);
+      const std::uint32_t shard = hd::shard_of(key, s.shards);
+      const hd::shard_names names(s.prefix, s.family, shard);
+      if (store.post(names, hd::entry_text("c-" + std::to_string(++id), key, "m"), 0) == 1) (void)owner.take(shard);
+    }
+    owner.drain();
+  }
+  return handled;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -401,6 +445,8 @@ int main(int argc, char** argv) {
       const std::unique_ptr<redisContext, void (*)(redisContext*)> c(redisConnect("127.0.0.1", port), redisFree);
       if (c == nullptr || c->err != 0) throw std::runtime_error("cannot connect");
       handled = shard_period_commands(c.get(), mode, messages);
+    } else if (mode.rfind("owner", 0) == 0) {
+      handled = owner_commands(port, mode, messages);
     } else if (mode.rfind("shard", 0) == 0) {
       handled = shard_commands(port, mode, messages);
     } else {

@@ -11,7 +11,8 @@
 #
 # The default modes are the actors' and the peers'; linger64, shard64 and the
 # shard<K>_<queue>_r<R>, renew256 and poll256 modes (named with --modes) are prototypes of
-# ownership that outlives one message and of ownership per shard (docs/notebook.md,
+# ownership that outlives one message and of ownership per shard, and owner<K>_r<R> the
+# library's shard parts in the poster's hand-off (docs/notebook.md,
 # bench/redis_actor_cost.cpp).
 #
 # Uses DIR/bench/redis_actor_cost (default build/release; built here if missing). Each
