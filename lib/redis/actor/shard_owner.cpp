@@ -26,16 +26,24 @@ shard_owner::shard_owner(shard_store& store, shard_owner_settings s, handler h, 
 
 shard_owner::~shard_owner() = default;
 
+std::int64_t shard_owner::steady_ms() noexcept {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 bool shard_owner::take(std::uint32_t index) {
   std::int64_t left_ms = 0;
   std::optional<shard_takeover> t =
       store_.take(shard_names(s_.prefix, s_.family, index), s_.owner_id, s_.lease_ms, left_ms);
   if (!t) return false;
   auto h = std::make_unique<held_shard>(s_, index, std::move(*t));
-  for (std::string& id : store_.done_ids(h->names)) h->done.insert(std::move(id));
+  for (std::string& id : h->takeover.done) h->done.insert(std::move(id));
+  h->takeover.done.clear();
   lost_flags_[index].store(false, std::memory_order_relaxed);  // nothing of it runs before dispatch
   {
     const std::lock_guard lock(lease_mu_);
+    // The first lease held: the next renewal a third of the lease from now, not at once.
+    if (leases_.empty()) renewed_ms_ = steady_ms();
     leases_.push_back(h->lease);
   }
   held_.push_back(std::move(h));
@@ -129,6 +137,7 @@ std::size_t shard_owner::read() {
     if (room == 0) break;
     const std::vector<std::string> elements =
         store_.read(h.names, h.read_end - h.head, std::min<std::uint64_t>(room, s_.read_batch));
+    h.at_end = elements.size() < std::min<std::uint64_t>(room, s_.read_batch);
     if (elements.empty()) continue;
     std::vector<shard_entry> batch;
     batch.reserve(elements.size());
@@ -193,30 +202,32 @@ entry_end shard_owner::run(const shard_entry& e, std::optional<std::string>& sta
 
 void shard_owner::drain() {
   while (!held_.empty()) {
-    const std::int64_t now =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-            .count();
-    const std::size_t progress = round(now);
-    if (dispatch_.room() != s_.max_unfinished) {  // entries running on the executor
-      if (progress == 0) wait_finished();
-      continue;
-    }
-    if (progress != 0) continue;
-    // Nothing read, running or finished since the acknowledgement: release what is still
-    // empty (an entry finished after it is still in its queue, which keeps the shard).
-    for (std::size_t i = held_.size(); i-- > 0;) {
-      switch (store_.release(held_[i]->names, held_[i]->takeover.token, true, true)) {
-        case shard_store::released::yes:
-          forget_lease(*held_[i]);
-          held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(i));
-          break;
-        case shard_store::released::not_owner:
-          lose(i, "its lease was taken before its release");
-          break;
-        case shard_store::released::not_empty:
-          break;  // a post came after the last read: read on
+    renew(steady_ms());
+    drop_lost();
+    acknowledge();
+    if (dispatch_.room() == s_.max_unfinished) {
+      // Nothing running. A shard whose last read reached its queue's end and whose entries
+      // read are all acknowledged is released, while its queue is still empty: an entry
+      // that came after that read, or one that finished after the acknowledgement (still
+      // in the queue), keeps it.
+      for (std::size_t i = held_.size(); i-- > 0;) {
+        held_shard& h = *held_[i];
+        if (!h.at_end || h.read_end != h.head) continue;
+        switch (store_.release(h.names, h.takeover.token, true, true)) {
+          case shard_store::released::yes:
+            forget_lease(h);
+            held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(i));
+            break;
+          case shard_store::released::not_owner:
+            lose(i, "its lease was taken before its release");
+            break;
+          case shard_store::released::not_empty:
+            h.at_end = false;  // a post came after the last read: read on
+            break;
+        }
       }
     }
+    if (read() == 0 && dispatch_.room() != s_.max_unfinished) wait_finished();  // entries running on the executor
   }
 }
 

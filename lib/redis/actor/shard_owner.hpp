@@ -117,6 +117,7 @@ class shard_owner {
     std::unordered_set<std::string> done;          // ids finished under an earlier owner, not read yet
     std::map<std::uint64_t, std::string> done_at;  // those read (skipped), by position, until trimmed
     std::shared_ptr<const lease_ref> lease;        // in leases_ while held
+    bool at_end = false;                           // the last read reached the queue's end
   };
   // An entry's attempt when it finished under an earlier owner: skipped, not run.
   static constexpr std::uint32_t finished_before = 0;
@@ -132,6 +133,7 @@ class shard_owner {
 
   // Waits until an entry finished since the last wait, or 10 ms.
   void wait_finished();
+  static std::int64_t steady_ms() noexcept;
 
   shard_store& store_;
   shard_owner_settings s_;

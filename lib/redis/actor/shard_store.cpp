@@ -13,8 +13,8 @@ namespace handoff::redis::detail {
 
 namespace {
 
-// KEYS: lease, meta, queue. ARGV: owner id, lease ms. The held lease's ms left, or the
-// takeover: {token, trimmed, marks}. A queue left by an owner that did not release it
+// KEYS: lease, meta, queue, done. ARGV: owner id, lease ms. The held lease's ms left, or
+// the takeover: {token, trimmed, marks, the done set's ids...}. A queue left by an owner that did not release it
 // cleanly (meta's `owned` still set) gets a mark at its end.
 constexpr std::string_view take_lua = R"lua(
 local left = redis.call('PTTL', KEYS[1])
@@ -31,7 +31,9 @@ if m[3] then
 end
 redis.call('HSET', KEYS[2], 'owned', '1')
 redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-return {token, trimmed, marks}
+local out = {token, trimmed, marks}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[4])) do out[#out + 1] = id end
+return out
 )lua";
 
 // KEYS: lease. ARGV: token, lease ms. 1: renewed; 0: the lease is not the token.
@@ -190,13 +192,13 @@ std::optional<shard_takeover> shard_store::take(const shard_names& s, std::strin
                                                 std::int64_t& left_ms) {
   constexpr std::string_view what = "take a shard";
   const std::string ms = std::to_string(lease_ms);
-  const reply r = servers_.eval(take_, {s.lease, s.meta, s.queue}, {owner, ms}, what);
+  const reply r = servers_.eval(take_, {s.lease, s.meta, s.queue, s.done}, {owner, ms}, what);
   if (r->type == REDIS_REPLY_INTEGER) {
     left_ms = r->integer;
     return std::nullopt;
   }
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) unexpected(what);
-  for (std::size_t i = 0; i < 3; ++i) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) unexpected(what);
+  for (std::size_t i = 0; i < r->elements; ++i) {
     if (r->element[i]->type != REDIS_REPLY_STRING) unexpected(what);
   }
   shard_takeover t;
@@ -211,6 +213,7 @@ std::optional<shard_takeover> shard_store::take(const shard_names& s, std::strin
     t.marks.push_back(m);
     at = static_cast<std::size_t>(end - marks.data()) + 1;  // past the space
   }
+  for (std::size_t i = 3; i < r->elements; ++i) t.done.emplace_back(text(*r->element[i]));
   return t;
 }
 
@@ -287,16 +290,6 @@ std::vector<std::string> shard_store::read(const shard_names& s, std::uint64_t f
   const reply r =
       servers_.command(s.queue, {"LRANGE", s.queue, std::to_string(from), std::to_string(from + n - 1)}, what);
   if (r->type != REDIS_REPLY_ARRAY) unexpected(what);
-  out.reserve(r->elements);
-  for (std::size_t i = 0; i < r->elements; ++i) out.emplace_back(text(*r->element[i]));
-  return out;
-}
-
-std::vector<std::string> shard_store::done_ids(const shard_names& s) {
-  constexpr std::string_view what = "read a shard's done set";
-  const reply r = servers_.command(s.done, {"SMEMBERS", s.done}, what);
-  if (r->type != REDIS_REPLY_ARRAY) unexpected(what);
-  std::vector<std::string> out;
   out.reserve(r->elements);
   for (std::size_t i = 0; i < r->elements; ++i) out.emplace_back(text(*r->element[i]));
   return out;

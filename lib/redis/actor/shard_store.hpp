@@ -70,12 +70,14 @@ struct entry_parts {
 };
 [[nodiscard]] std::optional<entry_parts> parse_entry(std::string_view element) noexcept;
 
-// What a takeover finds: the owner's token, the entries trimmed so far and the marks
-// (above): the delivery of the entry at position p is 1 + the marks greater than p.
+// What a takeover finds: the owner's token, the entries trimmed so far, the marks
+// (above: the delivery of the entry at position p is 1 + the marks greater than p) and
+// the done set's ids (entries an earlier owner finished past a slow key: skipped).
 struct shard_takeover {
   std::string token;
   std::uint64_t trimmed = 0;
   std::vector<std::uint64_t> marks;
+  std::vector<std::string> done;
   [[nodiscard]] std::uint32_t delivery(std::uint64_t position) const noexcept;
 };
 
@@ -129,8 +131,6 @@ class shard_store {
 
   // Up to n entries from index `from` of the queue (0: its head). Throws error.
   std::vector<std::string> read(const shard_names& s, std::uint64_t from, std::uint64_t n);
-  // The done set's ids (a new owner skips them). Throws error.
-  std::vector<std::string> done_ids(const shard_names& s);
 
   // Records n as the prefix's shard count if none is recorded; throws error if another
   // is (processes with different counts would map a key to different shards).
