@@ -317,6 +317,24 @@ TEST_F(RedisShardOwner, AnEntryPastItsAttemptsIsADeadLetterWithoutRunning) {
   EXPECT_EQ(raw_.integer({"LLEN", s.dead("room:3")}), 1);
 }
 
+TEST_F(RedisShardOwner, AnOwnerTakesBackAShardThatAnotherDrainedMeanwhile) {
+  seen log;
+  auto a = owner(log, "A");
+  auto b = owner(log, "B");
+  const std::uint32_t shard = hd::shard_of("room:1", shards);
+  int m = 0;
+  for (hd::shard_owner* o : {a.get(), b.get(), a.get(), b.get()}) {
+    for (int i = 0; i < 3; ++i) post("room:1", std::to_string(m++));
+    ASSERT_TRUE(o->take(shard));
+    o->drain();
+    EXPECT_TRUE(o->owned().empty());
+  }
+  std::vector<std::string> expected;
+  for (int i = 0; i < m; ++i) expected.push_back(std::to_string(i));
+  EXPECT_EQ(log.bodies["room:1"], expected);
+  EXPECT_EQ(queued(), 0);
+}
+
 TEST_F(RedisShardOwner, PostersThatTakeTheirShardAndDrainItLeaveNoEntryBehind) {
   // Posting threads, each a process of its own (its owner), on one shard: a post that
   // takes the queue from empty takes the shard and drains it; a post that finds it owned

@@ -146,7 +146,7 @@ TEST_F(RedisShardStore, ATakeoverAfterACrashCountsADeliveryForWhatWasQueued) {
   // B acknowledges two and dies: C counts a third delivery for the rest.
   hd::shard_ack_write two;
   two.trim = 2;
-  ASSERT_TRUE(leases_.ack(shard_, b->token, two));
+  ASSERT_EQ(leases_.ack(shard_, b->token, two), hd::shard_store::acked::written);
   std::optional<hd::shard_takeover> c;
   for (int i = 0; i < 200 && !c; ++i) {
     c = take_over(shard_, "C");
@@ -160,7 +160,7 @@ TEST_F(RedisShardStore, ATakeoverAfterACrashCountsADeliveryForWhatWasQueued) {
   // none for D.
   hd::shard_ack_write rest;
   rest.trim = 3;
-  ASSERT_TRUE(leases_.ack(shard_, c->token, rest));
+  ASSERT_EQ(leases_.ack(shard_, c->token, rest), hd::shard_store::acked::written);
   EXPECT_EQ(raw_.integer({"HEXISTS", shard_.meta, "marks"}), 0);
   leases_.post(shard_, hd::entry_text("a-5", "k", "b"), 0);
   ASSERT_EQ(leases_.release(shard_, c->token, true), hd::shard_store::released::yes);
@@ -200,9 +200,24 @@ TEST_F(RedisShardStore, AReleaseIfEmptyKeepsAShardThatAPostReached) {
   EXPECT_EQ(raw_.string({"GET", shard_.lease}), *a) << "released with an entry nobody will read";
   hd::shard_ack_write w;
   w.trim = 1;
-  ASSERT_TRUE(leases_.ack(shard_, *a, w));
+  ASSERT_EQ(leases_.ack(shard_, *a, w), hd::shard_store::acked::written);
   EXPECT_EQ(leases_.release(shard_, *a, true, true), hd::shard_store::released::yes);
   EXPECT_EQ(raw_.integer({"EXISTS", shard_.lease}), 0);
+}
+
+TEST_F(RedisShardStore, AnAcknowledgementThatEmptiesTheQueueMayReleaseTheShardWithIt) {
+  const std::optional<std::string> a = take(shard_, "A");
+  ASSERT_TRUE(a);
+  leases_.post(shard_, hd::entry_text("a-1", "k", "b"), 0);
+  leases_.post(shard_, hd::entry_text("a-2", "k", "b"), 0);
+  hd::shard_ack_write w;
+  w.trim = 1;
+  w.release_if_empty = true;
+  EXPECT_EQ(leases_.ack(shard_, *a, w), hd::shard_store::acked::written) << "released with an entry queued";
+  EXPECT_EQ(raw_.string({"GET", shard_.lease}), *a);
+  EXPECT_EQ(leases_.ack(shard_, *a, w), hd::shard_store::acked::released);
+  EXPECT_EQ(raw_.integer({"EXISTS", shard_.lease, shard_.queue}), 0);
+  EXPECT_EQ(raw_.integer({"HEXISTS", shard_.meta, "owned"}), 0) << "a release with the acknowledgement is clean";
 }
 
 TEST_F(RedisShardStore, AnOwnerWhoseLeaseRanOutIsFencedFromEveryWrite) {
@@ -221,14 +236,14 @@ TEST_F(RedisShardStore, AnOwnerWhoseLeaseRanOutIsFencedFromEveryWrite) {
   w.done_add = {"x"};
   w.states.push_back({"room:1", "id1", "s1"});
   w.dead.push_back({"room:1", "id2 body"});
-  EXPECT_FALSE(leases_.ack(shard_, *a, w));
+  EXPECT_EQ(leases_.ack(shard_, *a, w), hd::shard_store::acked::refused);
   EXPECT_EQ(raw_.integer({"LLEN", shard_.queue}), 3) << "a fenced acknowledgement trimmed the queue";
   EXPECT_EQ(raw_.integer({"EXISTS", shard_.done, shard_.state("room:1"), shard_.dead("room:1")}), 0)
       << "a fenced acknowledgement wrote part of its writes";
   EXPECT_EQ(leases_.renew({{&shard_, *a}}, 30000), std::vector<bool>{false});
   EXPECT_EQ(leases_.release(shard_, *a, true), hd::shard_store::released::not_owner);
   EXPECT_EQ(raw_.string({"GET", shard_.lease}), *b);
-  EXPECT_TRUE(leases_.ack(shard_, *b, w));
+  EXPECT_EQ(leases_.ack(shard_, *b, w), hd::shard_store::acked::written);
   EXPECT_EQ(raw_.strings({"LRANGE", shard_.queue, "0", "-1"}), std::vector<std::string>{"e3"});
 }
 
@@ -243,7 +258,7 @@ TEST_F(RedisShardStore, AnAcknowledgementWritesEverythingInOneStep) {
   w.states.push_back({"room:{2}", "3", "three"});
   w.states.push_back({"room:1", "5", "five"});  // the later state of the same key wins
   w.dead.push_back({"room:{2}", "4 d"});
-  ASSERT_TRUE(leases_.ack(shard_, *t, w));
+  ASSERT_EQ(leases_.ack(shard_, *t, w), hd::shard_store::acked::written);
   EXPECT_EQ(raw_.integer({"LLEN", shard_.queue}), 4);
   EXPECT_EQ(raw_.integer({"SCARD", shard_.done}), 2);
   EXPECT_EQ(raw_.strings({"HMGET", shard_.state("room:1"), "id", "value"}), (std::vector<std::string>{"5", "five"}));
@@ -254,7 +269,7 @@ TEST_F(RedisShardStore, AnAcknowledgementWritesEverythingInOneStep) {
   hd::shard_ack_write rest;
   rest.trim = 4;
   rest.done_remove = {"3", "5"};
-  ASSERT_TRUE(leases_.ack(shard_, *t, rest));
+  ASSERT_EQ(leases_.ack(shard_, *t, rest), hd::shard_store::acked::written);
   EXPECT_EQ(raw_.integer({"EXISTS", shard_.queue, shard_.done}), 0);
 }
 
@@ -263,11 +278,11 @@ TEST_F(RedisShardStore, ThousandsOfDoneIdsGoInSlices) {
   ASSERT_TRUE(t);
   hd::shard_ack_write w;
   for (int i = 0; i < 2500; ++i) w.done_add.push_back("id-" + std::to_string(i));
-  ASSERT_TRUE(leases_.ack(shard_, *t, w));
+  ASSERT_EQ(leases_.ack(shard_, *t, w), hd::shard_store::acked::written);
   EXPECT_EQ(raw_.integer({"SCARD", shard_.done}), 2500);
   hd::shard_ack_write r;
   r.done_remove = w.done_add;
-  ASSERT_TRUE(leases_.ack(shard_, *t, r));
+  ASSERT_EQ(leases_.ack(shard_, *t, r), hd::shard_store::acked::written);
   EXPECT_EQ(raw_.integer({"EXISTS", shard_.done}), 0);
 }
 

@@ -53,7 +53,7 @@ bool shard_owner::take(std::uint32_t index) {
 std::size_t shard_owner::round(std::int64_t now_ms) {
   renew(now_ms);
   drop_lost();
-  return acknowledge() + read();
+  return acknowledge(false) + read();
 }
 
 void shard_owner::renew(std::int64_t now_ms) {
@@ -92,12 +92,19 @@ void shard_owner::drop_lost() {
   }
 }
 
-void shard_owner::forget_lease(const held_shard& h) {
-  const std::lock_guard lock(lease_mu_);
-  leases_.erase(std::remove(leases_.begin(), leases_.end(), h.lease), leases_.end());
+void shard_owner::let_go(std::size_t at) {
+  const held_shard& h = *held_[at];
+  {
+    const std::lock_guard lock(lease_mu_);
+    leases_.erase(std::remove(leases_.begin(), leases_.end(), h.lease), leases_.end());
+  }
+  // Its window goes too (nothing of it runs now, or it was lost): a later owner may have
+  // trimmed past it when this process takes the shard again.
+  dispatch_.drop(h.index);
+  held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(at));
 }
 
-std::size_t shard_owner::acknowledge() {
+std::size_t shard_owner::acknowledge(bool release) {
   std::size_t n = 0;
   for (std::size_t i = held_.size(); i-- > 0;) {
     held_shard& h = *held_[i];
@@ -120,11 +127,21 @@ std::size_t shard_owner::acknowledge() {
       w.done_remove.push_back(std::move(it->second));
     }
     n += a.finished.size();
-    if (!store_.ack(h.names, h.takeover.token, w)) {
-      lose(i, "its lease was taken before the acknowledgement");
-      continue;
+    // A drain's last step: everything read is finished and acknowledged here, and the
+    // last read reached the queue's end.
+    w.release_if_empty = release && h.at_end && h.read_end == head;
+    switch (store_.ack(h.names, h.takeover.token, w)) {
+      case shard_store::acked::refused:
+        lose(i, "its lease was taken before the acknowledgement");
+        continue;
+      case shard_store::acked::released:
+        let_go(i);
+        continue;
+      case shard_store::acked::written:
+        h.head = head;
+        if (w.release_if_empty) h.at_end = false;  // a post came after the last read: read on
+        break;
     }
-    h.head += w.trim;
   }
   return n;
 }
@@ -171,9 +188,7 @@ std::size_t shard_owner::read() {
 void shard_owner::lose(std::size_t at, std::string_view why) {
   const std::uint32_t index = held_[at]->index;
   lost_flags_[index].store(true, std::memory_order_release);
-  forget_lease(*held_[at]);
-  dispatch_.drop(index);
-  held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(at));
+  let_go(at);
   on_error_({},
             std::make_exception_ptr(error("handoff::redis: lost shard " + std::to_string(index) + " of the family " +
                                           handoff::detail::key_excerpt(s_.family) + ": " + std::string(why))));
@@ -204,8 +219,9 @@ void shard_owner::drain() {
   while (!held_.empty()) {
     renew(steady_ms());
     drop_lost();
-    acknowledge();
-    if (dispatch_.room() == s_.max_unfinished) {
+    const bool idle = dispatch_.room() == s_.max_unfinished;
+    acknowledge(idle);
+    if (idle) {
       // Nothing running. A shard whose last read reached its queue's end and whose entries
       // read are all acknowledged is released, while its queue is still empty: an entry
       // that came after that read, or one that finished after the acknowledgement (still
@@ -215,8 +231,7 @@ void shard_owner::drain() {
         if (!h.at_end || h.read_end != h.head) continue;
         switch (store_.release(h.names, h.takeover.token, true, true)) {
           case shard_store::released::yes:
-            forget_lease(h);
-            held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(i));
+            let_go(i);
             break;
           case shard_store::released::not_owner:
             lose(i, "its lease was taken before its release");
@@ -239,12 +254,11 @@ void shard_owner::wait_finished() {
 
 void shard_owner::release_all() {
   dispatch_.wait_idle();
-  acknowledge();
-  for (const auto& h : held_) {
-    forget_lease(*h);
-    (void)store_.release(h->names, h->takeover.token, true);
+  acknowledge(false);
+  while (!held_.empty()) {
+    (void)store_.release(held_.back()->names, held_.back()->takeover.token, true);
+    let_go(held_.size() - 1);
   }
-  held_.clear();
 }
 
 std::vector<std::uint32_t> shard_owner::owned() const {

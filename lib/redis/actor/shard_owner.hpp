@@ -124,9 +124,12 @@ class shard_owner {
 
   // Drops the shards renew() found lost.
   void drop_lost();
-  // Takes held_[at] out of leases_ (it is lost or released).
-  void forget_lease(const held_shard& h);
-  std::size_t acknowledge();
+  // Forgets held_[at], lost or released: its lease, its dispatcher state, its entry.
+  void let_go(std::size_t at);
+  // With `release`: nothing is running, and a shard whose entries read are all finished
+  // and whose last read reached its queue's end is released with its acknowledgement
+  // while its queue is empty (drain).
+  std::size_t acknowledge(bool release);
   std::size_t read();
   void lose(std::size_t at, std::string_view why);
   entry_end run(const shard_entry& e, std::optional<std::string>& state);

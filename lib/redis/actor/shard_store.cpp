@@ -56,10 +56,11 @@ return 1
 
 // KEYS: lease, queue, done, meta, then the keys' state and dead-letter names the writes use.
 // ARGV: token, trim, the counts of done ids to add and to remove, of states and of dead
-// letters; then the ids to add, the ids to remove, each state as (its KEYS index, id,
-// value), each dead letter as (its KEYS index, element). 1: written; 0: the lease is not
-// the token, nothing written. Ids go to SADD/SREM in slices, within Lua's stack. A trim
-// counts into trimmed and drops the marks it passed.
+// letters, release (1: release the lease, cleanly, if the queue is then empty); then the
+// ids to add, the ids to remove, each state as (its KEYS index, id, value), each dead
+// letter as (its KEYS index, element). 1: written; 2: written and released; 0: the lease
+// is not the token, nothing written. Ids go to SADD/SREM in slices, within Lua's stack. A
+// trim counts into trimmed and drops the marks it passed.
 constexpr std::string_view ack_lua = R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local trim, adds, removes, states, deads = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
@@ -72,7 +73,7 @@ local function each_slice(cmd, from, n)
     i = i + m
   end
 end
-local at = 7
+local at = 8
 each_slice('SADD', at, adds)
 at = at + adds
 each_slice('SREM', at, removes)
@@ -96,6 +97,11 @@ if trim > 0 then
     end
     if #kept == 0 then redis.call('HDEL', KEYS[4], 'marks') else redis.call('HSET', KEYS[4], 'marks', table.concat(kept, ' ')) end
   end
+end
+if ARGV[7] == '1' and redis.call('LLEN', KEYS[2]) == 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('HDEL', KEYS[4], 'owned')
+  return 2
 end
 return 1
 )lua";
@@ -244,7 +250,7 @@ shard_store::released shard_store::release(const shard_names& s, std::string_vie
   return r->integer == 1 ? released::yes : r->integer == 0 ? released::not_owner : released::not_empty;
 }
 
-bool shard_store::ack(const shard_names& s, std::string_view token, const shard_ack_write& w) {
+shard_store::acked shard_store::ack(const shard_names& s, std::string_view token, const shard_ack_write& w) {
   constexpr std::string_view what = "acknowledge a shard's entries";
   std::vector<std::string> keys{s.lease, s.queue, s.done, s.meta};
   std::map<std::string, std::size_t, std::less<>> index;  // name -> its KEYS index (1-based)
@@ -258,7 +264,8 @@ bool shard_store::ack(const shard_names& s, std::string_view token, const shard_
                                 std::to_string(w.done_add.size()),
                                 std::to_string(w.done_remove.size()),
                                 std::to_string(w.states.size()),
-                                std::to_string(w.dead.size())};
+                                std::to_string(w.dead.size()),
+                                w.release_if_empty ? "1" : "0"};
   args.insert(args.end(), w.done_add.begin(), w.done_add.end());
   args.insert(args.end(), w.done_remove.begin(), w.done_remove.end());
   for (const shard_ack_write::state& st : w.states) {
@@ -280,7 +287,8 @@ bool shard_store::ack(const shard_names& s, std::string_view token, const shard_
   if (o.failed) std::rethrow_exception(o.failed);
   if (o.r->type == REDIS_REPLY_ERROR)
     throw error("handoff::redis: " + std::string(what) + ": " + std::string(text(*o.r)));
-  return integer_one(o.r, what);
+  if (o.r->type != REDIS_REPLY_INTEGER || o.r->integer < 0 || o.r->integer > 2) unexpected(what);
+  return o.r->integer == 0 ? acked::refused : o.r->integer == 1 ? acked::written : acked::released;
 }
 
 std::vector<std::string> shard_store::read(const shard_names& s, std::uint64_t from, std::uint64_t n) {

@@ -95,6 +95,9 @@ struct shard_ack_write {
     std::string key, element;  // "<id> <body>"
   };
   std::vector<dead_letter> dead;
+  // Then release the lease, cleanly, if the queue is empty (a drain's last step, saving
+  // the release's round trip).
+  bool release_if_empty = false;
 };
 
 // The shard commands and scripts of one prefix, on the router's servers. Thread-safe.
@@ -125,9 +128,11 @@ class shard_store {
   // counts no delivery for the rest (no mark). Throws error.
   enum class released : std::uint8_t { yes, not_owner, not_empty };
   released release(const shard_names& s, std::string_view token, bool clean, bool if_empty = false);
-  // Writes `w` if the shard's lease is still the token: true; false, writing nothing,
-  // when it is not. Throws error.
-  bool ack(const shard_names& s, std::string_view token, const shard_ack_write& w);
+  // Writes `w` if the shard's lease is still the token: written, or released (with
+  // w.release_if_empty, the queue then empty); refused, writing nothing, when it is not.
+  // Throws error.
+  enum class acked : std::uint8_t { refused, written, released };
+  acked ack(const shard_names& s, std::string_view token, const shard_ack_write& w);
 
   // Up to n entries from index `from` of the queue (0: its head). Throws error.
   std::vector<std::string> read(const shard_names& s, std::uint64_t from, std::uint64_t n);
