@@ -4,7 +4,7 @@
  * post whose append answers 1 (the queue was empty) takes the shard's lease if nobody
  * holds it and drains the shard on its own thread. The drain reads everything queued,
  * runs it, acknowledges it (trims it), and, once a read finds nothing new, releases the
- * lease only while the queue is still empty (the release script's if_empty). Checked by
+ * lease only while the queue is still empty (checked in the releasing script). Checked by
  * spin under ctest through tests/model/check.sh (MODEL=shard_handoff.pml); see
  * tests/model/README.md.
  *
