@@ -399,8 +399,9 @@ class renewal_thread {
 
 TEST_F(RedisShardOwner, AHandlerLongerThanTheLeaseKeepsItWhileTheRenewalThreadRuns) {
   seen log;
-  auto a = owner(log, "A", 300, {}, [](hr::delivery& d) {
-    if (d.body() == "long") std::this_thread::sleep_for(1s);
+  // A 600 ms lease (renewed every 200 ms) under a 1.5 s handler.
+  auto a = owner(log, "A", 600, {}, [](hr::delivery& d) {
+    if (d.body() == "long") std::this_thread::sleep_for(1500ms);
   });
   const std::uint32_t shard = hd::shard_of("room:1", shards);
   ASSERT_TRUE(a->take(shard));
@@ -412,12 +413,12 @@ TEST_F(RedisShardOwner, AHandlerLongerThanTheLeaseKeepsItWhileTheRenewalThreadRu
     std::thread rival([&] {
       seen other;
       auto b = owner(other, "B");
-      for (int i = 0; i < 20 && !taken.load(); ++i) {
+      for (int i = 0; i < 32 && !taken.load(); ++i) {
         taken.store(b->take(shard));
         std::this_thread::sleep_for(50ms);
       }
     });
-    a->round(now_ms());  // runs both on this thread: a second past the lease
+    a->round(now_ms());  // runs both on this thread, well past the lease
     rival.join();
   }
   EXPECT_FALSE(taken.load()) << "another owner took the shard while its handler ran";
@@ -430,10 +431,11 @@ TEST_F(RedisShardOwner, AShardLostInTheMiddleOfABatchRunsNoMoreOfItHere) {
   seen log;
   std::promise<void> first;
   std::atomic<int> started{0};
-  // A lease of 450 ms: renewed every 150 ms, so the loss is seen within two entries.
+  // A lease of 450 ms: renewed every 150 ms, so the loss is seen within an entry or two
+  // of 150 ms (a renewal up to 300 ms late still passes).
   auto a = owner(log, "A", 450, {}, [&](hr::delivery&) {
     if (started.fetch_add(1) == 0) first.set_value();
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(150ms);
   });
   const std::uint32_t shard = hd::shard_of("room:1", shards);
   const hd::shard_names s(o_.prefix, "room:", shard);
