@@ -163,7 +163,7 @@ TEST_F(RedisShardStore, ATakeoverAfterACrashCountsADeliveryForWhatWasQueued) {
   ASSERT_EQ(leases_.ack(shard_, c->token, rest), hd::shard_store::acked::written);
   EXPECT_EQ(raw_.integer({"HEXISTS", shard_.meta, "marks"}), 0);
   leases_.post(shard_, hd::entry_text("a-5", "k", "b"), 0);
-  ASSERT_EQ(leases_.release(shard_, c->token, true), hd::shard_store::released::yes);
+  ASSERT_TRUE(leases_.release(shard_, c->token, true));
   const std::optional<hd::shard_takeover> d = take_over(shard_, "D");
   ASSERT_TRUE(d);
   EXPECT_EQ(d->trimmed, 5U);
@@ -178,30 +178,31 @@ TEST_F(RedisShardStore, TokensRiseAndASecondOwnerIsRefusedWhileTheLeaseRuns) {
   EXPECT_FALSE(take(shard_, "B"));
   EXPECT_GT(last_left_, 25000);
   EXPECT_LE(last_left_, 30000);
-  EXPECT_EQ(leases_.release(shard_, "1 B", false), hd::shard_store::released::not_owner)
-      << "a token that is not the lease releases nothing";
+  EXPECT_FALSE(leases_.release(shard_, "1 B", false)) << "a token that is not the lease releases nothing";
   EXPECT_EQ(raw_.string({"GET", shard_.lease}), "1 A");
-  EXPECT_EQ(leases_.release(shard_, *a, true), hd::shard_store::released::yes);
-  EXPECT_EQ(leases_.release(shard_, *a, true), hd::shard_store::released::not_owner) << "released twice";
+  EXPECT_TRUE(leases_.release(shard_, *a, true));
+  EXPECT_FALSE(leases_.release(shard_, *a, true)) << "released twice";
   const std::optional<std::string> b = take(shard_, "B");
   ASSERT_TRUE(b);
   EXPECT_EQ(*b, "2 B");
   // The epoch stays after the lease: a later takeover never reissues a token.
-  ASSERT_EQ(leases_.release(shard_, *b, true), hd::shard_store::released::yes);
+  ASSERT_TRUE(leases_.release(shard_, *b, true));
   EXPECT_EQ(raw_.string({"HGET", shard_.meta, "epoch"}), "2");
   EXPECT_EQ(epoch_of(*take(shard_, "A")), 3);
 }
 
-TEST_F(RedisShardStore, AReleaseIfEmptyKeepsAShardThatAPostReached) {
+TEST_F(RedisShardStore, AnEmptyAcknowledgementReleasesOnlyAShardWhoseQueueAPostDidNotReach) {
   const std::optional<std::string> a = take(shard_, "A");
   ASSERT_TRUE(a);
   leases_.post(shard_, hd::entry_text("a-1", "k", "b"), 0);
-  EXPECT_EQ(leases_.release(shard_, *a, true, true), hd::shard_store::released::not_empty);
+  hd::shard_ack_write release;  // nothing to write: only the release
+  release.release_if_empty = true;
+  EXPECT_EQ(leases_.ack(shard_, *a, release), hd::shard_store::acked::written);
   EXPECT_EQ(raw_.string({"GET", shard_.lease}), *a) << "released with an entry nobody will read";
   hd::shard_ack_write w;
   w.trim = 1;
   ASSERT_EQ(leases_.ack(shard_, *a, w), hd::shard_store::acked::written);
-  EXPECT_EQ(leases_.release(shard_, *a, true, true), hd::shard_store::released::yes);
+  EXPECT_EQ(leases_.ack(shard_, *a, release), hd::shard_store::acked::released);
   EXPECT_EQ(raw_.integer({"EXISTS", shard_.lease}), 0);
 }
 
@@ -241,7 +242,7 @@ TEST_F(RedisShardStore, AnOwnerWhoseLeaseRanOutIsFencedFromEveryWrite) {
   EXPECT_EQ(raw_.integer({"EXISTS", shard_.done, shard_.state("room:1"), shard_.dead("room:1")}), 0)
       << "a fenced acknowledgement wrote part of its writes";
   EXPECT_EQ(leases_.renew({{&shard_, *a}}, 30000), std::vector<bool>{false});
-  EXPECT_EQ(leases_.release(shard_, *a, true), hd::shard_store::released::not_owner);
+  EXPECT_FALSE(leases_.release(shard_, *a, true));
   EXPECT_EQ(raw_.string({"GET", shard_.lease}), *b);
   EXPECT_EQ(leases_.ack(shard_, *b, w), hd::shard_store::acked::written);
   EXPECT_EQ(raw_.strings({"LRANGE", shard_.queue, "0", "-1"}), std::vector<std::string>{"e3"});

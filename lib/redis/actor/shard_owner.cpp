@@ -5,6 +5,8 @@
 #include <exception>
 #include <utility>
 
+#include "../common/lease_ms.hpp"
+#include "handoff/detail/clock.hpp"
 #include "handoff/detail/report.hpp"
 
 namespace handoff::redis::detail {
@@ -26,11 +28,6 @@ shard_owner::shard_owner(shard_store& store, shard_owner_settings s, handler h, 
 
 shard_owner::~shard_owner() = default;
 
-std::int64_t shard_owner::steady_ms() noexcept {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 bool shard_owner::take(std::uint32_t index) {
   std::int64_t left_ms = 0;
   std::optional<shard_takeover> t =
@@ -43,7 +40,7 @@ bool shard_owner::take(std::uint32_t index) {
   {
     const std::lock_guard lock(lease_mu_);
     // The first lease held: the next renewal a third of the lease from now, not at once.
-    if (leases_.empty()) renewed_ms_ = steady_ms();
+    if (leases_.empty()) renewed_ms_ = handoff::detail::now_ns() / ms_ns;
     leases_.push_back(h->lease);
   }
   held_.push_back(std::move(h));
@@ -109,7 +106,12 @@ std::size_t shard_owner::acknowledge(bool release) {
   for (std::size_t i = held_.size(); i-- > 0;) {
     held_shard& h = *held_[i];
     shard_ack a = dispatch_.take_ack(h.index);
-    if (a.empty()) continue;
+    const std::uint64_t head = h.head + a.trim;
+    // A drain's last step: everything read is finished and acknowledged here, and the
+    // last read reached the queue's end: the acknowledgement (perhaps of nothing) releases
+    // the shard if its queue is still empty.
+    const bool last = release && h.at_end && h.read_end == head;
+    if (a.empty() && !last) continue;
     shard_ack_write w;
     w.trim = a.trim;
     w.done_add = std::move(a.done_add);
@@ -122,14 +124,11 @@ std::size_t shard_owner::acknowledge(bool release) {
       }
     }
     // The earlier owner's done ids that this trim passes leave the set too.
-    const std::uint64_t head = h.head + w.trim;
     for (auto it = h.done_at.begin(); it != h.done_at.end() && it->first < head; it = h.done_at.erase(it)) {
       w.done_remove.push_back(std::move(it->second));
     }
     n += a.finished.size();
-    // A drain's last step: everything read is finished and acknowledged here, and the
-    // last read reached the queue's end.
-    w.release_if_empty = release && h.at_end && h.read_end == head;
+    w.release_if_empty = last;
     switch (store_.ack(h.names, h.takeover.token, w)) {
       case shard_store::acked::refused:
         lose(i, "its lease was taken before the acknowledgement");
@@ -217,31 +216,10 @@ entry_end shard_owner::run(const shard_entry& e, std::optional<std::string>& sta
 
 void shard_owner::drain() {
   while (!held_.empty()) {
-    renew(steady_ms());
+    renew(handoff::detail::now_ns() / ms_ns);
     drop_lost();
-    const bool idle = dispatch_.room() == s_.max_unfinished;
-    acknowledge(idle);
-    if (idle) {
-      // Nothing running. A shard whose last read reached its queue's end and whose entries
-      // read are all acknowledged is released, while its queue is still empty: an entry
-      // that came after that read, or one that finished after the acknowledgement (still
-      // in the queue), keeps it.
-      for (std::size_t i = held_.size(); i-- > 0;) {
-        held_shard& h = *held_[i];
-        if (!h.at_end || h.read_end != h.head) continue;
-        switch (store_.release(h.names, h.takeover.token, true, true)) {
-          case shard_store::released::yes:
-            let_go(i);
-            break;
-          case shard_store::released::not_owner:
-            lose(i, "its lease was taken before its release");
-            break;
-          case shard_store::released::not_empty:
-            h.at_end = false;  // a post came after the last read: read on
-            break;
-        }
-      }
-    }
+    // Nothing running: acknowledging may release the shards read to their queue's end.
+    acknowledge(dispatch_.room() == s_.max_unfinished);
     if (read() == 0 && dispatch_.room() != s_.max_unfinished) wait_finished();  // entries running on the executor
   }
 }

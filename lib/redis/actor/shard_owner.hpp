@@ -126,9 +126,9 @@ class shard_owner {
   void drop_lost();
   // Forgets held_[at], lost or released: its lease, its dispatcher state, its entry.
   void let_go(std::size_t at);
-  // With `release`: nothing is running, and a shard whose entries read are all finished
-  // and whose last read reached its queue's end is released with its acknowledgement
-  // while its queue is empty (drain).
+  // With `release` (nothing is running): a shard whose entries read are all finished and
+  // whose last read reached its queue's end is released with its acknowledgement while
+  // its queue is still empty (drain).
   std::size_t acknowledge(bool release);
   std::size_t read();
   void lose(std::size_t at, std::string_view why);
@@ -136,7 +136,6 @@ class shard_owner {
 
   // Waits until an entry finished since the last wait, or 10 ms.
   void wait_finished();
-  static std::int64_t steady_ms() noexcept;
 
   shard_store& store_;
   shard_owner_settings s_;

@@ -43,12 +43,10 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 )lua";
 
-// KEYS: lease, meta, queue. ARGV: token, clean (1: the owner acknowledged what it ran),
-// if_empty (1: only while the queue is empty). 1: released; 0: the lease is not the token;
-// 2: not released, the queue holds entries.
+// KEYS: lease, meta. ARGV: token, clean (1: the owner acknowledged what it ran). 1:
+// released; 0: the lease is not the token.
 constexpr std::string_view release_lua = R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[3] == '1' and redis.call('LLEN', KEYS[3]) > 0 then return 2 end
 redis.call('DEL', KEYS[1])
 if ARGV[2] == '1' then redis.call('HDEL', KEYS[2], 'owned') end
 return 1
@@ -235,19 +233,14 @@ std::vector<bool> shard_store::renew(const std::vector<std::pair<const shard_nam
   renewed.reserve(out.size());
   for (router::outcome& o : out) {
     if (o.failed) std::rethrow_exception(o.failed);
-    if (o.r->type == REDIS_REPLY_ERROR)
-      throw error("handoff::redis: " + std::string(what) + ": " + std::string(text(*o.r)));
-    renewed.push_back(integer_one(o.r, what));
+    renewed.push_back(integer_one(checked(std::move(o.r), what), what));
   }
   return renewed;
 }
 
-shard_store::released shard_store::release(const shard_names& s, std::string_view token, bool clean, bool if_empty) {
+bool shard_store::release(const shard_names& s, std::string_view token, bool clean) {
   constexpr std::string_view what = "release a shard";
-  const reply r =
-      servers_.eval(release_, {s.lease, s.meta, s.queue}, {token, clean ? "1" : "0", if_empty ? "1" : "0"}, what);
-  if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > 2) unexpected(what);
-  return r->integer == 1 ? released::yes : r->integer == 0 ? released::not_owner : released::not_empty;
+  return integer_one(servers_.eval(release_, {s.lease, s.meta}, {token, clean ? "1" : "0"}, what), what);
 }
 
 shard_store::acked shard_store::ack(const shard_names& s, std::string_view token, const shard_ack_write& w) {
@@ -285,10 +278,9 @@ shard_store::acked shard_store::ack(const shard_names& s, std::string_view token
   std::vector<router::outcome> out = servers_.eval_each(ack_, {call}, what);
   router::outcome& o = out.at(0);
   if (o.failed) std::rethrow_exception(o.failed);
-  if (o.r->type == REDIS_REPLY_ERROR)
-    throw error("handoff::redis: " + std::string(what) + ": " + std::string(text(*o.r)));
-  if (o.r->type != REDIS_REPLY_INTEGER || o.r->integer < 0 || o.r->integer > 2) unexpected(what);
-  return o.r->integer == 0 ? acked::refused : o.r->integer == 1 ? acked::written : acked::released;
+  const reply r = checked(std::move(o.r), what);
+  if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > 2) unexpected(what);
+  return r->integer == 0 ? acked::refused : r->integer == 1 ? acked::written : acked::released;
 }
 
 std::vector<std::string> shard_store::read(const shard_names& s, std::uint64_t from, std::uint64_t n) {

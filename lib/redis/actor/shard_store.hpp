@@ -95,8 +95,8 @@ struct shard_ack_write {
     std::string key, element;  // "<id> <body>"
   };
   std::vector<dead_letter> dead;
-  // Then release the lease, cleanly, if the queue is empty (a drain's last step, saving
-  // the release's round trip).
+  // Then release the lease, cleanly, if the queue is empty (a drain's last step: a post
+  // that came after the owner's last read keeps the shard, and the owner reads on).
   bool release_if_empty = false;
 };
 
@@ -121,13 +121,11 @@ class shard_store {
   // shard is lost). Throws error when a round trip failed (which leases were renewed is
   // then unknown).
   std::vector<bool> renew(const std::vector<std::pair<const shard_names*, std::string>>& held, std::int64_t lease_ms);
-  // Releases the shard if its lease is still the token (else not_owner) and, with
-  // `if_empty`, its queue is empty (else not_empty: a post came after the owner's last
-  // read, and the owner must go on, since that post found the shard owned and left its
-  // entry to it). `clean`: every entry the owner ran is acknowledged, so the next owner
-  // counts no delivery for the rest (no mark). Throws error.
-  enum class released : std::uint8_t { yes, not_owner, not_empty };
-  released release(const shard_names& s, std::string_view token, bool clean, bool if_empty = false);
+  // Releases the shard if its lease is still the token: true. `clean`: every entry the
+  // owner ran is acknowledged, so the next owner counts no delivery for the rest (no
+  // mark). A drain releases through ack() instead, only while the queue is empty. Throws
+  // error.
+  bool release(const shard_names& s, std::string_view token, bool clean);
   // Writes `w` if the shard's lease is still the token: written, or released (with
   // w.release_if_empty, the queue then empty); refused, writing nothing, when it is not.
   // Throws error.
